@@ -1,0 +1,60 @@
+"""Configuration as frozen dataclasses; the CLI, env vars and TOML all end up here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .errors import ConfigError
+from .shingle import ShingleSpec
+
+Verify = Literal["exact", "signature"]
+
+
+@dataclass(frozen=True)
+class IndexParams:
+    """What an index is built with.  Stored in the index; a reopen must agree."""
+
+    threshold: float = 0.8
+    num_perm: int = 128
+    shingle: ShingleSpec = field(default_factory=ShingleSpec)
+    bands: int = 18
+    rows: int = 7
+    verify: Verify = "exact"
+    seed: int = 1
+
+    def to_record(self) -> dict[str, object]:
+        return {
+            "threshold": self.threshold,
+            "num_perm": self.num_perm,
+            "shingle": str(self.shingle),
+            "bands": self.bands,
+            "rows": self.rows,
+            "verify": self.verify,
+            "seed": self.seed,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict[str, object]) -> IndexParams:
+        verify = str(rec["verify"])
+        if verify not in ("exact", "signature"):
+            raise ConfigError(f"unknown verify mode {verify!r} stored in index")
+        return cls(
+            threshold=float(rec["threshold"]),  # type: ignore[arg-type]
+            num_perm=int(rec["num_perm"]),  # type: ignore[call-overload]
+            shingle=ShingleSpec.parse(str(rec["shingle"])),
+            bands=int(rec["bands"]),  # type: ignore[call-overload]
+            rows=int(rec["rows"]),  # type: ignore[call-overload]
+            verify="exact" if verify == "exact" else "signature",
+            seed=int(rec["seed"]),  # type: ignore[call-overload]
+        )
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Run-time knobs that do not change what the index contains."""
+
+    max_bucket_candidates: int = 100
+    max_exact_checks: int = 32
+    batch_size: int = 1000
+    map_size: int = 1 << 30

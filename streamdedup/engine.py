@@ -1,0 +1,409 @@
+"""The detection engine: documents in, verdicts out, index updated.
+
+A batch goes through two stages:
+
+1. `Preparer.prepare` -- pure computation over the whole batch at once (normalise,
+   shingle, sign, band keys, fingerprint sets).  It touches no index, so it can run
+   in worker processes.
+2. `Deduplicator._apply` -- inside one LMDB write transaction, each document in
+   turn is looked up and inserted, so it sees every document before it, including
+   earlier ones of its own batch, and no other writer can interleave.
+
+Decision order for one document: same id already indexed (same content: its stored
+verdict; changed content: forget it and check again) -> no shingles (unique, reason
+"empty") -> identical normalised content (duplicate, exact) -> LSH candidates,
+verified by signature or by exact Jaccard -> unique.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import setcodec
+from .config import EngineOptions, IndexParams, Verify
+from .errors import ConfigError, ParameterMismatchError
+from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, id_key
+from .lsh import banding, tune
+from .shingle import Shingler, ShingleSpec, normalise
+from .signature import band_keys, estimate_jaccard, signatures
+
+
+@dataclass(frozen=True)
+class Document:
+    id: DocId
+    text: str
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    id: DocId
+    verdict: str
+    duplicate_of: DocId | None
+    cluster: DocId
+    similarity: float | None
+    exact: bool
+    reason: str | None = None
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.verdict == "duplicate"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "verdict": self.verdict,
+            "duplicate_of": self.duplicate_of,
+            "cluster": self.cluster,
+            "similarity": self.similarity,
+            "exact": self.exact,
+        }
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_record(cls, rec: Record) -> Verdict:
+        return cls(
+            id=rec.doc_id,
+            verdict="duplicate" if rec.verdict == DUPLICATE else "unique",
+            duplicate_of=rec.duplicate_of,
+            cluster=rec.cluster,
+            similarity=rec.similarity,
+            exact=rec.exact,
+            reason=rec.reason,
+        )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything the index needs about a batch, computed without the index."""
+
+    docs: list[Document]
+    keys: list[bytes]
+    content: list[bytes]
+    shingles: npt.NDArray[np.int64]
+    sigs: npt.NDArray[np.uint16]
+    band_keys: list[list[bytes]]
+    fingerprints: list[setcodec.Fingerprints] | None
+
+
+class Preparer:
+    """Stage 1; picklable (it holds only parameters), so it can be shipped to workers."""
+
+    def __init__(self, params: IndexParams) -> None:
+        self.params = params
+        self._shingler: Shingler | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"params": self.params, "_shingler": None}
+
+    def prepare(self, docs: Sequence[Document]) -> Prepared:
+        p = self.params
+        if self._shingler is None:
+            self._shingler = Shingler(p.shingle)
+        norm = [normalise(d.text) for d in docs]
+        batch = self._shingler.batch(norm)
+        sigs = signatures(batch, p.num_perm, p.seed)
+        keys = band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8")
+        key_bytes = keys.tobytes()
+        width = 8 * p.bands
+        fps = None
+        if p.verify == "exact":
+            fps = [setcodec.fingerprints(batch.of(i)) for i in range(len(docs))]
+        return Prepared(
+            docs=list(docs),
+            keys=[id_key(d.id) for d in docs],
+            content=[_content_hash(t) for t in norm],
+            shingles=batch.counts,
+            sigs=sigs,
+            band_keys=[
+                [key_bytes[j : j + 8] for j in range(i * width, (i + 1) * width, 8)]
+                for i in range(len(docs))
+            ],
+            fingerprints=fps,
+        )
+
+
+def _content_hash(normalised: str) -> bytes:
+    return hashlib.blake2b(
+        normalised.encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
+
+
+def resolve_params(
+    stored: IndexParams | None,
+    *,
+    threshold: float | None = None,
+    num_perm: int | None = None,
+    shingle: str | ShingleSpec | None = None,
+    bands: int | None = None,
+    rows: int | None = None,
+    verify: Verify | None = None,
+    seed: int | None = None,
+    false_positive_weight: float = 0.02,
+    false_negative_weight: float = 0.98,
+) -> IndexParams:
+    """Parameters for an index: the stored ones, which explicit options must match,
+    or new ones from the options and defaults."""
+    spec = ShingleSpec.parse(shingle) if isinstance(shingle, str) else shingle
+    if (bands is None) != (rows is None):
+        raise ConfigError("--bands and --rows go together: give both or neither")
+    if stored is not None:
+        asked = {
+            "threshold": threshold,
+            "num_perm": num_perm,
+            "shingle": spec,
+            "bands": bands,
+            "rows": rows,
+            "verify": verify,
+            "seed": seed,
+        }
+        for name, value in asked.items():
+            have = getattr(stored, name)
+            if value is not None and value != have:
+                flag = "--" + name.replace("_", "-")
+                raise ParameterMismatchError(
+                    f"this index was built with {flag} {have}; this run asks for "
+                    f"{flag} {value}. Use the stored value (or omit the option), or "
+                    "build a new index in another directory."
+                )
+        return stored
+    defaults = IndexParams()
+    t = defaults.threshold if threshold is None else threshold
+    k = defaults.num_perm if num_perm is None else num_perm
+    if not 0.0 < t < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+    if bands is not None and rows is not None:
+        band = banding(t, k, bands, rows)
+    else:
+        band = tune(t, k, false_positive_weight, false_negative_weight)
+    return IndexParams(
+        threshold=t,
+        num_perm=k,
+        shingle=spec or defaults.shingle,
+        bands=band.bands,
+        rows=band.rows,
+        verify=verify or defaults.verify,
+        seed=defaults.seed if seed is None else seed,
+    )
+
+
+class Deduplicator:
+    """Near-duplicate detection against everything indexed before, persisted in LMDB.
+
+    >>> with Deduplicator("/tmp/idx", threshold=0.8) as dd:
+    ...     dd.check("a", "the quick brown fox jumps over the lazy dog")
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threshold: float | None = None,
+        num_perm: int | None = None,
+        shingle: str | ShingleSpec | None = None,
+        bands: int | None = None,
+        rows: int | None = None,
+        verify: Verify | None = None,
+        seed: int | None = None,
+        options: EngineOptions | None = None,
+    ) -> None:
+        self.options = options or EngineOptions()
+        self.index = Index(path, map_size=self.options.map_size)
+        try:
+            stored_rec = self.index.read(lambda t: t.meta("params"))
+            stored = None if stored_rec is None else IndexParams.from_record(stored_rec)
+            self.params = resolve_params(
+                stored,
+                threshold=threshold,
+                num_perm=num_perm,
+                shingle=shingle,
+                bands=bands,
+                rows=rows,
+                verify=verify,
+                seed=seed,
+            )
+            if stored is None:
+                self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
+        except BaseException:
+            self.index.close()
+            raise
+        self.preparer = Preparer(self.params)
+        k, t = self.params.num_perm, self.params.threshold
+        # Signature estimates have sd sqrt(J(1-J)/K); five of them is the prefilter's
+        # margin below which a candidate is not worth an exact comparison.
+        self._margin = 5.0 * math.sqrt(t * (1.0 - t) / k) + 0.01
+
+    def __enter__(self) -> Deduplicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.index.close()
+
+    # ------------------------------------------------------------------ public API
+
+    def check(self, doc_id: DocId, text: str, timestamp_ms: int | None = None) -> Verdict:
+        return self.check_batch([Document(doc_id, text, timestamp_ms)])[0]
+
+    def check_batch(self, docs: Iterable[Document | tuple[DocId, str]]) -> list[Verdict]:
+        """Check and insert documents in order; one write transaction for all of them."""
+        batch = [d if isinstance(d, Document) else Document(d[0], d[1]) for d in docs]
+        return self.apply(self.preparer.prepare(batch))
+
+    def apply(self, prepared: Prepared) -> list[Verdict]:
+        if not prepared.docs:
+            return []
+        return self.index.write(lambda t: self._apply(t, prepared))
+
+    # ------------------------------------------------------------------ internals
+
+    def _apply(self, t: Tables, p: Prepared) -> list[Verdict]:
+        next_docno = int(t.meta("next_docno") or 0)
+        out: list[Verdict] = []
+        for i in range(len(p.docs)):
+            verdict, inserted = self._check_one(t, p, i, next_docno)
+            next_docno += inserted
+            out.append(verdict)
+        t.set_meta("next_docno", next_docno)
+        return out
+
+    def _check_one(self, t: Tables, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
+        doc, key, content = p.docs[i], p.keys[i], p.content[i]
+        existing = t.docno_for_id(key)
+        if existing is not None:
+            rec = t.record(existing)
+            if rec is not None and rec.content_hash == content:
+                return Verdict.from_record(rec), 0
+            self._forget(t, existing, key)
+        sig = p.sigs[i]
+        if p.shingles[i] == 0:
+            verdict = Verdict(doc.id, "unique", None, doc.id, None, False, reason="empty")
+            self._insert(t, p, i, docno, verdict, index_it=False)
+            return verdict, 1
+        same = t.docno_for_content(content)
+        if same is not None and (orig := t.record(same)) is not None:
+            verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
+            self._insert(t, p, i, docno, verdict, index_it=False)
+            return verdict, 1
+        best = self._best_match(t, p, i, sig)
+        if best is None:
+            verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
+        else:
+            similarity, rec = best
+            verdict = Verdict(
+                doc.id, "duplicate", rec.doc_id, rec.cluster, round(similarity, 4), False
+            )
+        self._insert(t, p, i, docno, verdict, index_it=True)
+        return verdict, 1
+
+    def _candidates(self, t: Tables, bucket_keys: list[bytes]) -> dict[int, int]:
+        """docno -> number of bands shared, reading at most the cap from each bucket."""
+        found: dict[int, int] = {}
+        cap = self.options.max_bucket_candidates
+        for bk in bucket_keys:
+            docnos, _ = t.bucket(bk, cap)
+            for d in docnos:
+                found[d] = found.get(d, 0) + 1
+        return found
+
+    def _best_match(
+        self, t: Tables, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
+    ) -> tuple[float, Record] | None:
+        found = self._candidates(t, p.band_keys[i])
+        if not found:
+            return None
+        docnos: list[int] = []
+        rows: list[bytes] = []
+        for d in sorted(found):
+            raw = t.signature(d)
+            if raw is not None:
+                docnos.append(d)
+                rows.append(raw)
+        if not docnos:
+            return None
+        others = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
+        est = estimate_jaccard(sig, others)
+        threshold = self.params.threshold
+        order = sorted(range(len(docnos)), key=lambda j: (-est[j], docnos[j]))
+        if self.params.verify == "signature":
+            j = order[0]
+            if est[j] < threshold:
+                return None
+            rec = t.record(docnos[j])
+            return None if rec is None else (float(est[j]), rec)
+        assert p.fingerprints is not None
+        mine = p.fingerprints[i]
+        best: tuple[float, int] | None = None
+        for checks, j in enumerate(order):
+            floor = threshold if best is None else best[0]
+            if checks >= self.options.max_exact_checks or est[j] < floor - self._margin:
+                break
+            other = setcodec.decode(t.shingle_set(docnos[j]))
+            sim = setcodec.jaccard(mine, other)
+            if sim >= threshold and (best is None or sim > best[0]):
+                best = (sim, docnos[j])
+        if best is None:
+            return None
+        rec = t.record(best[1])
+        return None if rec is None else (best[0], rec)
+
+    def _insert(
+        self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
+    ) -> None:
+        doc = p.docs[i]
+        record = Record(
+            doc_id=doc.id,
+            verdict=DUPLICATE if v.is_duplicate else UNIQUE,
+            duplicate_of=v.duplicate_of,
+            cluster=v.cluster,
+            similarity=v.similarity,
+            exact=v.exact,
+            content_hash=p.content[i],
+            timestamp_ms=doc.timestamp_ms,
+            reason=v.reason,
+            shingles=int(p.shingles[i]),
+        )
+        sets = p.fingerprints
+        t.put_document(
+            docno,
+            p.keys[i],
+            record,
+            signature=p.sigs[i].astype("<u2").tobytes() if index_it else None,
+            bucket_keys=p.band_keys[i] if index_it else [],
+            shingle_set=setcodec.encode(sets[i]) if index_it and sets is not None else None,
+            register_content=bool(p.shingles[i] > 0),
+        )
+
+    def _forget(self, t: Tables, docno: int, key: bytes) -> None:
+        raw = t.signature(docno)
+        keys: list[bytes] = []
+        if raw is not None:
+            sig = np.frombuffer(raw, dtype="<u2")[None, :]
+            p = self.params
+            keys = [
+                k.to_bytes(8, "big")
+                for k in band_keys(sig, p.bands, p.rows, p.seed)[0].tolist()
+            ]
+        t.remove_document(docno, key, keys)
+
+
+__all__ = [
+    "Deduplicator",
+    "Document",
+    "Verdict",
+    "Prepared",
+    "Preparer",
+    "resolve_params",
+]

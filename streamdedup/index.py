@@ -1,0 +1,287 @@
+"""The persistent LSH index: an LMDB environment and the layout of its tables.
+
+Tables (LMDB named databases):
+
+==========  =========================  ============================================
+table       key                        value
+==========  =========================  ============================================
+meta        name                       msgpack (parameters, counters, offsets)
+ids         encoded document id        docno (5 bytes, big-endian)
+docs        docno                      msgpack record: id, verdict, links, hashes
+sigs        docno                      signature: K little-endian uint16
+sets        docno + chunk number       Elias-Fano coded shingle fingerprints
+content     normalised-content hash    docno of the first document with it
+buckets     band key (8 bytes)         docno, dupsort + dupfixed (a posting list)
+==========  =========================  ============================================
+
+Documents are numbered in arrival order; big-endian docnos make every posting list
+sorted oldest to newest, so "the newest N of a hot bucket" is a cursor walk from
+its last duplicate.  All of one batch happens in one write transaction (`Index.write`);
+a transaction that hits the map limit is aborted, the map doubled and the batch run
+again, so callers never see MapFullError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import msgpack
+import numpy as np
+
+from .errors import IndexOpenError
+
+T = TypeVar("T")
+DocId = str | int
+
+DOCNO_BYTES = 5
+SET_CHUNK = 1800  # keeps every value inline in a 4 KiB page (no overflow pages)
+_MAX_ID_KEY = 400  # LMDB keys are limited to 511 bytes
+
+UNIQUE, DUPLICATE = 0, 1
+
+
+def docno_key(docno: int) -> bytes:
+    return docno.to_bytes(DOCNO_BYTES, "big")
+
+
+def docno_of(key: bytes) -> int:
+    return int.from_bytes(key, "big")
+
+
+def id_key(doc_id: DocId) -> bytes:
+    """Ids keep their type (1 and "1" differ); very long ids are hashed to fit a key."""
+    raw = (b"i%d" % doc_id) if isinstance(doc_id, int) else b"s" + doc_id.encode(
+        "utf-8", "surrogatepass"
+    )
+    if len(raw) > _MAX_ID_KEY:
+        return b"h" + hashlib.blake2b(raw, digest_size=32).digest()
+    return raw
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the index remembers about one document (besides its postings)."""
+
+    doc_id: DocId
+    verdict: int
+    duplicate_of: DocId | None
+    cluster: DocId
+    similarity: float | None
+    exact: bool
+    content_hash: bytes
+    timestamp_ms: int | None
+    reason: str | None
+    shingles: int
+
+    def pack(self) -> bytes:
+        return msgpack.packb(
+            [
+                self.doc_id,
+                self.verdict,
+                self.duplicate_of,
+                self.cluster,
+                self.similarity,
+                self.exact,
+                self.content_hash,
+                self.timestamp_ms,
+                self.reason,
+                self.shingles,
+            ]
+        )
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Record:
+        f = msgpack.unpackb(raw)
+        return cls(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+
+
+class Tables:
+    """Typed access to the tables inside one transaction."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+        self.txn = txn
+        self.db = dbs
+        self._bucket_cursor: lmdb.Cursor | None = None
+
+    def _buckets(self) -> lmdb.Cursor:
+        if self._bucket_cursor is None:
+            self._bucket_cursor = self.txn.cursor(db=self.db["buckets"])
+        return self._bucket_cursor
+
+    # -- meta
+    def meta(self, name: str) -> Any:
+        raw = self.txn.get(name.encode(), db=self.db["meta"])
+        return None if raw is None else msgpack.unpackb(raw)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self.txn.put(name.encode(), msgpack.packb(value), db=self.db["meta"])
+
+    # -- documents
+    def docno_for_id(self, key: bytes) -> int | None:
+        raw = self.txn.get(key, db=self.db["ids"])
+        return None if raw is None else docno_of(raw)
+
+    def record(self, docno: int) -> Record | None:
+        raw = self.txn.get(docno_key(docno), db=self.db["docs"])
+        return None if raw is None else Record.unpack(raw)
+
+    def signature(self, docno: int) -> bytes | None:
+        raw = self.txn.get(docno_key(docno), db=self.db["sigs"])
+        return None if raw is None else bytes(raw)
+
+    def shingle_set(self, docno: int) -> bytes:
+        prefix = docno_key(docno)
+        cur = self.txn.cursor(db=self.db["sets"])
+        parts: list[bytes] = []
+        if cur.set_range(prefix):
+            for key, value in cur:
+                if key[:DOCNO_BYTES] != prefix:
+                    break
+                parts.append(value)
+        return b"".join(parts)
+
+    def docno_for_content(self, content_hash: bytes) -> int | None:
+        raw = self.txn.get(content_hash, db=self.db["content"])
+        return None if raw is None else docno_of(raw)
+
+    def put_document(
+        self,
+        docno: int,
+        key: bytes,
+        record: Record,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        register_content: bool,
+    ) -> None:
+        dk = docno_key(docno)
+        self.txn.put(key, dk, db=self.db["ids"])
+        self.txn.put(dk, record.pack(), db=self.db["docs"])
+        if signature is not None:
+            self.txn.put(dk, signature, db=self.db["sigs"])
+        if bucket_keys:
+            self._buckets().putmulti([(bk, dk) for bk in bucket_keys], dupdata=True)
+        if shingle_set is not None:
+            for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
+                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
+                self.txn.put(chunk_key, shingle_set[i : i + SET_CHUNK], db=self.db["sets"])
+        if register_content:  # the first document with this content stays its owner
+            self.txn.put(record.content_hash, dk, db=self.db["content"], overwrite=False)
+
+    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
+        """Forget a document entirely (its id, record, postings and content entry)."""
+        dk = docno_key(docno)
+        record = self.record(docno)
+        self.txn.delete(key, db=self.db["ids"])
+        self.txn.delete(dk, db=self.db["docs"])
+        self.txn.delete(dk, db=self.db["sigs"])
+        for bk in bucket_keys:
+            self.txn.delete(bk, dk, db=self.db["buckets"])
+        cur = self.txn.cursor(db=self.db["sets"])
+        while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
+            cur.delete()
+        if record is not None and self.docno_for_content(record.content_hash) == docno:
+            self.txn.delete(record.content_hash, db=self.db["content"])
+
+    # -- postings
+    def bucket(self, band_key: bytes, cap: int) -> tuple[list[int], int]:
+        """Up to `cap` newest docnos in a bucket, and the bucket's full size."""
+        cur = self._buckets()
+        if not cur.set_key(band_key):
+            return [], 0
+        size = cur.count()
+        out: list[int] = []
+        if size <= cap:
+            for value in cur.iternext_dup(keys=False):
+                out.append(docno_of(value))
+            return out, size
+        cur.last_dup()
+        for value in cur.iterprev_dup(keys=False):
+            out.append(docno_of(value))
+            if len(out) == cap:
+                break
+        return out, size
+
+    def bucket_sizes(self) -> Iterator[int]:
+        cur = self.txn.cursor(db=self.db["buckets"])
+        for _ in cur.iternext_nodup(keys=True, values=False):
+            yield cur.count()
+
+    def count(self, table: str) -> int:
+        return int(self.txn.stat(self.db[table])["entries"])
+
+    def table_bytes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, db in self.db.items():
+            st = self.txn.stat(db)
+            pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            out[name] = int(pages * st["psize"])
+        return out
+
+
+class Index:
+    """One LMDB environment in a directory.  Open it after fork, never before."""
+
+    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content")
+
+    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30,
+                 readonly: bool = False) -> None:
+        self.path = Path(path)
+        if readonly and not (self.path / "data.mdb").exists():
+            raise IndexOpenError(f"no index at {self.path} (data.mdb not found)")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self.env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(self.TABLES) + 1,
+                readonly=readonly,
+                max_readers=256,
+            )
+        except (lmdb.Error, OSError) as exc:
+            raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
+        self.dbs: dict[str, Any] = {}
+        with self.env.begin(write=not readonly) as txn:
+            for name in self.TABLES:
+                self.dbs[name] = self.env.open_db(name.encode(), txn=txn, create=not readonly)
+            self.dbs["buckets"] = self.env.open_db(
+                b"buckets", txn=txn, dupsort=True, dupfixed=True, create=not readonly
+            )
+
+    def write(self, fn: Callable[[Tables], T]) -> T:
+        """Run `fn` in one write transaction, growing the map and retrying as needed.
+
+        `fn` may run more than once, so it must not have effects outside the index.
+        """
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(Tables(txn, self.dbs))
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)  # another process grew it: adopt its size
+
+    def read(self, fn: Callable[[Tables], T]) -> T:
+        while True:
+            try:
+                with self.env.begin() as txn:
+                    return fn(Tables(txn, self.dbs))
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+
+    def file_bytes(self) -> int:
+        return (self.path / "data.mdb").stat().st_size
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def signature_array(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype="<u2")

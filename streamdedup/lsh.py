@@ -1,0 +1,81 @@
+"""Choosing LSH bands x rows from the S-curve P(candidate | J=s) = 1 - (1 - s**r)**b.
+
+Like datasketch, b and r minimise a weighted sum of the false-positive area (the
+curve below the threshold) and the false-negative area (the gap above it).  Unlike
+datasketch, the default weights lean hard on recall: every candidate is verified
+afterwards, so a false-positive candidate costs one comparison while a false negative
+is a duplicate lost for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError
+
+_GRID = np.linspace(0.0, 1.0, 2001)
+
+
+def s_curve(s: float | np.ndarray, bands: int, rows: int) -> np.ndarray:
+    return np.asarray(1.0 - (1.0 - np.asarray(s, dtype=np.float64) ** rows) ** bands)
+
+
+@dataclass(frozen=True)
+class Banding:
+    bands: int
+    rows: int
+    false_positive_area: float
+    false_negative_area: float
+
+    @property
+    def approx_threshold(self) -> float:
+        """Where the S-curve crosses about 1/2: (1/b)**(1/r)."""
+        return float((1.0 / self.bands) ** (1.0 / self.rows))
+
+
+def error_areas(threshold: float, bands: int, rows: int) -> tuple[float, float]:
+    p = s_curve(_GRID, bands, rows)
+    below = _GRID < threshold
+    fp = float(np.trapezoid(np.where(below, p, 0.0), _GRID))
+    fn = float(np.trapezoid(np.where(below, 0.0, 1.0 - p), _GRID))
+    return fp, fn
+
+
+def banding(threshold: float, num_perm: int, bands: int, rows: int) -> Banding:
+    """A given b x r, checked against K."""
+    if bands < 1 or rows < 1 or bands * rows > num_perm:
+        raise ConfigError(
+            f"--bands {bands} x --rows {rows} needs {bands * rows} hash values; "
+            f"--num-perm is {num_perm}"
+        )
+    return Banding(bands, rows, *error_areas(threshold, bands, rows))
+
+
+def tune(
+    threshold: float,
+    num_perm: int,
+    false_positive_weight: float = 0.02,
+    false_negative_weight: float = 0.98,
+) -> Banding:
+    """The b x r (b * r <= K) with the least weighted error area."""
+    if not 0.0 < threshold < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+    if num_perm < 1:
+        raise ConfigError(f"--num-perm must be positive, got {num_perm}")
+    best: tuple[float, Banding] | None = None
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        fp, fn = error_areas(threshold, bands, rows)
+        cost = false_positive_weight * fp + false_negative_weight * fn
+        if best is None or cost < best[0]:
+            best = (cost, Banding(bands, rows, fp, fn))
+    assert best is not None
+    return best[1]
+
+
+def s_curve_table(banding: Banding, points: int = 10) -> list[tuple[float, float]]:
+    """(s, P(candidate)) at s = 0.1 .. 1.0, the table the lecture notes print."""
+    s = np.round(np.arange(1, points + 1) / points, 4)
+    return list(zip(s.tolist(), s_curve(s, banding.bands, banding.rows).tolist()))

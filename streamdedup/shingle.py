@@ -1,0 +1,221 @@
+"""Text -> set of 64-bit shingle hashes (DESIGN.md, "Shingling definition").
+
+Two implementations of one definition:
+
+* `reference_shingles` / `reference_hash`: plain Python, one shingle string at a time.
+  It is the specification made executable and is what the tests compare against.
+* `Shingler.batch`: the production path.  It concatenates a whole batch of documents
+  into one UTF-32 code-point array and finds tokens, token hashes and shingle hashes
+  with a handful of numpy operations per batch -- no Python work per token or shingle.
+  `\\w` is reproduced exactly by a lookup table over all code points, built once from
+  Python's own regex engine.
+
+A shingle's hash depends only on the shingle string: for `word:k` it is a polynomial
+over the hashes of the shingle's tokens (a shingle splits back into its tokens on the
+single spaces that joined them); for `char:k` it is a polynomial over code points.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import ConfigError
+from .hashing import (
+    CHAR_BASE,
+    TOKEN_BASE,
+    U64,
+    PowerTable,
+    finish,
+    finish_np,
+    poly_hash,
+    range_poly_hashes,
+)
+
+_WORD = re.compile(r"\w+")
+_SEPARATOR = "\x00"  # not matched by \w, so tokens never span two documents
+_MAX_UNICODE = 0x110000
+CHUNK_CHARS = 1 << 21  # bounds the power tables a batch needs
+
+
+@dataclass(frozen=True)
+class ShingleSpec:
+    kind: Literal["word", "char"] = "word"
+    k: int = 5
+
+    @classmethod
+    def parse(cls, text: str) -> ShingleSpec:
+        kind, sep, k = text.strip().partition(":")
+        if kind not in ("word", "char") or not sep or not k.isdigit() or int(k) < 1:
+            raise ConfigError(
+                f"invalid shingle spec {text!r}: expected word:K or char:K with K >= 1"
+            )
+        return cls("word" if kind == "word" else "char", int(k))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.k}"
+
+
+def normalise(text: str) -> str:
+    """NFKC then casefold, as the shingling contract prescribes."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def reference_shingles(text: str, spec: ShingleSpec) -> set[str]:
+    """The shingle set of `text`, straight from the definition."""
+    norm = normalise(text)
+    if spec.kind == "word":
+        tokens = _WORD.findall(norm)
+        if len(tokens) < spec.k:
+            return {" ".join(tokens)} if tokens else set()
+        return {" ".join(tokens[i : i + spec.k]) for i in range(len(tokens) - spec.k + 1)}
+    flat = " ".join(norm.split())
+    if len(flat) < spec.k:
+        return {flat} if flat else set()
+    return {flat[i : i + spec.k] for i in range(len(flat) - spec.k + 1)}
+
+
+def _string_hash(s: str) -> int:
+    return finish(poly_hash([ord(c) for c in s], CHAR_BASE), len(s))
+
+
+def reference_hash(shingle: str, spec: ShingleSpec) -> int:
+    """The 64-bit hash of one shingle string."""
+    if spec.kind == "char":
+        return _string_hash(shingle)
+    tokens = shingle.split(" ")
+    return finish(poly_hash([_string_hash(t) for t in tokens], TOKEN_BASE), len(tokens))
+
+
+# --------------------------------------------------------------------------- batch path
+
+
+@cache
+def word_table() -> npt.NDArray[np.bool_]:
+    """is_word[cp] for every code point, taken from `re`'s own `\\w` (surrogates too)."""
+    table = np.zeros(_MAX_UNICODE, dtype=np.bool_)
+    everything = "".join(map(chr, range(_MAX_UNICODE)))
+    for m in _WORD.finditer(everything):
+        table[m.start() : m.end()] = True
+    return table
+
+
+def _code_points(text: str) -> npt.NDArray[np.uint8] | npt.NDArray[np.uint32]:
+    """Code points of `text`; one byte each when it is ASCII (the common case)."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+@dataclass(frozen=True)
+class ShingleBatch:
+    """Shingle hashes of n documents: document i owns hashes[offsets[i]:offsets[i+1]].
+
+    Hashes are not deduplicated; a repeated shingle appears once per occurrence.
+    """
+
+    hashes: U64
+    offsets: npt.NDArray[np.int64]
+
+    @property
+    def counts(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.offsets)
+
+    def doc_index(self) -> npt.NDArray[np.int64]:
+        return np.repeat(np.arange(len(self.offsets) - 1), self.counts)
+
+    def of(self, i: int) -> U64:
+        return self.hashes[self.offsets[i] : self.offsets[i + 1]]
+
+
+def _offsets(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    out = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _windows(
+    lengths: npt.NDArray[np.int64], k: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """All k-windows of consecutive segments laid end to end in one array.
+
+    A segment shorter than k has one window, the whole segment; an empty one has none.
+    Returns per-window (start, end) positions and the per-segment window counts.
+    """
+    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+    seg = np.repeat(np.arange(len(lengths)), counts)
+    within = np.arange(len(seg)) - _offsets(counts)[seg]
+    starts = _offsets(lengths)[seg] + within
+    ends = starts + np.minimum(k, lengths[seg])
+    return starts, ends, counts
+
+
+def _chunks(lengths: Sequence[int], budget: int) -> list[slice]:
+    """Split a batch into runs of documents holding at most `budget` characters each."""
+    out: list[slice] = []
+    first, used = 0, 0
+    for i, n in enumerate(lengths):
+        if used and used + n > budget:
+            out.append(slice(first, i))
+            first, used = i, 0
+        used += n + 1
+    out.append(slice(first, len(lengths)))
+    return out
+
+
+class Shingler:
+    """Batch shingling for one `ShingleSpec`; keeps power tables between batches."""
+
+    def __init__(self, spec: ShingleSpec) -> None:
+        self.spec = spec
+        self._chars = PowerTable(CHAR_BASE)
+        self._tokens = PowerTable(TOKEN_BASE)
+
+    def batch(self, normalised: Sequence[str]) -> ShingleBatch:
+        """Shingle hashes for already-`normalise`d texts."""
+        one = self._words if self.spec.kind == "word" else self._chars_batch
+        lengths = [len(t) for t in normalised]
+        parts = [one(normalised[c]) for c in _chunks(lengths, CHUNK_CHARS)]
+        if len(parts) == 1:
+            return parts[0]
+        counts = np.concatenate([p.counts for p in parts])
+        return ShingleBatch(np.concatenate([p.hashes for p in parts]), _offsets(counts))
+
+    def _words(self, texts: Sequence[str]) -> ShingleBatch:
+        n = len(texts)
+        cps = _code_points(_SEPARATOR.join(texts))
+        is_word = np.zeros(len(cps) + 2, dtype=np.bool_)
+        np.take(word_table(), cps, out=is_word[1:-1])
+        bounds = np.flatnonzero(is_word[1:] != is_word[:-1])  # token start, end, ...
+        tok_start, tok_end = bounds[0::2], bounds[1::2]
+        tok_hash = finish_np(
+            range_poly_hashes(cps, tok_start, tok_end, self._chars), tok_end - tok_start
+        )
+        doc_end = _offsets(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
+        tok_doc = np.searchsorted(doc_end, tok_start, side="right")
+        tok_count = np.bincount(tok_doc, minlength=n).astype(np.int64)
+        starts, ends, counts = _windows(tok_count, self.spec.k)
+        hashes = finish_np(
+            range_poly_hashes(tok_hash, starts, ends, self._tokens), ends - starts
+        )
+        return ShingleBatch(hashes, _offsets(counts))
+
+    def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
+        flat = [" ".join(t.split()) for t in texts]
+        lengths = np.fromiter(map(len, flat), np.int64, len(flat))
+        starts, ends, counts = _windows(lengths, self.spec.k)
+        cps = _code_points("".join(flat))
+        hashes = finish_np(
+            range_poly_hashes(cps, starts, ends, self._chars), ends - starts
+        )
+        return ShingleBatch(hashes, _offsets(counts))

@@ -93,7 +93,8 @@ class Prepared:
     shingles: npt.NDArray[np.int64]
     sigs: npt.NDArray[np.uint16]
     band_keys: list[list[bytes]]
-    fingerprints: list[setcodec.Fingerprints] | None
+    fingerprints: setcodec.FingerprintSets | None  # exact verification only
+    set_blobs: list[bytes] | None  # the same sets, encoded for the index
 
 
 class Preparer:
@@ -116,9 +117,7 @@ class Preparer:
         keys = band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8")
         key_bytes = keys.tobytes()
         width = 8 * p.bands
-        fps = None
-        if p.verify == "exact":
-            fps = [setcodec.fingerprints(batch.of(i)) for i in range(len(docs))]
+        fps = setcodec.fingerprint_sets(batch) if p.verify == "exact" else None
         return Prepared(
             docs=list(docs),
             keys=[id_key(d.id) for d in docs],
@@ -130,7 +129,15 @@ class Preparer:
                 for i in range(len(docs))
             ],
             fingerprints=fps,
+            set_blobs=None if fps is None else setcodec.encode_sets(fps),
         )
+
+
+def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
+    """The bucket keys of a stored signature (to remove or inspect its postings)."""
+    sig = np.frombuffer(signature, dtype="<u2")[None, :]
+    keys = band_keys(sig, params.bands, params.rows, params.seed)[0]
+    return [k.to_bytes(8, "big") for k in keys.tolist()]
 
 
 def _content_hash(normalised: str) -> bytes:
@@ -216,6 +223,8 @@ class Deduplicator:
         verify: Verify | None = None,
         seed: int | None = None,
         options: EngineOptions | None = None,
+        false_positive_weight: float = 0.02,
+        false_negative_weight: float = 0.98,
     ) -> None:
         self.options = options or EngineOptions()
         self.index = Index(path, map_size=self.options.map_size)
@@ -231,6 +240,8 @@ class Deduplicator:
                 rows=rows,
                 verify=verify,
                 seed=seed,
+                false_positive_weight=false_positive_weight,
+                false_negative_weight=false_negative_weight,
             )
             if stored is None:
                 self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
@@ -238,6 +249,7 @@ class Deduplicator:
             self.index.close()
             raise
         self.preparer = Preparer(self.params)
+        self._counts: dict[str, int] = {}
         k, t = self.params.num_perm, self.params.threshold
         # Signature estimates have sd sqrt(J(1-J)/K); five of them is the prefilter's
         # margin below which a candidate is not worth an exact comparison.
@@ -271,13 +283,27 @@ class Deduplicator:
 
     def _apply(self, t: Tables, p: Prepared) -> list[Verdict]:
         next_docno = int(t.meta("next_docno") or 0)
+        self._counts = dict(t.meta("counts") or {})
         out: list[Verdict] = []
         for i in range(len(p.docs)):
             verdict, inserted = self._check_one(t, p, i, next_docno)
             next_docno += inserted
             out.append(verdict)
         t.set_meta("next_docno", next_docno)
+        t.set_meta("counts", self._counts)
         return out
+
+    def _count(self, v: Verdict | Record, delta: int) -> None:
+        """Keep the verdict tallies `stats` reports (documents currently indexed)."""
+        if isinstance(v, Record):
+            v = Verdict.from_record(v)
+        kinds = [v.verdict]
+        if v.exact:
+            kinds.append("exact")
+        if v.reason == "empty":
+            kinds.append("empty")
+        for kind in kinds:
+            self._counts[kind] = self._counts.get(kind, 0) + delta
 
     def _check_one(self, t: Tables, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
         doc, key, content = p.docs[i], p.keys[i], p.content[i]
@@ -344,7 +370,7 @@ class Deduplicator:
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
         assert p.fingerprints is not None
-        mine = p.fingerprints[i]
+        mine = p.fingerprints.of(i)
         best: tuple[float, int] | None = None
         for checks, j in enumerate(order):
             floor = threshold if best is None else best[0]
@@ -362,6 +388,7 @@ class Deduplicator:
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
     ) -> None:
+        self._count(v, +1)
         doc = p.docs[i]
         record = Record(
             doc_id=doc.id,
@@ -375,27 +402,23 @@ class Deduplicator:
             reason=v.reason,
             shingles=int(p.shingles[i]),
         )
-        sets = p.fingerprints
+        sets = p.set_blobs
         t.put_document(
             docno,
             p.keys[i],
             record,
             signature=p.sigs[i].astype("<u2").tobytes() if index_it else None,
             bucket_keys=p.band_keys[i] if index_it else [],
-            shingle_set=setcodec.encode(sets[i]) if index_it and sets is not None else None,
+            shingle_set=sets[i] if index_it and sets is not None else None,
             register_content=bool(p.shingles[i] > 0),
         )
 
     def _forget(self, t: Tables, docno: int, key: bytes) -> None:
+        old = t.record(docno)
+        if old is not None:
+            self._count(old, -1)
         raw = t.signature(docno)
-        keys: list[bytes] = []
-        if raw is not None:
-            sig = np.frombuffer(raw, dtype="<u2")[None, :]
-            p = self.params
-            keys = [
-                k.to_bytes(8, "big")
-                for k in band_keys(sig, p.bands, p.rows, p.seed)[0].tolist()
-            ]
+        keys = [] if raw is None else stored_band_keys(raw, self.params)
         t.remove_document(docno, key, keys)
 
 

@@ -17,12 +17,3 @@ class ParameterMismatchError(StreamDedupError):
 
 class IndexOpenError(StreamDedupError):
     """The index directory cannot be opened or is damaged."""
-
-
-class InputError(StreamDedupError):
-    """One input record cannot be turned into a document; carries a short reason code."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message

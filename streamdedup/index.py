@@ -40,7 +40,7 @@ T = TypeVar("T")
 DocId = str | int
 
 DOCNO_BYTES = 5
-SET_CHUNK = 1800  # keeps every value inline in a 4 KiB page (no overflow pages)
+SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 _MAX_ID_KEY = 400  # LMDB keys are limited to 511 bytes
 
 UNIQUE, DUPLICATE = 0, 1
@@ -247,12 +247,15 @@ class Index:
         except (lmdb.Error, OSError) as exc:
             raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
         self.dbs: dict[str, Any] = {}
-        with self.env.begin(write=not readonly) as txn:
+        try:
             for name in self.TABLES:
-                self.dbs[name] = self.env.open_db(name.encode(), txn=txn, create=not readonly)
+                self.dbs[name] = self.env.open_db(name.encode(), create=not readonly)
             self.dbs["buckets"] = self.env.open_db(
-                b"buckets", txn=txn, dupsort=True, dupfixed=True, create=not readonly
+                b"buckets", dupsort=True, dupfixed=True, create=not readonly
             )
+        except lmdb.Error as exc:
+            self.env.close()
+            raise IndexOpenError(f"{self.path} is not a streamdedup index: {exc}") from exc
 
     def write(self, fn: Callable[[Tables], T]) -> T:
         """Run `fn` in one write transaction, growing the map and retrying as needed.

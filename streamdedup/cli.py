@@ -1,0 +1,278 @@
+"""The `streamdedup` command: argument parsing and dispatch to the subcommands.
+
+Exit status: 0 success; 1 finished, but some input lines were rejected (each has an
+error record in the output); 2 usage, configuration or index-parameter error;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from . import __version__
+from .config import EngineOptions
+from .decode import Fields
+from .engine import Deduplicator
+from .errors import StreamDedupError
+from .lsh import banding, s_curve_table, tune
+from .options import Opt, OptionGroup, add_options, load_toml, resolve
+
+EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+ENGINE = OptionGroup(
+    "detection (stored in the index; an existing index keeps its own)",
+    (
+        Opt("threshold", "Jaccard similarity at or above which a document is a duplicate "
+            "(default 0.8)", float, metavar="T"),
+        Opt("num-perm", "MinHash signature length K (default 128)", int, metavar="K"),
+        Opt("shingle", "shingling: word:K or char:K (default word:5)", str, metavar="SPEC"),
+        Opt("bands", "LSH bands b (with --rows; default: tuned from threshold and K)", int,
+            metavar="B"),
+        Opt("rows", "LSH rows per band r (with --bands)", int, metavar="R"),
+        Opt("verify", "how candidates are confirmed (default exact)", str,
+            choices=("exact", "signature")),
+        Opt("seed", "hash seed (default 1)", int),
+        Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
+        Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
+    ),
+)
+TUNING = OptionGroup(
+    "engine",
+    (
+        Opt("max-bucket-candidates", "candidates read from one LSH bucket (bounds the cost "
+            "of boilerplate-heavy 'hot' buckets)", int, 100, metavar="N"),
+        Opt("max-exact-checks", "exact comparisons per document at most", int, 32, metavar="N"),
+        Opt("batch-size", "documents per batch (one index transaction each)", int, 1000,
+            metavar="N"),
+        Opt("workers", "processes computing signatures (1 = in the main process)", int, 1,
+            metavar="N"),
+    ),
+)
+INPUT = OptionGroup(
+    "input",
+    (
+        Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
+        Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
+        Opt("max-doc-bytes", "larger input records are rejected", int, 16 << 20, metavar="N"),
+    ),
+)
+INDEX = OptionGroup("index", (Opt("index", "index directory", str, metavar="DIR"),))
+OUTPUT = OptionGroup(
+    "output",
+    (
+        Opt("output", "verdicts, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
+        Opt("progress", "progress bar on stderr", str, "auto",
+            choices=("auto", "always", "never")),
+    ),
+)
+TUNE = OptionGroup(
+    "tune",
+    (
+        Opt("threshold", "target Jaccard threshold", float, 0.8, metavar="T"),
+        Opt("num-perm", "signature length K", int, 128, metavar="K"),
+        Opt("bands", "evaluate this b instead of tuning (with --rows)", int, metavar="B"),
+        Opt("rows", "evaluate this r instead of tuning (with --bands)", int, metavar="R"),
+        Opt("fp-weight", "weight of the false-positive area", float, 0.02),
+        Opt("fn-weight", "weight of the false-negative area", float, 0.98),
+    ),
+)
+FORMAT = OptionGroup("format", (Opt("json", "print JSON instead of text", flag=True),))
+
+COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
+    "dedup": ("check JSON Lines documents against the index, one verdict per line",
+              (INDEX, ENGINE, TUNING, INPUT, OUTPUT)),
+    "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
+    "stats": ("summarise an index", (INDEX, FORMAT)),
+    "inspect": ("show what the index knows about one document", (INDEX, FORMAT)),
+    "demo": ("run the main job on a bundled sample stream and print a summary",
+             (INDEX, INPUT, OUTPUT)),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamdedup",
+        description="Streaming near-duplicate detection (MinHash + LSH over LMDB).",
+        epilog="Every option can also come from STREAMDEDUP_<OPTION> or a TOML --config file.",
+    )
+    parser.add_argument("--version", action="version", version=f"streamdedup {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_text, groups) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == "dedup":
+            p.add_argument("input", metavar="INPUT", help="JSON Lines file, '-' for stdin")
+        if name == "inspect":
+            p.add_argument("doc_id", metavar="ID", help="document id (digits: tried as integer too)")
+        p.add_argument("--config", metavar="FILE", help="TOML file with option values "
+                       "[env: STREAMDEDUP_CONFIG]")
+        add_options(p, groups)
+    return parser
+
+
+def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str, Any]]:
+    import os
+
+    args = build_parser().parse_args(argv)
+    config_path = args.config or os.environ.get("STREAMDEDUP_CONFIG")
+    config = load_toml(config_path) if config_path else None
+    values = resolve(args, COMMANDS[args.command][1], args.command, config)
+    return args.command, args, values
+
+
+def open_engine(values: dict[str, Any]) -> Deduplicator:
+    from .errors import ConfigError
+
+    if not values.get("index"):
+        raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
+    for name in ("max_bucket_candidates", "max_exact_checks", "batch_size"):
+        if values[name] < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    return Deduplicator(
+        values["index"],
+        threshold=values["threshold"],
+        num_perm=values["num_perm"],
+        shingle=values["shingle"],
+        bands=values["bands"],
+        rows=values["rows"],
+        verify=values["verify"],
+        seed=values["seed"],
+        options=EngineOptions(
+            max_bucket_candidates=values["max_bucket_candidates"],
+            max_exact_checks=values["max_exact_checks"],
+            batch_size=values["batch_size"],
+        ),
+        false_positive_weight=values["fp_weight"],
+        false_negative_weight=values["fn_weight"],
+    )
+
+
+def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
+    if mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=" docs", unit_scale=True, file=sys.stderr,
+                smoothing=0.1, mininterval=0.5)
+
+
+def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .filemode import run_dedup, stdin_or_file, stdout_or_file
+
+    fields = Fields(values["id_field"], values["text_field"], values["max_doc_bytes"])
+    with open_engine(values) as dd:
+        progress = make_progress(values["progress"], "dedup")
+        source, sink = stdin_or_file(args.input), stdout_or_file(values["output"])
+        summary = None
+        try:
+            summary = run_dedup(dd, source, sink, fields, batch_size=values["batch_size"],
+                                workers=max(1, values["workers"]), progress=progress)
+        except KeyboardInterrupt:
+            print("\ninterrupted: the index holds every document whose verdict was written",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
+        finally:
+            if progress is not None:
+                progress.close()
+            if source is not sys.stdin.buffer:
+                source.close()
+            if sink is not sys.stdout.buffer:
+                sink.close()
+        print(summary.text(), file=sys.stderr)
+        return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    t, k = values["threshold"], values["num_perm"]
+    if values["bands"] is not None or values["rows"] is not None:
+        if values["bands"] is None or values["rows"] is None:
+            from .errors import ConfigError
+
+            raise ConfigError("--bands and --rows go together")
+        b = banding(t, k, values["bands"], values["rows"])
+    else:
+        b = tune(t, k, values["fp_weight"], values["fn_weight"])
+    table = s_curve_table(b)
+    if values["json"]:
+        print(orjson.dumps({
+            "threshold": t, "num_perm": k, "bands": b.bands, "rows": b.rows,
+            "approx_threshold": b.approx_threshold,
+            "false_positive_area": b.false_positive_area,
+            "false_negative_area": b.false_negative_area,
+            "s_curve": [{"similarity": s, "p_candidate": p} for s, p in table],
+        }).decode())
+        return EXIT_OK
+    print(f"threshold {t}, K = {k}: b = {b.bands} bands x r = {b.rows} rows "
+          f"({b.bands * b.rows} of {k} hash values)")
+    print(f"approximate threshold (1/b)^(1/r) = {b.approx_threshold:.4f}")
+    print(f"false-positive area {b.false_positive_area:.5f}   "
+          f"false-negative area {b.false_negative_area:.5f}")
+    print()
+    print("   s   P(candidate) = 1-(1-s^r)^b")
+    for s, p in table:
+        marker = "  <- threshold" if abs(s - t) < 1e-9 else ""
+        print(f"  {s:.1f}  {p:.6f}{marker}")
+    return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .report import index_stats, render_stats
+
+    stats = index_stats(_require_index(values))
+    print(orjson.dumps(stats).decode() if values["json"] else render_stats(stats))
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .report import inspect_document, render_inspect
+
+    info = inspect_document(_require_index(values), args.doc_id)
+    if info is None:
+        print(f"no document with id {args.doc_id!r} in the index", file=sys.stderr)
+        return EXIT_REJECTED
+    print(orjson.dumps(info).decode() if values["json"] else render_inspect(info))
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .demo import run_demo
+
+    return run_demo(values)
+
+
+def _require_index(values: dict[str, Any]) -> str:
+    from .errors import ConfigError
+
+    if not values.get("index"):
+        raise ConfigError("--index DIR is required")
+    return str(values["index"])
+
+
+HANDLERS = {
+    "dedup": cmd_dedup,
+    "tune": cmd_tune,
+    "stats": cmd_stats,
+    "inspect": cmd_inspect,
+    "demo": cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        command, args, values = parse(argv)
+        return HANDLERS[command](args, values)
+    except StreamDedupError as exc:
+        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

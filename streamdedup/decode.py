@@ -1,0 +1,106 @@
+"""Raw input records -> `Document`s, or a precise reason why not.
+
+Used for JSON Lines files and for Kafka message values alike.  Nothing here raises on
+bad input: a record that cannot become a document becomes a `Rejected` with a short
+machine-readable reason and a human message, and processing goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .engine import Document
+
+# Reason codes (stable: they appear in error records and dead-letter headers).
+TOO_LARGE = "too_large"
+INVALID_UTF8 = "invalid_utf8"
+MALFORMED = "malformed_json"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_ID = "missing_id"
+BAD_ID = "bad_id"
+MISSING_TEXT = "missing_text"
+BAD_TEXT = "bad_text"
+
+_INT64 = 1 << 63
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+    message: str
+    id: str | int | None = None
+
+
+@dataclass(frozen=True)
+class Fields:
+    id_field: str = "id"
+    text_field: str = "text"
+    max_bytes: int = 16 << 20
+
+
+def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> Document | Rejected:
+    """One JSON object with an id (string or integer) and a text (string)."""
+    if len(raw) > fields.max_bytes:
+        return Rejected(
+            TOO_LARGE, f"record is {len(raw)} bytes, over the limit of {fields.max_bytes}"
+        )
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = _slow_json(raw)
+        if isinstance(obj, Rejected):
+            return obj
+    return from_mapping(obj, fields, "JSON", timestamp_ms)
+
+
+def _slow_json(raw: bytes) -> Any:
+    """The stdlib parser: tells bad UTF-8 from bad JSON, and accepts what orjson refuses
+    but JSON allows (lone surrogate escapes, integers beyond 64 bits)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejected(INVALID_UTF8, f"not valid UTF-8: {exc.reason} at byte {exc.start}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return Rejected(MALFORMED, f"malformed JSON: {exc.msg} at column {exc.colno}")
+
+
+def from_mapping(
+    obj: Any, fields: Fields, what: str, timestamp_ms: int | None = None
+) -> Document | Rejected:
+    """Validate a decoded JSON/msgpack value as a document."""
+    if not isinstance(obj, dict):
+        return Rejected(NOT_AN_OBJECT, f"{what} value is a {type(obj).__name__}, not an object")
+    if fields.id_field not in obj:
+        return Rejected(MISSING_ID, f"no {fields.id_field!r} field")
+    doc_id = obj[fields.id_field]
+    checked = check_id(doc_id, fields.id_field)
+    if isinstance(checked, Rejected):
+        return checked
+    if fields.text_field not in obj:
+        return Rejected(MISSING_TEXT, f"no {fields.text_field!r} field", checked)
+    text = obj[fields.text_field]
+    if not isinstance(text, str):
+        return Rejected(
+            BAD_TEXT,
+            f"field {fields.text_field!r} is a {type(text).__name__}, not a string",
+            checked,
+        )
+    return Document(checked, text, timestamp_ms)
+
+
+def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
+    if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
+        return Rejected(
+            BAD_ID, f"field {name!r} is a {type(doc_id).__name__}, not a string or integer"
+        )
+    if isinstance(doc_id, int) and not -_INT64 <= doc_id < _INT64:
+        return Rejected(BAD_ID, f"integer id {doc_id} does not fit in 64 bits")
+    if isinstance(doc_id, str) and not doc_id:
+        return Rejected(BAD_ID, f"field {name!r} is an empty string")
+    return doc_id

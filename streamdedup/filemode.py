@@ -1,0 +1,165 @@
+"""`streamdedup dedup`: JSON Lines in, one verdict line per input line out.
+
+Per batch: decode lines -> prepare (here or in worker processes) -> check and insert
+in one write transaction -> commit -> write and flush the batch's output lines.
+Committing before writing means an interrupted run (Ctrl-C, kill -9) leaves an index
+that holds every document whose verdict reached OUT; running the same input again
+gives those documents their stored verdicts back.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import orjson
+
+from .decode import Fields, Rejected, decode_json
+from .engine import Deduplicator, Document, Prepared, Preparer, Verdict
+
+Decoded = list[Document | Rejected]
+
+
+@dataclass
+class Summary:
+    lines: int = 0
+    unique: int = 0
+    duplicates: int = 0
+    exact: int = 0
+    empty: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.lines / self.seconds if self.seconds > 0 else 0.0
+
+    def add(self, item: Verdict | Rejected) -> None:
+        self.lines += 1
+        if isinstance(item, Rejected):
+            self.rejected += 1
+            self.reasons[item.reason] = self.reasons.get(item.reason, 0) + 1
+        elif item.is_duplicate:
+            self.duplicates += 1
+            self.exact += item.exact
+        else:
+            self.unique += 1
+            self.empty += item.reason == "empty"
+
+    def text(self) -> str:
+        parts = [
+            f"{self.lines} lines in {self.seconds:.1f}s ({self.rate:,.0f} docs/s)",
+            f"unique {self.unique} (empty {self.empty})",
+            f"duplicate {self.duplicates} (exact {self.exact})",
+            f"rejected {self.rejected}",
+        ]
+        if self.reasons:
+            parts[-1] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items())) + ")"
+        return "; ".join(parts)
+
+
+def error_record(item: Rejected, line: int) -> dict[str, Any]:
+    """The output line for an input line that could not be processed."""
+    return {
+        "id": item.id,
+        "verdict": "error",
+        "error": item.reason,
+        "message": item.message,
+        "line": line,
+    }
+
+
+def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
+    batch: list[bytes] = []
+    for raw in stream:
+        batch.append(raw.rstrip(b"\r\n"))
+        if len(batch) >= batch_size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _decode_and_prepare(
+    preparer: Preparer, fields: Fields, lines: list[bytes]
+) -> tuple[Decoded, Prepared]:
+    decoded: Decoded = [decode_json(raw, fields) for raw in lines]
+    return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)])
+
+
+# Worker-process state: set once per process by the pool initialiser.
+_worker: tuple[Preparer, Fields] | None = None
+
+
+def _init_worker(preparer: Preparer, fields: Fields) -> None:
+    global _worker
+    _worker = (preparer, fields)
+
+
+def _work(lines: list[bytes]) -> tuple[Decoded, Prepared]:
+    assert _worker is not None
+    return _decode_and_prepare(_worker[0], _worker[1], lines)
+
+
+def run_dedup(
+    dedup: Deduplicator,
+    source: IO[bytes],
+    sink: IO[bytes],
+    fields: Fields,
+    *,
+    batch_size: int = 1000,
+    workers: int = 1,
+    progress: Any = None,
+) -> Summary:
+    """Process all of `source`; `progress` is a tqdm-like object or None."""
+    summary = Summary()
+    started = time.perf_counter()
+    batches = read_lines(source, batch_size)
+    pool = None
+    prepared: Iterable[tuple[Decoded, Prepared]]
+    if workers > 1:
+        ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
+        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(dedup.preparer, fields))
+        prepared = pool.imap(_work, batches, chunksize=1)
+    else:
+        prepared = (_decode_and_prepare(dedup.preparer, fields, b) for b in batches)
+    try:
+        for decoded, batch in prepared:
+            verdicts = iter(dedup.apply(batch))  # committed before anything is written
+            out: list[bytes] = []
+            for item in decoded:
+                result: Verdict | Rejected = (
+                    item if isinstance(item, Rejected) else next(verdicts)
+                )
+                summary.add(result)
+                record = (
+                    error_record(result, summary.lines)
+                    if isinstance(result, Rejected)
+                    else result.to_dict()
+                )
+                out.append(orjson.dumps(record))
+            out.append(b"")
+            sink.write(b"\n".join(out))
+            sink.flush()
+            summary.seconds = time.perf_counter() - started
+            if progress is not None:
+                progress.update(len(decoded))
+                progress.set_postfix(dup=summary.duplicates, rejected=summary.rejected, refresh=False)
+    finally:
+        summary.seconds = time.perf_counter() - started
+        if pool is not None:
+            pool.terminate()
+    return summary
+
+
+def stdin_or_file(path: str) -> IO[bytes]:
+    return sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+
+
+def stdout_or_file(path: str) -> IO[bytes]:
+    return sys.stdout.buffer if path == "-" else open(path, "wb")  # noqa: SIM115

@@ -1,0 +1,205 @@
+"""`stats` and `inspect`: read-only views of an index for operators."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import setcodec
+from .config import IndexParams
+from .engine import stored_band_keys
+from .errors import IndexOpenError
+from .index import Index, Tables, id_key
+from .signature import estimate_jaccard
+
+
+def _open(path: str) -> tuple[Index, IndexParams]:
+    index = Index(path, readonly=True)
+    rec = index.read(lambda t: t.meta("params"))
+    if rec is None:
+        index.close()
+        raise IndexOpenError(f"{path} holds no streamdedup index parameters")
+    return index, IndexParams.from_record(rec)
+
+
+def bucket_histogram(t: Tables) -> dict[str, Any]:
+    """Bucket sizes in powers of two, plus the largest buckets' share of postings."""
+    sizes = np.fromiter(t.bucket_sizes(), dtype=np.int64)
+    if len(sizes) == 0:
+        return {"buckets": 0, "postings": 0, "histogram": {}, "largest": []}
+    classes = np.floor(np.log2(sizes)).astype(np.int64)
+    hist: dict[str, int] = {}
+    for c, n in zip(*np.unique(classes, return_counts=True), strict=True):
+        lo, hi = 1 << int(c), (1 << (int(c) + 1)) - 1
+        hist[str(lo) if lo == hi else f"{lo}-{hi}"] = int(n)
+    largest = np.sort(sizes)[::-1][:5]
+    total = int(sizes.sum())
+    return {
+        "buckets": len(sizes),
+        "postings": total,
+        "histogram": hist,
+        "largest": [int(x) for x in largest],
+        "largest_share": float(largest[0] / total),
+    }
+
+
+def index_stats(path: str) -> dict[str, Any]:
+    index, params = _open(path)
+    try:
+        def read(t: Tables) -> dict[str, Any]:
+            counts = t.meta("counts") or {}
+            docs = t.count("docs")
+            table_bytes = t.table_bytes()
+            used = sum(table_bytes.values())
+            clusters = counts.get("unique", 0) - counts.get("empty", 0)
+            return {
+                "path": path,
+                "parameters": params.to_record(),
+                "documents": docs,
+                "indexed": t.count("sigs"),
+                "unique": counts.get("unique", 0),
+                "duplicate": counts.get("duplicate", 0),
+                "exact_duplicate": counts.get("exact", 0),
+                "empty": counts.get("empty", 0),
+                "clusters": clusters,
+                "duplicate_ratio": counts.get("duplicate", 0) / docs if docs else 0.0,
+                "bytes_used": used,
+                "bytes_per_document": used / docs if docs else 0.0,
+                "file_bytes": index.file_bytes(),
+                "table_bytes": table_bytes,
+                "bucket_sizes": bucket_histogram(t),
+            }
+
+        return index.read(read)
+    finally:
+        index.close()
+
+
+def render_stats(s: dict[str, Any]) -> str:
+    p = s["parameters"]
+    lines = [
+        f"index {s['path']}",
+        f"  parameters   threshold {p['threshold']}, K {p['num_perm']}, {p['shingle']}, "
+        f"{p['bands']} bands x {p['rows']} rows, verify {p['verify']}, seed {p['seed']}",
+        f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)",
+        f"  verdicts     unique {s['unique']:,} (empty {s['empty']:,}), duplicate "
+        f"{s['duplicate']:,} (exact {s['exact_duplicate']:,}), ratio {s['duplicate_ratio']:.3f}",
+        f"  clusters     {s['clusters']:,}",
+        f"  size         {s['bytes_used']:,} bytes in use, {s['bytes_per_document']:,.0f} "
+        f"per document (file {s['file_bytes']:,})",
+        "               " + ", ".join(f"{k} {v:,}" for k, v in s["table_bytes"].items()),
+    ]
+    b = s["bucket_sizes"]
+    lines.append(f"  buckets      {b['buckets']:,} holding {b['postings']:,} postings")
+    for label, n in b["histogram"].items():
+        lines.append(f"    size {label:>13}: {n:,}")
+    if b["largest"]:
+        lines.append(
+            f"    largest: {', '.join(f'{x:,}' for x in b['largest'])} "
+            f"(the largest holds {b['largest_share']:.1%} of postings)"
+        )
+    return "\n".join(lines)
+
+
+def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any] | None:
+    index, params = _open(path)
+    try:
+        def read(t: Tables) -> dict[str, Any] | None:
+            docno = None
+            for candidate in _id_forms(doc_id):
+                docno = t.docno_for_id(id_key(candidate))
+                if docno is not None:
+                    break
+            rec = None if docno is None else t.record(docno)
+            if docno is None or rec is None:
+                return None
+            info: dict[str, Any] = {
+                "id": rec.doc_id,
+                "verdict": "duplicate" if rec.verdict else "unique",
+                "duplicate_of": rec.duplicate_of,
+                "cluster": rec.cluster,
+                "similarity": rec.similarity,
+                "exact": rec.exact,
+                "reason": rec.reason,
+                "shingles": rec.shingles,
+                "timestamp_ms": rec.timestamp_ms,
+                "docno": docno,
+                "in_buckets": False,
+                "neighbours": [],
+            }
+            sig = t.signature(docno)
+            if sig is None:
+                return info
+            info["in_buckets"] = True
+            info["neighbours"] = _neighbours(t, params, docno, sig, neighbours)
+            return info
+
+        return index.read(read)
+    finally:
+        index.close()
+
+
+def _id_forms(doc_id: str) -> list[str | int]:
+    forms: list[str | int] = [doc_id]
+    try:
+        forms.append(int(doc_id))
+    except ValueError:
+        pass
+    return forms
+
+
+def _neighbours(
+    t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
+) -> list[dict[str, Any]]:
+    found: set[int] = set()
+    for key in stored_band_keys(sig, params):
+        found.update(t.bucket(key, 1000)[0])
+    found.discard(docno)
+    rows = [(d, t.signature(d)) for d in sorted(found)]
+    rows = [(d, s) for d, s in rows if s is not None]
+    if not rows:
+        return []
+    mine = np.frombuffer(sig, dtype="<u2")
+    others = np.stack([np.frombuffer(s, dtype="<u2") for _, s in rows if s is not None])
+    est = estimate_jaccard(mine, others)
+    order = np.argsort(-est, kind="stable")[:limit]
+    own_set = setcodec.decode(t.shingle_set(docno)) if params.verify == "exact" else None
+    out = []
+    for j in order:
+        d = rows[int(j)][0]
+        rec = t.record(d)
+        entry: dict[str, Any] = {
+            "id": None if rec is None else rec.doc_id,
+            "estimated_similarity": round(float(est[j]), 4),
+        }
+        if own_set is not None:
+            other = setcodec.decode(t.shingle_set(d))
+            entry["jaccard"] = round(setcodec.jaccard(own_set, other), 4)
+        out.append(entry)
+    return out
+
+
+def render_inspect(info: dict[str, Any]) -> str:
+    lines = [
+        f"id          {info['id']!r}",
+        f"verdict     {info['verdict']}"
+        + (f" of {info['duplicate_of']!r}" if info["duplicate_of"] is not None else "")
+        + (f", similarity {info['similarity']}" if info["similarity"] is not None else "")
+        + (" (identical content)" if info["exact"] else "")
+        + (f" ({info['reason']})" if info["reason"] else ""),
+        f"cluster     {info['cluster']!r}",
+        f"shingles    {info['shingles']}",
+    ]
+    if not info["in_buckets"]:
+        lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
+    elif info["neighbours"]:
+        lines.append("nearest indexed neighbours (estimated from signatures"
+                     + (", exact Jaccard" if "jaccard" in info["neighbours"][0] else "") + "):")
+        for n in info["neighbours"]:
+            extra = f"  exact {n['jaccard']:.4f}" if "jaccard" in n else ""
+            lines.append(f"  {n['id']!r:40}  ~{n['estimated_similarity']:.4f}{extra}")
+    else:
+        lines.append("no neighbours share a bucket")
+    return "\n".join(lines)
+

@@ -334,20 +334,10 @@ class Deduplicator:
         self._insert(t, p, i, docno, verdict, index_it=True)
         return verdict, 1
 
-    def _candidates(self, t: Tables, bucket_keys: list[bytes]) -> dict[int, int]:
-        """docno -> number of bands shared, reading at most the cap from each bucket."""
-        found: dict[int, int] = {}
-        cap = self.options.max_bucket_candidates
-        for bk in bucket_keys:
-            docnos, _ = t.bucket(bk, cap)
-            for d in docnos:
-                found[d] = found.get(d, 0) + 1
-        return found
-
     def _best_match(
         self, t: Tables, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
     ) -> tuple[float, Record] | None:
-        found = self._candidates(t, p.band_keys[i])
+        found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
         if not found:
             return None
         docnos: list[int] = []

@@ -190,23 +190,29 @@ class Tables:
             self.txn.delete(record.content_hash, db=self.db["content"])
 
     # -- postings
-    def bucket(self, band_key: bytes, cap: int) -> tuple[list[int], int]:
-        """Up to `cap` newest docnos in a bucket, and the bucket's full size."""
+    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+        """docno -> number of the given buckets it is in, reading at most the `cap`
+        newest postings of each bucket (hot buckets stay cheap).  The hot loop of
+        every query, hence the local bindings."""
         cur = self._buckets()
-        if not cur.set_key(band_key):
-            return [], 0
-        size = cur.count()
-        out: list[int] = []
-        if size <= cap:
-            for value in cur.iternext_dup(keys=False):
-                out.append(docno_of(value))
-            return out, size
-        cur.last_dup()
-        for value in cur.iterprev_dup(keys=False):
-            out.append(docno_of(value))
-            if len(out) == cap:
-                break
-        return out, size
+        set_key, count, from_bytes = cur.set_key, cur.count, int.from_bytes
+        found: dict[int, int] = {}
+        get = found.get
+        for bk in band_keys:
+            if not set_key(bk):
+                continue
+            if count() <= cap:
+                for value in cur.iternext_dup(keys=False):
+                    d = from_bytes(value, "big")
+                    found[d] = get(d, 0) + 1
+                continue
+            cur.last_dup()
+            for n, value in enumerate(cur.iterprev_dup(keys=False)):
+                if n == cap:
+                    break
+                d = from_bytes(value, "big")
+                found[d] = get(d, 0) + 1
+        return found
 
     def bucket_sizes(self) -> Iterator[int]:
         cur = self.txn.cursor(db=self.db["buckets"])

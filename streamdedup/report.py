@@ -152,9 +152,7 @@ def _id_forms(doc_id: str) -> list[str | int]:
 def _neighbours(
     t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
-    found: set[int] = set()
-    for key in stored_band_keys(sig, params):
-        found.update(t.bucket(key, 1000)[0])
+    found = set(t.candidates(stored_band_keys(sig, params), 1000))
     found.discard(docno)
     rows = [(d, t.signature(d)) for d in sorted(found)]
     rows = [(d, s) for d, s in rows if s is not None]

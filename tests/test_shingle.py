@@ -1,0 +1,99 @@
+"""The batch shingler must give exactly the reference shingle sets."""
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from streamdedup.errors import ConfigError
+from streamdedup.shingle import (
+    Shingler,
+    ShingleSpec,
+    normalise,
+    reference_hash,
+    reference_shingles,
+)
+
+ADVERSARIAL = [
+    "e\u0301",  # combining acute
+    "\ufb01 \ufb03",  # ligatures fi, ffi
+    "\uff11\uff12\uff13",  # full-width digits
+    "\U0001f600\U0001f1eb\U0001f1f7",  # emoji, flag
+    "\u0130stanbul \u00df \u03a3\u0391\u03a3 \u01c5",  # casefold specials
+    "\u00a0\u2003\u3000\t\n\r\x0b\x0c\u2028\u2029\x1c\x85",  # whitespace variants
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \u4e2d\u6587 \u0939\u093f\u0928\u094d\u0926\u0940",
+    "x_y snake_case __dunder__ 1_000",
+    "\ud800 lone \udfff surrogates",
+    "\x00nul\x00 and \x7f del",
+    "\u2460\u2461 \u00b2 \u2155",  # circled digits, superscript, fractions
+]
+
+texts = st.lists(
+    st.one_of(
+        st.text(max_size=200),
+        st.sampled_from(ADVERSARIAL),
+        st.text(alphabet=st.sampled_from("ab \u00a0\u0301\ufb01\uff11_-."), max_size=60),
+    ),
+    min_size=1,
+    max_size=6,
+).map("".join)
+
+specs = st.sampled_from(
+    [ShingleSpec("word", 1), ShingleSpec("word", 2), ShingleSpec("word", 5),
+     ShingleSpec("char", 1), ShingleSpec("char", 3), ShingleSpec("char", 5)]
+)
+
+
+def _check(batch_texts: list[str], spec: ShingleSpec) -> None:
+    result = Shingler(spec).batch([normalise(t) for t in batch_texts])
+    assert len(result.offsets) == len(batch_texts) + 1
+    for i, text in enumerate(batch_texts):
+        strings = reference_shingles(text, spec)
+        expected = {reference_hash(s, spec) for s in strings}
+        assert len(expected) == len(strings)  # no 64-bit collisions in practice
+        assert set(result.of(i).tolist()) == expected
+
+
+@given(st.lists(texts, min_size=1, max_size=8), specs)
+@example(ADVERSARIAL, ShingleSpec("word", 5))
+@example(ADVERSARIAL, ShingleSpec("char", 5))
+@example(["", " ", "a", "a b", "\u00a0"], ShingleSpec("word", 2))
+def test_batch_equals_reference(batch_texts: list[str], spec: ShingleSpec) -> None:
+    _check(batch_texts, spec)
+
+
+def test_ascii_and_unicode_documents_in_one_batch() -> None:
+    _check(["plain ascii words here and more", *ADVERSARIAL, "back to ascii"], ShingleSpec())
+
+
+def test_batches_larger_than_one_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamdedup.shingle as mod
+
+    monkeypatch.setattr(mod, "CHUNK_CHARS", 50)
+    docs = [f"document {i} " + "lorem ipsum dolor sit amet " * (i % 5) for i in range(30)]
+    _check(docs, ShingleSpec("word", 3))
+    _check(docs, ShingleSpec("char", 4))
+
+
+def test_short_documents_have_one_shingle() -> None:
+    spec = ShingleSpec("word", 5)
+    assert reference_shingles("Hello, World!", spec) == {"hello world"}
+    assert reference_shingles("  ...  ", spec) == set()
+    assert reference_shingles("abc", ShingleSpec("char", 5)) == {"abc"}
+
+
+def test_normalisation_is_nfkc_then_casefold() -> None:
+    assert normalise("\ufb01NE \uff11 STRASSE Stra\u00dfe") == "fine 1 strasse strasse"
+
+
+def test_char_shingles_collapse_whitespace() -> None:
+    assert reference_shingles(" a\u00a0\u00a0b\n c ", ShingleSpec("char", 3)) == {"a b", " b ", "b c"}
+
+
+@pytest.mark.parametrize("bad", ["word", "word:0", "words:5", "char:x", "", "word:-1"])
+def test_bad_specs_are_refused(bad: str) -> None:
+    with pytest.raises(ConfigError, match="shingle spec"):
+        ShingleSpec.parse(bad)
+
+
+def test_spec_round_trips() -> None:
+    assert str(ShingleSpec.parse(" char:7 ")) == "char:7"

@@ -83,6 +83,24 @@ class Verdict:
         )
 
 
+@dataclass
+class Counters:
+    """Work done since the engine was opened (for tests, benchmarks and metrics)."""
+
+    documents: int = 0
+    candidates: int = 0  # distinct candidate documents read from buckets
+    most_candidates: int = 0  # the most any one document read
+    exact_checks: int = 0
+    replayed: int = 0  # ids seen before with the same content
+
+    def merge(self, other: Counters) -> None:
+        self.documents += other.documents
+        self.candidates += other.candidates
+        self.most_candidates = max(self.most_candidates, other.most_candidates)
+        self.exact_checks += other.exact_checks
+        self.replayed += other.replayed
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything the index needs about a batch, computed without the index."""
@@ -251,9 +269,11 @@ class Deduplicator:
         self.preparer = Preparer(self.params)
         self._counts: dict[str, int] = {}
         k, t = self.params.num_perm, self.params.threshold
-        # Signature estimates have sd sqrt(J(1-J)/K); five of them is the prefilter's
-        # margin below which a candidate is not worth an exact comparison.
-        self._margin = 5.0 * math.sqrt(t * (1.0 - t) / k) + 0.01
+        # Signature estimates have sd sqrt(J(1-J)/K); a candidate whose estimate is four
+        # of them below the bar (P ~ 3e-5 for a true match) is not worth an exact check.
+        self._margin = 4.0 * math.sqrt(t * (1.0 - t) / k) + 0.01
+        self.counters = Counters()
+        self._batch = Counters()
 
     def __enter__(self) -> Deduplicator:
         return self
@@ -277,13 +297,16 @@ class Deduplicator:
     def apply(self, prepared: Prepared) -> list[Verdict]:
         if not prepared.docs:
             return []
-        return self.index.write(lambda t: self._apply(t, prepared))
+        verdicts = self.index.write(lambda t: self._apply(t, prepared))
+        self.counters.merge(self._batch)  # only once the batch is committed
+        return verdicts
 
     # ------------------------------------------------------------------ internals
 
     def _apply(self, t: Tables, p: Prepared) -> list[Verdict]:
         next_docno = int(t.meta("next_docno") or 0)
         self._counts = dict(t.meta("counts") or {})
+        self._batch = Counters(documents=len(p.docs))
         out: list[Verdict] = []
         for i in range(len(p.docs)):
             verdict, inserted = self._check_one(t, p, i, next_docno)
@@ -311,6 +334,7 @@ class Deduplicator:
         if existing is not None:
             rec = t.record(existing)
             if rec is not None and rec.content_hash == content:
+                self._batch.replayed += 1
                 return Verdict.from_record(rec), 0
             self._forget(t, existing, key)
         sig = p.sigs[i]
@@ -338,6 +362,9 @@ class Deduplicator:
         self, t: Tables, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
     ) -> tuple[float, Record] | None:
         found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
+        c = self._batch
+        c.candidates += len(found)
+        c.most_candidates = max(c.most_candidates, len(found))
         if not found:
             return None
         docnos: list[int] = []
@@ -368,6 +395,7 @@ class Deduplicator:
                 break
             other = setcodec.decode(t.shingle_set(docnos[j]))
             sim = setcodec.jaccard(mine, other)
+            c.exact_checks += 1
             if sim >= threshold and (best is None or sim > best[0]):
                 best = (sim, docnos[j])
         if best is None:

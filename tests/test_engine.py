@@ -1,0 +1,194 @@
+"""Detection behaviour on a real LMDB index."""
+
+import random
+
+import pytest
+
+from streamdedup.engine import Deduplicator, Document, Verdict
+from streamdedup.report import index_stats
+from streamdedup.shingle import ShingleSpec, reference_shingles
+
+VOCAB = [f"w{i}" for i in range(5000)]
+
+
+def words(rnd: random.Random, n: int) -> list[str]:
+    return [rnd.choice(VOCAB) for _ in range(n)]
+
+
+def edit(rnd: random.Random, text: str, rate: float) -> str:
+    out = []
+    for w in text.split():
+        r = rnd.random()
+        if r < rate / 2:
+            continue
+        out.append(rnd.choice(VOCAB) if r < rate else w)
+    return " ".join(out)
+
+
+def replace_words(text: str, *positions: int) -> str:
+    out = text.split()
+    for p in positions:
+        out[p] = "changed"
+    return " ".join(out)
+
+
+def test_verdict_fields_and_clusters(index_dir) -> None:
+    rnd = random.Random(1)
+    base = " ".join(words(rnd, 300))
+    with Deduplicator(index_dir) as dd:
+        a = dd.check("a", base)
+        b = dd.check("b", replace_words(base, 10, 200))
+        c = dd.check("c", replace_words(base, 100, 250))
+        d = dd.check("d", base.upper())  # same normalised content
+        e = dd.check("e", " ".join(words(rnd, 300)))
+    assert a == Verdict("a", "unique", None, "a", None, False)
+    assert b.verdict == "duplicate" and b.duplicate_of == "a" and b.cluster == "a"
+    assert 0.8 <= b.similarity < 1.0 and not b.exact
+    assert c.cluster == "a" and c.duplicate_of in {"a", "b"}
+    assert d == Verdict("d", "duplicate", "a", "a", 1.0, True)
+    assert e.verdict == "unique" and e.cluster == "e"
+    assert b.to_dict() == {
+        "id": "b", "verdict": "duplicate", "duplicate_of": "a", "cluster": "a",
+        "similarity": b.similarity, "exact": False,
+    }
+
+
+def test_best_match_is_chosen(index_dir) -> None:
+    rnd = random.Random(2)
+    base = " ".join(words(rnd, 400))
+    far = edit(rnd, base, 0.08)
+    near = edit(rnd, base, 0.01)
+    with Deduplicator(index_dir, threshold=0.5) as dd:
+        dd.check_batch([("far", far), ("near", near)])
+        v = dd.check("new", base)
+    assert v.duplicate_of == "near"
+
+
+def test_documents_see_earlier_ones_of_their_own_batch(index_dir) -> None:
+    rnd = random.Random(3)
+    base = " ".join(words(rnd, 200))
+    with Deduplicator(index_dir) as dd:
+        out = dd.check_batch([("x", base), ("y", edit(rnd, base, 0.01)), ("z", base)])
+    assert [v.verdict for v in out] == ["unique", "duplicate", "duplicate"]
+    assert out[2].exact and out[2].duplicate_of == "x"
+
+
+def test_replays_are_idempotent_and_changed_content_is_rechecked(index_dir) -> None:
+    rnd = random.Random(4)
+    first, second = " ".join(words(rnd, 200)), " ".join(words(rnd, 200))
+    with Deduplicator(index_dir) as dd:
+        v1 = dd.check(1, first)
+        v2 = dd.check(2, replace_words(first, 5, 50))
+        assert v2.duplicate_of == 1
+        again = dd.check(1, first)
+        assert again == v1 and dd.counters.replayed == 1
+        replaced = dd.check(1, second)  # same id, new content: checked afresh
+        assert replaced.verdict == "unique"
+        docs = dd.index.read(lambda t: t.count("docs"))
+        assert docs == 2
+        # the old content of id 1 is gone from the index: a copy of it now matches id 2
+        v = dd.check(3, first)
+        assert v.duplicate_of == 2 and not v.exact
+
+
+def test_empty_documents(index_dir) -> None:
+    with Deduplicator(index_dir) as dd:
+        a = dd.check("a", "")
+        b = dd.check("b", " ... !!! ")
+        c = dd.check("c", "")
+    for v, doc_id in ((a, "a"), (b, "b"), (c, "c")):
+        assert v == Verdict(doc_id, "unique", None, doc_id, None, False, reason="empty")
+    assert a.to_dict()["reason"] == "empty"
+
+
+def _ground_truth(texts: list[str], threshold: float) -> list[bool]:
+    spec = ShingleSpec()
+    sets = [reference_shingles(t, spec) for t in texts]
+    truth = []
+    for i, s in enumerate(sets):
+        truth.append(any(s and o and len(s & o) / len(s | o) >= threshold for o in sets[:i]))
+    return truth
+
+
+def _stream(seed: int, n: int) -> list[str]:
+    rnd = random.Random(seed)
+    texts: list[str] = []
+    for _ in range(n):
+        if texts and rnd.random() < 0.5:
+            src = rnd.choice(texts)
+            kind = rnd.random()
+            if kind < 0.6:
+                texts.append(edit(rnd, src, rnd.uniform(0.0, 0.3)))
+            else:
+                cut = src.split()
+                texts.append(" ".join(cut[: int(len(cut) * rnd.uniform(0.5, 1.0))]))
+        else:
+            texts.append(" ".join(words(rnd, rnd.randint(50, 400))))
+    return texts
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.8])
+def test_exact_verification_has_perfect_precision_and_high_recall(index_dir, threshold) -> None:
+    texts = _stream(int(threshold * 10), 600)
+    truth = _ground_truth(texts, threshold)
+    with Deduplicator(index_dir, threshold=threshold) as dd:
+        verdicts = dd.check_batch([(i, t) for i, t in enumerate(texts)])
+    pred = [v.is_duplicate for v in verdicts]
+    tp = sum(p and t for p, t in zip(pred, truth, strict=True))
+    assert sum(truth) > 60
+    assert tp == sum(pred)  # precision 1.0
+    assert tp / sum(truth) >= 0.97
+
+
+def test_signature_verification_mode(index_dir) -> None:
+    texts = _stream(9, 300)
+    truth = _ground_truth(texts, 0.8)
+    with Deduplicator(index_dir, verify="signature") as dd:
+        verdicts = dd.check_batch([(i, t) for i, t in enumerate(texts)])
+        assert dd.index.read(lambda t: t.count("sets")) == 0  # no shingle sets stored
+    pred = [v.is_duplicate for v in verdicts]
+    tp = sum(p and t for p, t in zip(pred, truth, strict=True))
+    assert tp / sum(truth) >= 0.85 and tp / sum(pred) >= 0.85
+
+
+@pytest.mark.slow
+def test_hot_buckets_stay_bounded_with_100k_documents_sharing_a_template(index_dir) -> None:
+    """100,000 pages share one long template (two thirds of every page, J ~ 0.5
+    between any two), so the all-template band values put thousands of documents in
+    single LSH buckets.  Every 50th page is a light
+    edit of an earlier one; those must still be found, and what one query reads must
+    stay within the per-bucket cap."""
+    rnd = random.Random(5)
+    template = " ".join(words(rnd, 400))
+    cap = 50
+    with Deduplicator(index_dir, options=_opts(cap)) as dd:
+        bodies: list[str] = []
+        expected: dict[int, int] = {}
+        for start in range(0, 100_000, 2000):
+            batch = []
+            for i in range(start, start + 2000):
+                if i % 50 == 49:
+                    src = rnd.randrange(len(bodies))
+                    body = edit(rnd, bodies[src], 0.01)
+                    expected[i] = src
+                else:
+                    body = " ".join(words(rnd, 200))
+                bodies.append(body)
+                batch.append(Document(i, template + " " + body))
+            for v in dd.check_batch(batch):
+                doc = int(v.id)
+                if doc in expected:
+                    assert v.verdict == "duplicate", v
+                    assert v.duplicate_of == expected[doc] or v.similarity >= 0.8
+                else:
+                    assert v.verdict == "unique", v
+        bands = dd.params.bands
+        assert dd.counters.most_candidates <= bands * cap
+    stats = index_stats(str(index_dir))
+    assert stats["bucket_sizes"]["largest"][0] > 20 * cap  # the buckets really are hot
+
+
+def _opts(cap: int):
+    from streamdedup.config import EngineOptions
+
+    return EngineOptions(max_bucket_candidates=cap)

@@ -1,0 +1,74 @@
+import lmdb
+import pytest
+
+from streamdedup.engine import Deduplicator, Document
+from streamdedup.errors import IndexOpenError, ParameterMismatchError
+from streamdedup.index import Index, id_key
+
+
+def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
+    with Deduplicator(index_dir, threshold=0.7, num_perm=64, shingle="char:4") as dd:
+        assert (dd.params.threshold, dd.params.num_perm, str(dd.params.shingle)) == (0.7, 64, "char:4")
+    with Deduplicator(index_dir) as dd:  # nothing asked: the stored parameters apply
+        assert dd.params.num_perm == 64 and dd.params.threshold == 0.7
+    with pytest.raises(ParameterMismatchError) as err:
+        Deduplicator(index_dir, num_perm=128)
+    assert "--num-perm 64" in str(err.value) and "--num-perm 128" in str(err.value)
+    with pytest.raises(ParameterMismatchError, match="--shingle word:5"):
+        Deduplicator(index_dir, shingle="word:5")
+
+
+def test_map_grows_by_itself(index_dir) -> None:
+    from streamdedup.config import EngineOptions
+
+    small = EngineOptions(map_size=256 * 1024)
+    with Deduplicator(index_dir, options=small) as dd:
+        docs = [Document(i, f"document number {i} " + "padding words here " * 50) for i in range(600)]
+        for start in range(0, 600, 200):
+            dd.check_batch(docs[start : start + 200])
+        assert dd.index.env.info()["map_size"] > 256 * 1024
+        assert dd.index.read(lambda t: t.count("docs")) == 600
+
+
+def test_failed_batch_leaves_no_trace(index_dir, monkeypatch) -> None:
+    with Deduplicator(index_dir) as dd:
+        dd.check("a", "the first document of the index, long enough to matter")
+        calls = {"n": 0}
+        real = dd._check_one
+
+        def failing(t, p, i, docno):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise RuntimeError("crash in the middle of a batch")
+            return real(t, p, i, docno)
+
+        monkeypatch.setattr(dd, "_check_one", failing)
+        with pytest.raises(RuntimeError):
+            dd.check_batch([("b", "second document text here"), ("c", "third one"), ("d", "x y z")])
+        assert dd.index.read(lambda t: t.count("docs")) == 1
+        assert dd.index.read(lambda t: t.docno_for_id(id_key("b"))) is None
+
+
+def test_missing_index_is_a_clear_error(tmp_path) -> None:
+    with pytest.raises(IndexOpenError, match="no index"):
+        Index(tmp_path / "nothing", readonly=True)
+
+
+def test_ids_keep_their_type_and_long_ids_fit(index_dir) -> None:
+    assert id_key(1) != id_key("1")
+    long_id = "https://example.com/" + "a" * 2000
+    assert len(id_key(long_id)) < 511
+    with Deduplicator(index_dir) as dd:
+        v = dd.check(long_id, "some text for a very long id")
+        assert v.id == long_id
+        assert dd.check(long_id, "some text for a very long id") == v
+
+
+def test_lmdb_is_a_real_environment_on_disk(index_dir) -> None:
+    with Deduplicator(index_dir) as dd:
+        dd.check("x", "hello world")
+    env = lmdb.open(str(index_dir), readonly=True, max_dbs=10)
+    with env.begin() as txn:
+        names = {k for k, _ in txn.cursor()}
+    env.close()
+    assert {b"buckets", b"docs", b"ids", b"meta", b"sigs"} <= names

@@ -1,0 +1,59 @@
+import argparse
+
+import pytest
+
+from streamdedup.errors import ConfigError
+from streamdedup.options import Opt, OptionGroup, add_options, resolve
+
+GROUPS = (
+    OptionGroup(
+        "g",
+        (
+            Opt("threshold", "t", float, 0.8),
+            Opt("num-perm", "k", int, 128),
+            Opt("verify", "v", str, "exact", choices=("exact", "signature")),
+            Opt("json", "j", flag=True),
+            Opt("consumer-option", "c", str, repeat=True),
+        ),
+    ),
+)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_options(p, GROUPS)
+    return p.parse_args(argv)
+
+
+def test_precedence_cli_env_file_default() -> None:
+    args = _parse(["--threshold", "0.7"])
+    env = {"STREAMDEDUP_THRESHOLD": "0.6", "STREAMDEDUP_NUM_PERM": "64"}
+    config = {"threshold": 0.5, "num-perm": 32, "verify": "signature"}
+    v = resolve(args, GROUPS, "dedup", config, env)
+    assert (v["threshold"], v["num_perm"], v["verify"], v["json"]) == (0.7, 64, "signature", None)
+    assert v["_explicit"] == {"threshold", "num_perm", "verify"}
+
+
+def test_command_table_overrides_top_level() -> None:
+    v = resolve(_parse([]), GROUPS, "dedup", {"num_perm": 32, "dedup": {"num_perm": 16}}, {})
+    assert v["num_perm"] == 16
+
+
+def test_unknown_config_key_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="unknown option 'treshold'"):
+        resolve(_parse([]), GROUPS, "dedup", {"treshold": 0.5}, {})
+
+
+def test_bad_values_name_their_source() -> None:
+    with pytest.raises(ConfigError, match="environment STREAMDEDUP_NUM_PERM"):
+        resolve(_parse([]), GROUPS, "dedup", None, {"STREAMDEDUP_NUM_PERM": "many"})
+    with pytest.raises(ConfigError, match="must be one of exact, signature"):
+        resolve(_parse(["--verify", "fuzzy"]), GROUPS, "dedup", None, {})
+
+
+def test_flags_and_repeatable_options() -> None:
+    v = resolve(_parse(["--consumer-option", "a=1", "--consumer-option", "b=2"]), GROUPS, "x", None,
+                {"STREAMDEDUP_JSON": "yes"})
+    assert v["json"] is True and v["consumer_option"] == ["a=1", "b=2"]
+    v = resolve(_parse([]), GROUPS, "x", {"consumer-option": ["c=3"]}, {})
+    assert v["consumer_option"] == ["c=3"]

@@ -1,0 +1,50 @@
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup.setcodec import (
+    FINGERPRINT_BITS,
+    FingerprintSets,
+    decode,
+    encode,
+    encode_sets,
+    fingerprint_sets,
+    jaccard,
+)
+from streamdedup.shingle import ShingleBatch
+
+fingerprint = st.integers(0, (1 << FINGERPRINT_BITS) - 1)
+sets = st.lists(fingerprint, max_size=3000, unique=True).map(lambda v: np.array(sorted(v), np.uint32))
+
+
+@given(st.lists(sets, min_size=1, max_size=6))
+def test_batch_encoding_round_trips(batch: list[np.ndarray]) -> None:
+    offsets = np.zeros(len(batch) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in batch])
+    values = np.concatenate(batch).astype(np.uint32)
+    blobs = encode_sets(FingerprintSets(values, offsets))
+    for original, blob in zip(batch, blobs, strict=True):
+        assert decode(blob).tolist() == original.tolist()
+        assert encode(original) == blob
+
+
+def test_encoding_is_compact_for_typical_pages() -> None:
+    rng = np.random.default_rng(1)
+    values = np.unique(rng.integers(0, 1 << FINGERPRINT_BITS, 500)).astype(np.uint32)
+    assert len(encode(values)) < 2.4 * len(values)
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=500), st.lists(st.integers(0, 2**64 - 1), max_size=500))
+def test_fingerprint_sets_are_sorted_distinct_top_bits(a: list[int], b: list[int]) -> None:
+    hashes = np.array(a + b, dtype=np.uint64)
+    batch = ShingleBatch(hashes, np.array([0, len(a), len(a) + len(b)], dtype=np.int64))
+    fps = fingerprint_sets(batch)
+    for i, src in enumerate((a, b)):
+        assert fps.of(i).tolist() == sorted({h >> (64 - FINGERPRINT_BITS) for h in src})
+
+
+@given(sets, sets)
+def test_jaccard_is_exact(a: np.ndarray, b: np.ndarray) -> None:
+    sa, sb = set(a.tolist()), set(b.tolist())
+    expected = len(sa & sb) / len(sa | sb) if sa and sb else 0.0
+    assert jaccard(a, b) == expected

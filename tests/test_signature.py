@@ -1,0 +1,75 @@
+"""MinHash (one-permutation hashing + densification) against exact Jaccard."""
+
+import math
+
+import numpy as np
+import pytest
+
+from streamdedup.shingle import ShingleBatch
+from streamdedup.signature import band_keys, estimate_jaccard, signatures
+
+
+def _pairs(rng: np.random.Generator, count: int, max_size: int) -> tuple[ShingleBatch, list[float]]:
+    docs: list[np.ndarray] = []
+    truth: list[float] = []
+    for _ in range(count):
+        na = int(rng.integers(1, max_size))
+        shared = int(rng.integers(0, na + 1))
+        extra = int(rng.integers(0, max_size))
+        pool = rng.choice(2**62, size=na + extra, replace=False).astype(np.uint64)
+        a, b = pool[:na], np.concatenate([pool[:shared], pool[na:]])
+        docs += [a, b]
+        inter = shared
+        union = na + extra
+        truth.append(inter / union)
+    offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(d) for d in docs])
+    return ShingleBatch(np.concatenate(docs), offsets), truth
+
+
+@pytest.mark.parametrize("num_perm", [32, 128, 256])
+def test_estimator_error_within_the_seed_bound(num_perm: int) -> None:
+    """002_ea8a...: with n = 2 eps^-2 ln(2/delta) hashes, P(|est - J| >= eps) <= delta."""
+    rng = np.random.default_rng(num_perm)
+    batch, truth = _pairs(rng, 1500, 600)
+    sig = signatures(batch, num_perm, seed=7)
+    est = np.array([estimate_jaccard(sig[2 * i], sig[2 * i + 1][None, :])[0] for i in range(len(truth))])
+    err = est - np.array(truth)
+    for delta in (0.01, 0.05, 0.2):
+        eps = math.sqrt(2 * math.log(2 / delta) / num_perm)
+        assert np.mean(np.abs(err) >= eps) <= delta
+    # Sharper than the bound: unbiased, with the spread of K independent trials.
+    assert abs(err.mean()) < 0.01
+    j = np.array(truth)
+    assert err.std() <= 1.2 * math.sqrt(np.mean(j * (1 - j)) / num_perm)
+
+
+def test_tiny_sets_are_densified_consistently() -> None:
+    hashes = np.array([11, 22, 11, 22, 33], dtype=np.uint64)
+    batch = ShingleBatch(hashes, np.array([0, 2, 4, 5], dtype=np.int64))
+    sig = signatures(batch, 128, seed=3)
+    assert (sig[0] == sig[1]).all()  # same set, same signature, every bin filled
+    assert estimate_jaccard(sig[0], sig[2][None, :])[0] < 0.2
+
+
+def test_empty_documents_get_a_zero_row() -> None:
+    batch = ShingleBatch(np.array([5], dtype=np.uint64), np.array([0, 0, 1], dtype=np.int64))
+    sig = signatures(batch, 64, seed=1)
+    assert sig.shape == (2, 64) and not sig[0].any()
+
+
+def test_seed_changes_signatures_and_is_deterministic() -> None:
+    batch = ShingleBatch(np.arange(1, 200, dtype=np.uint64), np.array([0, 199], dtype=np.int64))
+    a, b, c = (signatures(batch, 128, seed=s) for s in (1, 1, 2))
+    assert (a == b).all() and not (a == c).all()
+
+
+def test_band_keys_depend_only_on_their_rows() -> None:
+    rng = np.random.default_rng(0)
+    sig = rng.integers(0, 2**16, size=(2, 128), dtype=np.uint16)
+    sig[1, :7] = sig[0, :7]  # band 0 agrees, the rest differ
+    keys = band_keys(sig, 18, 7, seed=1)
+    assert keys.shape == (2, 18)
+    assert keys[0, 0] == keys[1, 0]
+    assert (keys[0, 1:] != keys[1, 1:]).all()
+    assert len(set(keys[0].tolist())) == 18  # equal rows in different bands differ

@@ -1,0 +1,233 @@
+"""`streamdedup` as a user runs it: subprocesses, real files, real LMDB."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamdedup.cli import main
+
+VOCAB = [f"w{i}" for i in range(3000)]
+
+
+def run(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", *args],
+        input=stdin, capture_output=True, env=full_env, cwd=cwd, timeout=600,
+    )
+
+
+def corpus(path: Path, n: int, seed: int = 1) -> list[dict[str, object]]:
+    rnd = random.Random(seed)
+    docs: list[dict[str, object]] = []
+    for i in range(n):
+        if docs and rnd.random() < 0.4:
+            src = str(rnd.choice(docs)["text"]).split()
+            src[rnd.randrange(len(src))] = "edited"
+            text = " ".join(src)
+        else:
+            text = " ".join(rnd.choice(VOCAB) for _ in range(rnd.randint(80, 300)))
+        docs.append({"id": f"d{i}", "text": text})
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    return docs
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(x) for x in path.read_bytes().splitlines()]
+
+
+def test_dedup_writes_one_verdict_per_line_in_order(tmp_path: Path) -> None:
+    docs = corpus(tmp_path / "in.jsonl", 300)
+    r = run("dedup", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"),
+            "--index", str(tmp_path / "idx"))
+    assert r.returncode == 0, r.stderr
+    out = lines(tmp_path / "out.jsonl")
+    assert [o["id"] for o in out] == [d["id"] for d in docs]
+    assert {o["verdict"] for o in out} == {"unique", "duplicate"}
+    assert b"300 lines" in r.stderr and b"docs/s" in r.stderr
+    assert b"\r" not in r.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_second_run_checks_against_the_first(tmp_path: Path) -> None:
+    corpus(tmp_path / "a.jsonl", 50, seed=2)
+    (tmp_path / "b.jsonl").write_bytes(
+        b"".join(orjson.dumps({"id": f"copy-{d['id']}", "text": d["text"]}) + b"\n"
+                 for d in lines(tmp_path / "a.jsonl"))
+    )
+    idx = str(tmp_path / "idx")
+    assert run("dedup", str(tmp_path / "a.jsonl"), "--index", idx, "--output", os.devnull).returncode == 0
+    r = run("dedup", str(tmp_path / "b.jsonl"), "--index", idx, "--output", "-")
+    out = [orjson.loads(x) for x in r.stdout.splitlines()]
+    assert all(o["verdict"] == "duplicate" and o["exact"] for o in out)
+
+
+def test_stdin_to_stdout(tmp_path: Path) -> None:
+    data = b'{"id": 1, "text": "alpha beta gamma delta epsilon zeta"}\n' * 2
+    r = run("dedup", "-", "--index", str(tmp_path / "idx"), stdin=data)
+    out = [orjson.loads(x) for x in r.stdout.splitlines()]
+    assert [o["verdict"] for o in out] == ["unique", "unique"]  # same id, same text: replay
+
+
+def test_bad_input_gets_error_records_and_processing_goes_on(tmp_path: Path) -> None:
+    big = orjson.dumps({"id": "big", "text": "word " * (10 * 1024 * 1024)})  # 50 MB
+    assert len(big) > 50_000_000
+    rows = [
+        b'{"id": "ok1", "text": "the first good document with several words in it"}',
+        b'{"id": "broken", "text": ',
+        b'{"text": "no id"}',
+        b'{"id": "noText"}',
+        b'{"id": "num", "text": 42}',
+        b'{"id": "latin1", "text": "caf\xe9"}',
+        b'{"id": "empty", "text": ""}',
+        big,
+        b"",
+        b'{"id": "ok2", "text": "the first good document with several words in it"}',
+    ]
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    r = run("dedup", str(tmp_path / "in.jsonl"), "--index", str(tmp_path / "idx"),
+            "--output", str(tmp_path / "out.jsonl"))
+    assert r.returncode == 1, r.stderr  # finished, but some lines were rejected
+    out = lines(tmp_path / "out.jsonl")
+    assert len(out) == len(rows)
+    kinds = [(o["verdict"], o.get("error")) for o in out]
+    assert kinds == [
+        ("unique", None),
+        ("error", "malformed_json"),
+        ("error", "missing_id"),
+        ("error", "missing_text"),
+        ("error", "bad_text"),
+        ("error", "invalid_utf8"),
+        ("unique", None),
+        ("error", "too_large"),
+        ("error", "malformed_json"),
+        ("duplicate", None),
+    ]
+    assert out[6]["reason"] == "empty"
+    assert out[1]["line"] == 2 and "malformed JSON" in out[1]["message"]
+    assert out[3]["id"] == "noText"
+    assert b"rejected 7" in r.stderr
+
+
+def test_options_from_environment_and_toml(tmp_path: Path) -> None:
+    corpus(tmp_path / "in.jsonl", 20)
+    (tmp_path / "conf.toml").write_text('num-perm = 64\n[dedup]\nshingle = "char:5"\n')
+    r = run("dedup", str(tmp_path / "in.jsonl"), "--config", str(tmp_path / "conf.toml"),
+            "--output", os.devnull, env={"STREAMDEDUP_INDEX": str(tmp_path / "idx"),
+                                         "STREAMDEDUP_THRESHOLD": "0.6"})
+    assert r.returncode == 0, r.stderr
+    stats = orjson.loads(run("stats", "--index", str(tmp_path / "idx"), "--json").stdout)
+    assert stats["parameters"]["num_perm"] == 64
+    assert stats["parameters"]["shingle"] == "char:5"
+    assert stats["parameters"]["threshold"] == 0.6
+
+
+def test_parameter_mismatch_exits_2_with_both_values(tmp_path: Path) -> None:
+    corpus(tmp_path / "in.jsonl", 5)
+    idx = str(tmp_path / "idx")
+    run("dedup", str(tmp_path / "in.jsonl"), "--index", idx, "--output", os.devnull)
+    r = run("dedup", str(tmp_path / "in.jsonl"), "--index", idx, "--threshold", "0.5",
+            "--output", os.devnull)
+    assert r.returncode == 2
+    assert b"--threshold 0.8" in r.stderr and b"--threshold 0.5" in r.stderr
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    assert run("dedup", "in.jsonl").returncode == 2  # no --index
+    r = run("dedup", str(tmp_path / "missing.jsonl"), "--index", str(tmp_path / "i"),
+            "--bands", "20")
+    assert r.returncode == 2 and b"--bands and --rows" in r.stderr
+    r = run("dedup", "-", "--index", str(tmp_path / "i"), env={"STREAMDEDUP_NUM_PERM": "x"})
+    assert r.returncode == 2 and b"STREAMDEDUP_NUM_PERM" in r.stderr
+
+
+def test_tune_prints_the_s_curve(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", "--threshold", "0.8", "--num-perm", "128"]) == 0
+    out = capsys.readouterr().out
+    assert "b = 18 bands x r = 7 rows" in out
+    assert "approximate threshold (1/b)^(1/r) = 0.6617" in out
+    assert "0.8  0.98" in out and "false-negative area" in out
+    assert main(["tune", "--bands", "20", "--rows", "5", "--num-perm", "100", "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["bands"] == 20 and round(data["s_curve"][2]["p_candidate"], 3) == 0.047
+
+
+def test_stats_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    docs = corpus(tmp_path / "in.jsonl", 200, seed=5)
+    idx = str(tmp_path / "idx")
+    main(["dedup", str(tmp_path / "in.jsonl"), "--index", idx, "--output", str(tmp_path / "o")])
+    capsys.readouterr()
+    assert main(["stats", "--index", idx]) == 0
+    text = capsys.readouterr().out
+    assert "documents    200" in text and "size" in text and "buckets" in text
+    dup = next(o for o in lines(tmp_path / "o") if o["verdict"] == "duplicate")
+    assert main(["inspect", "--index", idx, str(dup["id"]), "--json"]) == 0
+    info = orjson.loads(capsys.readouterr().out)
+    assert info["cluster"] == dup["cluster"]
+    assert any(n["id"] == dup["duplicate_of"] and n["jaccard"] >= 0.8 for n in info["neighbours"])
+    assert main(["inspect", "--index", idx, "nope"]) == 1
+    assert len(docs) == 200
+
+
+def test_workers_give_the_same_verdicts(tmp_path: Path) -> None:
+    corpus(tmp_path / "in.jsonl", 400, seed=6)
+    outs = []
+    for w in ("1", "2"):
+        out = tmp_path / f"out{w}.jsonl"
+        r = run("dedup", str(tmp_path / "in.jsonl"), "--index", str(tmp_path / f"idx{w}"),
+                "--output", str(out), "--workers", w, "--batch-size", "50")
+        assert r.returncode == 0, r.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.slow
+def test_kill_9_leaves_an_index_holding_every_written_verdict(tmp_path: Path) -> None:
+    docs = corpus(tmp_path / "in.jsonl", 20_000, seed=7)
+    idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamdedup.cli", "dedup", str(tmp_path / "in.jsonl"),
+         "--index", str(idx), "--output", str(out), "--batch-size", "200"],
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or out.stat().st_size < 200_000):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = [orjson.loads(x) for x in out.read_bytes().splitlines() if x.endswith(b"}")]
+    assert 0 < len(written) < len(docs), "the kill must land mid-run"
+    # The index opens, and re-running the same input reproduces every written verdict.
+    out2 = tmp_path / "out2.jsonl"
+    r = run("dedup", str(tmp_path / "in.jsonl"), "--index", str(idx), "--output", str(out2))
+    assert r.returncode == 0, r.stderr
+    again = lines(out2)
+    assert again[: len(written)] == written
+    assert len(again) == len(docs)
+
+
+def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
+    corpus(tmp_path / "in.jsonl", 5000, seed=8)
+    idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamdedup.cli", "dedup", str(tmp_path / "in.jsonl"),
+         "--index", str(idx), "--output", str(out), "--batch-size", "100"],
+        stderr=subprocess.PIPE,
+    )
+    while not out.exists() or out.stat().st_size == 0:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130)
+    if proc.returncode == 130:
+        assert b"interrupted" in err
+    assert main(["stats", "--index", str(idx)]) == 0

@@ -216,10 +216,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", default="-")
     args = ap.parse_args()
-    sink = sys.stdout.buffer if args.out == "-" else open(args.out, "wb")
-    for d in generate(args.docs, args.seed):
-        sink.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
-    sink.close()
+    target = sys.stdout.fileno() if args.out == "-" else args.out
+    with open(target, "wb", closefd=args.out != "-") as sink:
+        for d in generate(args.docs, args.seed):
+            sink.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
     return 0
 
 

@@ -27,15 +27,27 @@ EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
     (
-        Opt("threshold", "Jaccard similarity at or above which a document is a duplicate "
-            "(default 0.8)", float, metavar="T"),
+        Opt(
+            "threshold",
+            "Jaccard similarity at or above which a document is a duplicate (default 0.8)",
+            float,
+            metavar="T",
+        ),
         Opt("num-perm", "MinHash signature length K (default 128)", int, metavar="K"),
         Opt("shingle", "shingling: word:K or char:K (default word:5)", str, metavar="SPEC"),
-        Opt("bands", "LSH bands b (with --rows; default: tuned from threshold and K)", int,
-            metavar="B"),
+        Opt(
+            "bands",
+            "LSH bands b (with --rows; default: tuned from threshold and K)",
+            int,
+            metavar="B",
+        ),
         Opt("rows", "LSH rows per band r (with --bands)", int, metavar="R"),
-        Opt("verify", "how candidates are confirmed (default exact)", str,
-            choices=("exact", "signature")),
+        Opt(
+            "verify",
+            "how candidates are confirmed (default exact)",
+            str,
+            choices=("exact", "signature"),
+        ),
         Opt("seed", "hash seed (default 1)", int),
         Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
         Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
@@ -44,13 +56,25 @@ ENGINE = OptionGroup(
 TUNING = OptionGroup(
     "engine",
     (
-        Opt("max-bucket-candidates", "candidates read from one LSH bucket (bounds the cost "
-            "of boilerplate-heavy 'hot' buckets)", int, 100, metavar="N"),
+        Opt(
+            "max-bucket-candidates",
+            "candidates read from one LSH bucket (bounds the cost "
+            "of boilerplate-heavy 'hot' buckets)",
+            int,
+            100,
+            metavar="N",
+        ),
         Opt("max-exact-checks", "exact comparisons per document at most", int, 32, metavar="N"),
-        Opt("batch-size", "documents per batch (one index transaction each)", int, 1000,
-            metavar="N"),
-        Opt("workers", "processes computing signatures (1 = in the main process)", int, 1,
-            metavar="N"),
+        Opt(
+            "batch-size", "documents per batch (one index transaction each)", int, 1000, metavar="N"
+        ),
+        Opt(
+            "workers",
+            "processes computing signatures (1 = in the main process)",
+            int,
+            1,
+            metavar="N",
+        ),
     ),
 )
 INPUT = OptionGroup(
@@ -66,8 +90,7 @@ OUTPUT = OptionGroup(
     "output",
     (
         Opt("output", "verdicts, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
-        Opt("progress", "progress bar on stderr", str, "auto",
-            choices=("auto", "always", "never")),
+        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
     ),
 )
 TUNE = OptionGroup(
@@ -84,13 +107,44 @@ TUNE = OptionGroup(
 FORMAT = OptionGroup("format", (Opt("json", "print JSON instead of text", flag=True),))
 
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
-    "dedup": ("check JSON Lines documents against the index, one verdict per line",
-              (INDEX, ENGINE, TUNING, INPUT, OUTPUT)),
+    "dedup": (
+        "check JSON Lines documents against the index, one verdict per line",
+        (INDEX, ENGINE, TUNING, INPUT, OUTPUT),
+    ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
     "stats": ("summarise an index", (INDEX, FORMAT)),
     "inspect": ("show what the index knows about one document", (INDEX, FORMAT)),
-    "demo": ("run the main job on a bundled sample stream and print a summary",
-             (INDEX, INPUT, OUTPUT)),
+    "demo": (
+        "run the main job on a bundled sample stream and print a summary",
+        (
+            OptionGroup(
+                "demo",
+                (
+                    Opt(
+                        "input",
+                        "JSON Lines to use instead of the bundled sample",
+                        str,
+                        metavar="FILE",
+                    ),
+                    Opt(
+                        "index",
+                        "index directory (default: a temporary one, removed after)",
+                        str,
+                        metavar="DIR",
+                    ),
+                    Opt("output", "also keep the verdicts in this file", str, metavar="OUT"),
+                    Opt(
+                        "progress",
+                        "progress bar on stderr",
+                        str,
+                        "auto",
+                        choices=("auto", "always", "never"),
+                    ),
+                ),
+            ),
+            INPUT,
+        ),
+    ),
 }
 
 
@@ -107,9 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "dedup":
             p.add_argument("input", metavar="INPUT", help="JSON Lines file, '-' for stdin")
         if name == "inspect":
-            p.add_argument("doc_id", metavar="ID", help="document id (digits: tried as integer too)")
-        p.add_argument("--config", metavar="FILE", help="TOML file with option values "
-                       "[env: STREAMDEDUP_CONFIG]")
+            p.add_argument(
+                "doc_id", metavar="ID", help="document id (digits: tried as integer too)"
+            )
+        p.add_argument(
+            "--config",
+            metavar="FILE",
+            help="TOML file with option values [env: STREAMDEDUP_CONFIG]",
+        )
         add_options(p, groups)
     return parser
 
@@ -156,8 +215,15 @@ def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=" docs", unit_scale=True, file=sys.stderr,
-                smoothing=0.1, mininterval=0.5)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=" docs",
+        unit_scale=True,
+        file=sys.stderr,
+        smoothing=0.1,
+        mininterval=0.5,
+    )
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -169,11 +235,20 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         source, sink = stdin_or_file(args.input), stdout_or_file(values["output"])
         summary = None
         try:
-            summary = run_dedup(dd, source, sink, fields, batch_size=values["batch_size"],
-                                workers=max(1, values["workers"]), progress=progress)
+            summary = run_dedup(
+                dd,
+                source,
+                sink,
+                fields,
+                batch_size=values["batch_size"],
+                workers=max(1, values["workers"]),
+                progress=progress,
+            )
         except KeyboardInterrupt:
-            print("\ninterrupted: the index holds every document whose verdict was written",
-                  file=sys.stderr)
+            print(
+                "\ninterrupted: the index holds every document whose verdict was written",
+                file=sys.stderr,
+            )
             return EXIT_INTERRUPTED
         finally:
             if progress is not None:
@@ -198,19 +273,30 @@ def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
         b = tune(t, k, values["fp_weight"], values["fn_weight"])
     table = s_curve_table(b)
     if values["json"]:
-        print(orjson.dumps({
-            "threshold": t, "num_perm": k, "bands": b.bands, "rows": b.rows,
-            "approx_threshold": b.approx_threshold,
-            "false_positive_area": b.false_positive_area,
-            "false_negative_area": b.false_negative_area,
-            "s_curve": [{"similarity": s, "p_candidate": p} for s, p in table],
-        }).decode())
+        print(
+            orjson.dumps(
+                {
+                    "threshold": t,
+                    "num_perm": k,
+                    "bands": b.bands,
+                    "rows": b.rows,
+                    "approx_threshold": b.approx_threshold,
+                    "false_positive_area": b.false_positive_area,
+                    "false_negative_area": b.false_negative_area,
+                    "s_curve": [{"similarity": s, "p_candidate": p} for s, p in table],
+                }
+            ).decode()
+        )
         return EXIT_OK
-    print(f"threshold {t}, K = {k}: b = {b.bands} bands x r = {b.rows} rows "
-          f"({b.bands * b.rows} of {k} hash values)")
+    print(
+        f"threshold {t}, K = {k}: b = {b.bands} bands x r = {b.rows} rows "
+        f"({b.bands * b.rows} of {k} hash values)"
+    )
     print(f"approximate threshold (1/b)^(1/r) = {b.approx_threshold:.4f}")
-    print(f"false-positive area {b.false_positive_area:.5f}   "
-          f"false-negative area {b.false_negative_area:.5f}")
+    print(
+        f"false-positive area {b.false_positive_area:.5f}   "
+        f"false-negative area {b.false_negative_area:.5f}"
+    )
     print()
     print("   s   P(candidate) = 1-(1-s^r)^b")
     for s, p in table:

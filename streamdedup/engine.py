@@ -159,9 +159,7 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
 
 
 def _content_hash(normalised: str) -> bytes:
-    return hashlib.blake2b(
-        normalised.encode("utf-8", "surrogatepass"), digest_size=16
-    ).digest()
+    return hashlib.blake2b(normalised.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def resolve_params(
@@ -443,8 +441,8 @@ class Deduplicator:
 __all__ = [
     "Deduplicator",
     "Document",
-    "Verdict",
     "Prepared",
     "Preparer",
+    "Verdict",
     "resolve_params",
 ]

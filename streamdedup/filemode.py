@@ -133,9 +133,7 @@ def run_dedup(
             verdicts = iter(dedup.apply(batch))  # committed before anything is written
             out: list[bytes] = []
             for item in decoded:
-                result: Verdict | Rejected = (
-                    item if isinstance(item, Rejected) else next(verdicts)
-                )
+                result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
                 summary.add(result)
                 record = (
                     error_record(result, summary.lines)
@@ -149,7 +147,9 @@ def run_dedup(
             summary.seconds = time.perf_counter() - started
             if progress is not None:
                 progress.update(len(decoded))
-                progress.set_postfix(dup=summary.duplicates, rejected=summary.rejected, refresh=False)
+                progress.set_postfix(
+                    dup=summary.duplicates, rejected=summary.rejected, refresh=False
+                )
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
@@ -158,8 +158,8 @@ def run_dedup(
 
 
 def stdin_or_file(path: str) -> IO[bytes]:
-    return sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    return sys.stdin.buffer if path == "-" else open(path, "rb")
 
 
 def stdout_or_file(path: str) -> IO[bytes]:
-    return sys.stdout.buffer if path == "-" else open(path, "wb")  # noqa: SIM115
+    return sys.stdout.buffer if path == "-" else open(path, "wb")

@@ -56,8 +56,10 @@ def docno_of(key: bytes) -> int:
 
 def id_key(doc_id: DocId) -> bytes:
     """Ids keep their type (1 and "1" differ); very long ids are hashed to fit a key."""
-    raw = (b"i%d" % doc_id) if isinstance(doc_id, int) else b"s" + doc_id.encode(
-        "utf-8", "surrogatepass"
+    raw = (
+        (b"i%d" % doc_id)
+        if isinstance(doc_id, int)
+        else b"s" + doc_id.encode("utf-8", "surrogatepass")
     )
     if len(raw) > _MAX_ID_KEY:
         return b"h" + hashlib.blake2b(raw, digest_size=32).digest()
@@ -80,7 +82,7 @@ class Record:
     shingles: int
 
     def pack(self) -> bytes:
-        return msgpack.packb(
+        return msgpack.packb(  # type: ignore[no-any-return]
             [
                 self.doc_id,
                 self.verdict,
@@ -125,11 +127,11 @@ class Tables:
     # -- documents
     def docno_for_id(self, key: bytes) -> int | None:
         raw = self.txn.get(key, db=self.db["ids"])
-        return None if raw is None else docno_of(raw)
+        return None if raw is None else docno_of(bytes(raw))
 
     def record(self, docno: int) -> Record | None:
         raw = self.txn.get(docno_key(docno), db=self.db["docs"])
-        return None if raw is None else Record.unpack(raw)
+        return None if raw is None else Record.unpack(bytes(raw))
 
     def signature(self, docno: int) -> bytes | None:
         raw = self.txn.get(docno_key(docno), db=self.db["sigs"])
@@ -143,12 +145,12 @@ class Tables:
             for key, value in cur:
                 if key[:DOCNO_BYTES] != prefix:
                     break
-                parts.append(value)
+                parts.append(bytes(value))
         return b"".join(parts)
 
     def docno_for_content(self, content_hash: bytes) -> int | None:
         raw = self.txn.get(content_hash, db=self.db["content"])
-        return None if raw is None else docno_of(raw)
+        return None if raw is None else docno_of(bytes(raw))
 
     def put_document(
         self,
@@ -236,8 +238,9 @@ class Index:
 
     TABLES = ("meta", "ids", "docs", "sigs", "sets", "content")
 
-    def __init__(self, path: str | os.PathLike[str], *, map_size: int = 1 << 30,
-                 readonly: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, readonly: bool = False
+    ) -> None:
         self.path = Path(path)
         if readonly and not (self.path / "data.mdb").exists():
             raise IndexOpenError(f"no index at {self.path} (data.mdb not found)")

@@ -37,7 +37,7 @@ class Banding:
 
 def error_areas(threshold: float, bands: int, rows: int) -> tuple[float, float]:
     p = s_curve(_GRID, bands, rows)
-    below = _GRID < threshold
+    below = threshold > _GRID
     fp = float(np.trapezoid(np.where(below, p, 0.0), _GRID))
     fn = float(np.trapezoid(np.where(below, 0.0, 1.0 - p), _GRID))
     return fp, fn
@@ -78,4 +78,4 @@ def tune(
 def s_curve_table(banding: Banding, points: int = 10) -> list[tuple[float, float]]:
     """(s, P(candidate)) at s = 0.1 .. 1.0, the table the lecture notes print."""
     s = np.round(np.arange(1, points + 1) / points, 4)
-    return list(zip(s.tolist(), s_curve(s, banding.bands, banding.rows).tolist()))
+    return list(zip(s.tolist(), s_curve(s, banding.bands, banding.rows).tolist(), strict=True))

@@ -60,7 +60,9 @@ class Opt:
                 return [self.type(v) for v in items if str(v).strip()]
             out = _bool(value) if self.flag else self.type(value)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{source}: invalid value {value!r} for --{self.name}: {exc}") from exc
+            raise ConfigError(
+                f"{source}: invalid value {value!r} for --{self.name}: {exc}"
+            ) from exc
         if self.choices is not None and out not in self.choices:
             raise ConfigError(
                 f"{source}: --{self.name} must be one of {', '.join(self.choices)}, got {out!r}"
@@ -82,17 +84,28 @@ def add_options(parser: argparse.ArgumentParser, groups: Sequence[OptionGroup]) 
             env = f" [env: {opt.env}]"
             if opt.flag:
                 g.add_argument(
-                    f"--{opt.name}", dest=opt.dest, action="store_const", const=True,
-                    default=None, help=opt.help + env,
+                    f"--{opt.name}",
+                    dest=opt.dest,
+                    action="store_const",
+                    const=True,
+                    default=None,
+                    help=opt.help + env,
                 )
             elif opt.repeat:
                 g.add_argument(
-                    f"--{opt.name}", dest=opt.dest, action="append", default=None,
-                    metavar=opt.metavar or "VALUE", help=opt.help + " (repeatable)" + env,
+                    f"--{opt.name}",
+                    dest=opt.dest,
+                    action="append",
+                    default=None,
+                    metavar=opt.metavar or "VALUE",
+                    help=opt.help + " (repeatable)" + env,
                 )
             else:
                 g.add_argument(
-                    f"--{opt.name}", dest=opt.dest, default=None, metavar=opt.metavar,
+                    f"--{opt.name}",
+                    dest=opt.dest,
+                    default=None,
+                    metavar=opt.metavar,
                     help=opt.help + default + env,
                 )
 

@@ -47,6 +47,7 @@ def bucket_histogram(t: Tables) -> dict[str, Any]:
 def index_stats(path: str) -> dict[str, Any]:
     index, params = _open(path)
     try:
+
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta("counts") or {}
             docs = t.count("docs")
@@ -105,6 +106,7 @@ def render_stats(s: dict[str, Any]) -> str:
 def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any] | None:
     index, params = _open(path)
     try:
+
         def read(t: Tables) -> dict[str, Any] | None:
             docno = None
             for candidate in _id_forms(doc_id):
@@ -142,10 +144,8 @@ def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, 
 
 def _id_forms(doc_id: str) -> list[str | int]:
     forms: list[str | int] = [doc_id]
-    try:
+    if doc_id.lstrip("-").isdigit():
         forms.append(int(doc_id))
-    except ValueError:
-        pass
     return forms
 
 
@@ -192,12 +192,14 @@ def render_inspect(info: dict[str, Any]) -> str:
     if not info["in_buckets"]:
         lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
     elif info["neighbours"]:
-        lines.append("nearest indexed neighbours (estimated from signatures"
-                     + (", exact Jaccard" if "jaccard" in info["neighbours"][0] else "") + "):")
+        lines.append(
+            "nearest indexed neighbours (estimated from signatures"
+            + (", exact Jaccard" if "jaccard" in info["neighbours"][0] else "")
+            + "):"
+        )
         for n in info["neighbours"]:
             extra = f"  exact {n['jaccard']:.4f}" if "jaccard" in n else ""
             lines.append(f"  {n['id']!r:40}  ~{n['estimated_similarity']:.4f}{extra}")
     else:
         lines.append("no neighbours share a bucket")
     return "\n".join(lines)
-

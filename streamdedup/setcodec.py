@@ -65,7 +65,8 @@ def low_bytes(n: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Bytes per value for the low parts: Elias-Fano's log2(U/n) bits, rounded up to
     whole bytes so that low parts are plain byte columns (no bit packing)."""
     bit_length = np.where(n > 0, np.floor(np.log2(np.maximum(n, 1))).astype(np.int64) + 1, 0)
-    return -(-np.maximum(0, FINGERPRINT_BITS - bit_length) // 8)
+    out: npt.NDArray[np.int64] = -(-np.maximum(0, FINGERPRINT_BITS - bit_length) // 8)
+    return out
 
 
 def encode_sets(sets: FingerprintSets) -> list[bytes]:

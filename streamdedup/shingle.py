@@ -208,9 +208,7 @@ class Shingler:
         tok_doc = np.searchsorted(doc_end, tok_start, side="right")
         tok_count = np.bincount(tok_doc, minlength=n).astype(np.int64)
         starts, ends, counts = _windows(tok_count, self.spec.k)
-        hashes = finish_np(
-            range_poly_hashes(tok_hash, starts, ends, self._tokens), ends - starts
-        )
+        hashes = finish_np(range_poly_hashes(tok_hash, starts, ends, self._tokens), ends - starts)
         return ShingleBatch(hashes, _offsets(counts))
 
     def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
@@ -218,7 +216,5 @@ class Shingler:
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
         starts, ends, counts = _windows(lengths, self.spec.k)
         cps = _code_points("".join(flat))
-        hashes = finish_np(
-            range_poly_hashes(cps, starts, ends, self._chars), ends - starts
-        )
+        hashes = finish_np(range_poly_hashes(cps, starts, ends, self._chars), ends - starts)
         return ShingleBatch(hashes, _offsets(counts))

@@ -49,16 +49,14 @@ def signatures(batch: ShingleBatch, num_perm: int, seed: int) -> Signatures:
     n = len(batch.offsets) - 1
     ranked = fmix64_np(batch.hashes ^ np.uint64(seed_key(seed, 1)))
     bins = ((ranked >> np.uint64(32)) % np.uint64(num_perm)).astype(np.int64)
-    minima = np.full(n * num_perm, _EMPTY, dtype=np.uint64)
-    np.minimum.at(minima, batch.doc_index() * num_perm + bins, ranked & np.uint64(0xFFFFFFFF))
-    minima = minima.reshape(n, num_perm)
+    flat = np.full(n * num_perm, _EMPTY, dtype=np.uint64)
+    np.minimum.at(flat, batch.doc_index() * num_perm + bins, ranked & np.uint64(0xFFFFFFFF))
+    minima = flat.reshape(n, num_perm)
     _densify(minima, batch.counts > 0, num_perm, seed)
     return (minima & np.uint64(0xFFFF)).astype(np.uint16)
 
 
-def _densify(
-    minima: U64, has_shingles: npt.NDArray[np.bool_], num_perm: int, seed: int
-) -> None:
+def _densify(minima: U64, has_shingles: npt.NDArray[np.bool_], num_perm: int, seed: int) -> None:
     """Fill empty bins in place from their probe sequences (documents with shingles only)."""
     empty = (minima == _EMPTY) & has_shingles[:, None]
     docs, bins = np.nonzero(empty)
@@ -97,4 +95,5 @@ def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.floa
     """Estimated Jaccard of `sig` (shape (K,)) against each row of `others`."""
     agree = (others == sig).mean(axis=1)
     accidental = 1.0 / _FINGERPRINT_SPACE
-    return np.clip((agree - accidental) / (1.0 - accidental), 0.0, 1.0)
+    out: npt.NDArray[np.float64] = np.clip((agree - accidental) / (1.0 - accidental), 0.0, 1.0)
+    return out

@@ -18,12 +18,20 @@ from streamdedup.cli import main
 VOCAB = [f"w{i}" for i in range(3000)]
 
 
-def run(*args: str, env: dict[str, str] | None = None, stdin: bytes | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+def run(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[bytes]:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "streamdedup.cli", *args],
-        input=stdin, capture_output=True, env=full_env, cwd=cwd, timeout=600,
+        input=stdin,
+        capture_output=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=600,
     )
 
 
@@ -48,8 +56,14 @@ def lines(path: Path) -> list[dict[str, object]]:
 
 def test_dedup_writes_one_verdict_per_line_in_order(tmp_path: Path) -> None:
     docs = corpus(tmp_path / "in.jsonl", 300)
-    r = run("dedup", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"),
-            "--index", str(tmp_path / "idx"))
+    r = run(
+        "dedup",
+        str(tmp_path / "in.jsonl"),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--index",
+        str(tmp_path / "idx"),
+    )
     assert r.returncode == 0, r.stderr
     out = lines(tmp_path / "out.jsonl")
     assert [o["id"] for o in out] == [d["id"] for d in docs]
@@ -61,11 +75,16 @@ def test_dedup_writes_one_verdict_per_line_in_order(tmp_path: Path) -> None:
 def test_second_run_checks_against_the_first(tmp_path: Path) -> None:
     corpus(tmp_path / "a.jsonl", 50, seed=2)
     (tmp_path / "b.jsonl").write_bytes(
-        b"".join(orjson.dumps({"id": f"copy-{d['id']}", "text": d["text"]}) + b"\n"
-                 for d in lines(tmp_path / "a.jsonl"))
+        b"".join(
+            orjson.dumps({"id": f"copy-{d['id']}", "text": d["text"]}) + b"\n"
+            for d in lines(tmp_path / "a.jsonl")
+        )
     )
     idx = str(tmp_path / "idx")
-    assert run("dedup", str(tmp_path / "a.jsonl"), "--index", idx, "--output", os.devnull).returncode == 0
+    assert (
+        run("dedup", str(tmp_path / "a.jsonl"), "--index", idx, "--output", os.devnull).returncode
+        == 0
+    )
     r = run("dedup", str(tmp_path / "b.jsonl"), "--index", idx, "--output", "-")
     out = [orjson.loads(x) for x in r.stdout.splitlines()]
     assert all(o["verdict"] == "duplicate" and o["exact"] for o in out)
@@ -94,8 +113,14 @@ def test_bad_input_gets_error_records_and_processing_goes_on(tmp_path: Path) -> 
         b'{"id": "ok2", "text": "the first good document with several words in it"}',
     ]
     (tmp_path / "in.jsonl").write_bytes(b"\n".join(rows) + b"\n")
-    r = run("dedup", str(tmp_path / "in.jsonl"), "--index", str(tmp_path / "idx"),
-            "--output", str(tmp_path / "out.jsonl"))
+    r = run(
+        "dedup",
+        str(tmp_path / "in.jsonl"),
+        "--index",
+        str(tmp_path / "idx"),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+    )
     assert r.returncode == 1, r.stderr  # finished, but some lines were rejected
     out = lines(tmp_path / "out.jsonl")
     assert len(out) == len(rows)
@@ -121,9 +146,15 @@ def test_bad_input_gets_error_records_and_processing_goes_on(tmp_path: Path) -> 
 def test_options_from_environment_and_toml(tmp_path: Path) -> None:
     corpus(tmp_path / "in.jsonl", 20)
     (tmp_path / "conf.toml").write_text('num-perm = 64\n[dedup]\nshingle = "char:5"\n')
-    r = run("dedup", str(tmp_path / "in.jsonl"), "--config", str(tmp_path / "conf.toml"),
-            "--output", os.devnull, env={"STREAMDEDUP_INDEX": str(tmp_path / "idx"),
-                                         "STREAMDEDUP_THRESHOLD": "0.6"})
+    r = run(
+        "dedup",
+        str(tmp_path / "in.jsonl"),
+        "--config",
+        str(tmp_path / "conf.toml"),
+        "--output",
+        os.devnull,
+        env={"STREAMDEDUP_INDEX": str(tmp_path / "idx"), "STREAMDEDUP_THRESHOLD": "0.6"},
+    )
     assert r.returncode == 0, r.stderr
     stats = orjson.loads(run("stats", "--index", str(tmp_path / "idx"), "--json").stdout)
     assert stats["parameters"]["num_perm"] == 64
@@ -135,16 +166,25 @@ def test_parameter_mismatch_exits_2_with_both_values(tmp_path: Path) -> None:
     corpus(tmp_path / "in.jsonl", 5)
     idx = str(tmp_path / "idx")
     run("dedup", str(tmp_path / "in.jsonl"), "--index", idx, "--output", os.devnull)
-    r = run("dedup", str(tmp_path / "in.jsonl"), "--index", idx, "--threshold", "0.5",
-            "--output", os.devnull)
+    r = run(
+        "dedup",
+        str(tmp_path / "in.jsonl"),
+        "--index",
+        idx,
+        "--threshold",
+        "0.5",
+        "--output",
+        os.devnull,
+    )
     assert r.returncode == 2
     assert b"--threshold 0.8" in r.stderr and b"--threshold 0.5" in r.stderr
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert run("dedup", "in.jsonl").returncode == 2  # no --index
-    r = run("dedup", str(tmp_path / "missing.jsonl"), "--index", str(tmp_path / "i"),
-            "--bands", "20")
+    r = run(
+        "dedup", str(tmp_path / "missing.jsonl"), "--index", str(tmp_path / "i"), "--bands", "20"
+    )
     assert r.returncode == 2 and b"--bands and --rows" in r.stderr
     r = run("dedup", "-", "--index", str(tmp_path / "i"), env={"STREAMDEDUP_NUM_PERM": "x"})
     assert r.returncode == 2 and b"STREAMDEDUP_NUM_PERM" in r.stderr
@@ -183,8 +223,18 @@ def test_workers_give_the_same_verdicts(tmp_path: Path) -> None:
     outs = []
     for w in ("1", "2"):
         out = tmp_path / f"out{w}.jsonl"
-        r = run("dedup", str(tmp_path / "in.jsonl"), "--index", str(tmp_path / f"idx{w}"),
-                "--output", str(out), "--workers", w, "--batch-size", "50")
+        r = run(
+            "dedup",
+            str(tmp_path / "in.jsonl"),
+            "--index",
+            str(tmp_path / f"idx{w}"),
+            "--output",
+            str(out),
+            "--workers",
+            w,
+            "--batch-size",
+            "50",
+        )
         assert r.returncode == 0, r.stderr
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
@@ -195,8 +245,19 @@ def test_kill_9_leaves_an_index_holding_every_written_verdict(tmp_path: Path) ->
     docs = corpus(tmp_path / "in.jsonl", 20_000, seed=7)
     idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamdedup.cli", "dedup", str(tmp_path / "in.jsonl"),
-         "--index", str(idx), "--output", str(out), "--batch-size", "200"],
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "dedup",
+            str(tmp_path / "in.jsonl"),
+            "--index",
+            str(idx),
+            "--output",
+            str(out),
+            "--batch-size",
+            "200",
+        ],
         stderr=subprocess.DEVNULL,
     )
     deadline = time.time() + 120
@@ -219,8 +280,19 @@ def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
     corpus(tmp_path / "in.jsonl", 5000, seed=8)
     idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamdedup.cli", "dedup", str(tmp_path / "in.jsonl"),
-         "--index", str(idx), "--output", str(out), "--batch-size", "100"],
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "dedup",
+            str(tmp_path / "in.jsonl"),
+            "--index",
+            str(idx),
+            "--output",
+            str(out),
+            "--batch-size",
+            "100",
+        ],
         stderr=subprocess.PIPE,
     )
     while not out.exists() or out.stat().st_size == 0:

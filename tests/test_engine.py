@@ -48,8 +48,12 @@ def test_verdict_fields_and_clusters(index_dir) -> None:
     assert d == Verdict("d", "duplicate", "a", "a", 1.0, True)
     assert e.verdict == "unique" and e.cluster == "e"
     assert b.to_dict() == {
-        "id": "b", "verdict": "duplicate", "duplicate_of": "a", "cluster": "a",
-        "similarity": b.similarity, "exact": False,
+        "id": "b",
+        "verdict": "duplicate",
+        "duplicate_of": "a",
+        "cluster": "a",
+        "similarity": b.similarity,
+        "exact": False,
     }
 
 

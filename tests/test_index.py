@@ -8,7 +8,11 @@ from streamdedup.index import Index, id_key
 
 def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
     with Deduplicator(index_dir, threshold=0.7, num_perm=64, shingle="char:4") as dd:
-        assert (dd.params.threshold, dd.params.num_perm, str(dd.params.shingle)) == (0.7, 64, "char:4")
+        assert (dd.params.threshold, dd.params.num_perm, str(dd.params.shingle)) == (
+            0.7,
+            64,
+            "char:4",
+        )
     with Deduplicator(index_dir) as dd:  # nothing asked: the stored parameters apply
         assert dd.params.num_perm == 64 and dd.params.threshold == 0.7
     with pytest.raises(ParameterMismatchError) as err:
@@ -23,7 +27,9 @@ def test_map_grows_by_itself(index_dir) -> None:
 
     small = EngineOptions(map_size=256 * 1024)
     with Deduplicator(index_dir, options=small) as dd:
-        docs = [Document(i, f"document number {i} " + "padding words here " * 50) for i in range(600)]
+        docs = [
+            Document(i, f"document number {i} " + "padding words here " * 50) for i in range(600)
+        ]
         for start in range(0, 600, 200):
             dd.check_batch(docs[start : start + 200])
         assert dd.index.env.info()["map_size"] > 256 * 1024

@@ -52,8 +52,13 @@ def test_bad_values_name_their_source() -> None:
 
 
 def test_flags_and_repeatable_options() -> None:
-    v = resolve(_parse(["--consumer-option", "a=1", "--consumer-option", "b=2"]), GROUPS, "x", None,
-                {"STREAMDEDUP_JSON": "yes"})
+    v = resolve(
+        _parse(["--consumer-option", "a=1", "--consumer-option", "b=2"]),
+        GROUPS,
+        "x",
+        None,
+        {"STREAMDEDUP_JSON": "yes"},
+    )
     assert v["json"] is True and v["consumer_option"] == ["a=1", "b=2"]
     v = resolve(_parse([]), GROUPS, "x", {"consumer-option": ["c=3"]}, {})
     assert v["consumer_option"] == ["c=3"]

@@ -14,7 +14,9 @@ from streamdedup.setcodec import (
 from streamdedup.shingle import ShingleBatch
 
 fingerprint = st.integers(0, (1 << FINGERPRINT_BITS) - 1)
-sets = st.lists(fingerprint, max_size=3000, unique=True).map(lambda v: np.array(sorted(v), np.uint32))
+sets = st.lists(fingerprint, max_size=3000, unique=True).map(
+    lambda v: np.array(sorted(v), np.uint32)
+)
 
 
 @given(st.lists(sets, min_size=1, max_size=6))
@@ -34,7 +36,10 @@ def test_encoding_is_compact_for_typical_pages() -> None:
     assert len(encode(values)) < 2.4 * len(values)
 
 
-@given(st.lists(st.integers(0, 2**64 - 1), max_size=500), st.lists(st.integers(0, 2**64 - 1), max_size=500))
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=500),
+    st.lists(st.integers(0, 2**64 - 1), max_size=500),
+)
 def test_fingerprint_sets_are_sorted_distinct_top_bits(a: list[int], b: list[int]) -> None:
     hashes = np.array(a + b, dtype=np.uint64)
     batch = ShingleBatch(hashes, np.array([0, len(a), len(a) + len(b)], dtype=np.int64))

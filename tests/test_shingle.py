@@ -38,8 +38,14 @@ texts = st.lists(
 ).map("".join)
 
 specs = st.sampled_from(
-    [ShingleSpec("word", 1), ShingleSpec("word", 2), ShingleSpec("word", 5),
-     ShingleSpec("char", 1), ShingleSpec("char", 3), ShingleSpec("char", 5)]
+    [
+        ShingleSpec("word", 1),
+        ShingleSpec("word", 2),
+        ShingleSpec("word", 5),
+        ShingleSpec("char", 1),
+        ShingleSpec("char", 3),
+        ShingleSpec("char", 5),
+    ]
 )
 
 
@@ -86,7 +92,11 @@ def test_normalisation_is_nfkc_then_casefold() -> None:
 
 
 def test_char_shingles_collapse_whitespace() -> None:
-    assert reference_shingles(" a\u00a0\u00a0b\n c ", ShingleSpec("char", 3)) == {"a b", " b ", "b c"}
+    assert reference_shingles(" a\u00a0\u00a0b\n c ", ShingleSpec("char", 3)) == {
+        "a b",
+        " b ",
+        "b c",
+    }
 
 
 @pytest.mark.parametrize("bad", ["word", "word:0", "words:5", "char:x", "", "word:-1"])

@@ -33,7 +33,9 @@ def test_estimator_error_within_the_seed_bound(num_perm: int) -> None:
     rng = np.random.default_rng(num_perm)
     batch, truth = _pairs(rng, 1500, 600)
     sig = signatures(batch, num_perm, seed=7)
-    est = np.array([estimate_jaccard(sig[2 * i], sig[2 * i + 1][None, :])[0] for i in range(len(truth))])
+    est = np.array(
+        [estimate_jaccard(sig[2 * i], sig[2 * i + 1][None, :])[0] for i in range(len(truth))]
+    )
     err = est - np.array(truth)
     for delta in (0.01, 0.05, 0.2):
         eps = math.sqrt(2 * math.log(2 / delta) / num_perm)

@@ -115,7 +115,11 @@ def _mutate_words(text: str, rate: float, rnd: random.Random, vocab: list[str]) 
     return " ".join(out)
 
 
-def generate(n_docs: int, seed: int = 7, dup_fraction: float = 0.4) -> Iterator[Doc]:
+def generate(
+    n_docs: int, seed: int = 7, dup_fraction: float = 0.4, memory: int | None = None
+) -> Iterator[Doc]:
+    """The stream; re-emissions pick any earlier document, or only the `memory` most
+    recent ones (to bound the generator's own memory on very long streams)."""
     rnd = random.Random(seed)
     groups = paragraphs()
     flat = [p for g in groups for p in g]
@@ -127,7 +131,7 @@ def generate(n_docs: int, seed: int = 7, dup_fraction: float = 0.4) -> Iterator[
     for i in range(n_docs):
         doc_id = f"doc-{i:07d}"
         if emitted and rnd.random() < dup_fraction:
-            src = rnd.choice(emitted)
+            src = emitted[rnd.randrange(len(emitted))]
             text, kind = _reemit(src.text, rnd, vocab, flat)
             doc = Doc(doc_id, text, src.id, kind)
         else:
@@ -150,7 +154,10 @@ def generate(n_docs: int, seed: int = 7, dup_fraction: float = 0.4) -> Iterator[
                 size += len(p) + 1
             text = "\n".join(chosen)[: max(target, 1000)]
             doc = Doc(doc_id, text, None, "original")
-        emitted.append(doc)
+        if memory is not None and len(emitted) >= memory:
+            emitted[i % memory] = doc
+        else:
+            emitted.append(doc)
         yield doc
 
 

@@ -79,12 +79,30 @@ def accuracy(verdicts: Path, truth: list[bool]) -> tuple[float, float]:
 
 def run_streamdedup(corpus: Path, tmp: Path, threshold: float, extra: list[str]) -> dict[str, Any]:
     index, out = tmp / "index", tmp / "verdicts.jsonl"
-    cmd = [sys.executable, "-m", "streamdedup.cli", "dedup", str(corpus), "--index", str(index),
-           "--output", str(out), "--threshold", str(threshold), "--progress", "never", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamdedup.cli",
+        "dedup",
+        str(corpus),
+        "--index",
+        str(index),
+        "--output",
+        str(out),
+        "--threshold",
+        str(threshold),
+        "--progress",
+        "never",
+        *extra,
+    ]
     m = measure(cmd)
-    stats = json.loads(subprocess.run(
-        [sys.executable, "-m", "streamdedup.cli", "stats", "--index", str(index), "--json"],
-        capture_output=True, check=True).stdout)
+    stats = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "streamdedup.cli", "stats", "--index", str(index), "--json"],
+            capture_output=True,
+            check=True,
+        ).stdout
+    )
     m["bytes_per_doc"] = stats["bytes_used"] / stats["documents"]
     m["file_bytes_per_doc"] = stats["file_bytes"] / stats["documents"]
     m["verdicts"] = out
@@ -93,8 +111,18 @@ def run_streamdedup(corpus: Path, tmp: Path, threshold: float, extra: list[str])
 
 def run_datasketch(corpus: Path, tmp: Path, threshold: float, n: int) -> dict[str, Any]:
     out, size = tmp / "verdicts.jsonl", tmp / "size"
-    m = measure([sys.executable, str(HERE / "datasketch_run.py"), str(corpus), str(out),
-                 "--threshold", str(threshold), "--index-size-to", str(size)])
+    m = measure(
+        [
+            sys.executable,
+            str(HERE / "datasketch_run.py"),
+            str(corpus),
+            str(out),
+            "--threshold",
+            str(threshold),
+            "--index-size-to",
+            str(size),
+        ]
+    )
     m["bytes_per_doc"] = int(size.read_text()) / n
     m["file_bytes_per_doc"] = None
     m["verdicts"] = out
@@ -118,35 +146,61 @@ def main() -> int:
         print(f"\nthreshold {t}: {sum(truth):,} documents have an earlier one at Jaccard >= {t}")
         contenders: list[tuple[str, Any]] = [
             ("streamdedup (default, 1 core)", lambda tmp, t=t: run_streamdedup(corpus, tmp, t, [])),
-            ("streamdedup --workers 2", lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "2"])),
-            ("streamdedup --verify signature", lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--verify", "signature"])),
+            (
+                "streamdedup --workers 2",
+                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "2"]),
+            ),
+            (
+                "streamdedup --verify signature",
+                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--verify", "signature"]),
+            ),
         ]
         if not args.skip_datasketch:
-            contenders.append(("datasketch MinHashLSH", lambda tmp, t=t: run_datasketch(corpus, tmp, t, args.docs)))
+            contenders.append(
+                (
+                    "datasketch MinHashLSH",
+                    lambda tmp, t=t: run_datasketch(corpus, tmp, t, args.docs),
+                )
+            )
         rows = []
         for name, fn in contenders:
             with tempfile.TemporaryDirectory(prefix="bench-") as d:
                 m = fn(Path(d))
                 p, r = accuracy(m["verdicts"], truth)
-            rows.append({"threshold": t, "name": name, "docs_per_s": args.docs / m["seconds"],
-                         "seconds": m["seconds"], "peak_rss_mb": m["rss_kb"] / 1024,
-                         "bytes_per_doc": m["bytes_per_doc"],
-                         "file_bytes_per_doc": m["file_bytes_per_doc"],
-                         "precision": p, "recall": r})
+            rows.append(
+                {
+                    "threshold": t,
+                    "name": name,
+                    "docs_per_s": args.docs / m["seconds"],
+                    "seconds": m["seconds"],
+                    "peak_rss_mb": m["rss_kb"] / 1024,
+                    "bytes_per_doc": m["bytes_per_doc"],
+                    "file_bytes_per_doc": m["file_bytes_per_doc"],
+                    "precision": p,
+                    "recall": r,
+                }
+            )
             print(f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  done", flush=True)
         base = next((x["docs_per_s"] for x in rows if x["name"].startswith("datasketch")), None)
-        print(f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'peak MB':>8} {'B/doc':>7} "
-              f"{'precision':>9} {'recall':>7}")
+        print(
+            f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'peak MB':>8} {'B/doc':>7} "
+            f"{'precision':>9} {'recall':>7}"
+        )
         for x in rows:
             x["speedup_vs_datasketch"] = x["docs_per_s"] / base if base else None
             ratio = f"{x['speedup_vs_datasketch']:5.1f}x" if base else "   n/a"
-            print(f"  {x['name']:32} {x['docs_per_s']:9,.0f} {ratio:>6} {x['peak_rss_mb']:8.0f} "
-                  f"{x['bytes_per_doc']:7,.0f} {x['precision']:9.4f} {x['recall']:7.4f}")
+            print(
+                f"  {x['name']:32} {x['docs_per_s']:9,.0f} {ratio:>6} {x['peak_rss_mb']:8.0f} "
+                f"{x['bytes_per_doc']:7,.0f} {x['precision']:9.4f} {x['recall']:7.4f}"
+            )
         results.extend(rows)
     OUT.mkdir(exist_ok=True)
-    (OUT / "bench_dedup.json").write_text(json.dumps(
-        {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},
-        indent=2))
+    (OUT / "bench_dedup.json").write_text(
+        json.dumps(
+            {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},
+            indent=2,
+        )
+    )
     print(f"\nresults written to {OUT / 'bench_dedup.json'}")
     return 0
 

@@ -46,30 +46,46 @@ def main() -> int:
     started = time.perf_counter()
     with Deduplicator(index) as dd:
         while done < args.docs + WINDOW:
-            chunk = io.BytesIO(b"".join(
-                orjson.dumps({"id": d.id, "text": d.text}) + b"\n"
-                for _, d in zip(range(WINDOW), stream, strict=False)))
+            chunk = io.BytesIO(
+                b"".join(
+                    orjson.dumps({"id": d.id, "text": d.text}) + b"\n"
+                    for _, d in zip(range(WINDOW), stream, strict=False)
+                )
+            )
             if chunk.getbuffer().nbytes == 0:
                 break
             t0 = time.perf_counter()
             summary = run_dedup(dd, chunk, io.BytesIO(), Fields())
             rate = summary.lines / (time.perf_counter() - t0)
             if any(done <= c < done + WINDOW for c in checkpoints) or done == 0:
-                curve.append({"indexed_before": done, "docs_per_s": rate,
-                              "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                              "index_file_bytes": dd.index.file_bytes()})
-                print(f"index holding {done:>9,} documents: {rate:8,.0f} docs/s "
-                      f"(index file {dd.index.file_bytes() / 1e9:.2f} GB)", flush=True)
+                curve.append(
+                    {
+                        "indexed_before": done,
+                        "docs_per_s": rate,
+                        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                        "index_file_bytes": dd.index.file_bytes(),
+                    }
+                )
+                print(
+                    f"index holding {done:>9,} documents: {rate:8,.0f} docs/s "
+                    f"(index file {dd.index.file_bytes() / 1e9:.2f} GB)",
+                    flush=True,
+                )
             elif (done // WINDOW) % 10 == 0:
-                print(f"  ... {done:,} documents, {rate:,.0f} docs/s, "
-                      f"{time.perf_counter() - started:.0f}s elapsed", flush=True)
+                print(
+                    f"  ... {done:,} documents, {rate:,.0f} docs/s, "
+                    f"{time.perf_counter() - started:.0f}s elapsed",
+                    flush=True,
+                )
             done += summary.lines
     base = curve[0]["docs_per_s"]
     for point in curve:
         point["relative_to_first"] = point["docs_per_s"] / base
     print("\nindexed before the window   docs/s   relative")
     for p in curve:
-        print(f"  {p['indexed_before']:>12,} {p['docs_per_s']:12,.0f} {p['relative_to_first']:9.2f}")
+        print(
+            f"  {p['indexed_before']:>12,} {p['docs_per_s']:12,.0f} {p['relative_to_first']:9.2f}"
+        )
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "bench_growth.json").write_text(json.dumps(curve, indent=2))

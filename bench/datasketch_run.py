@@ -32,10 +32,20 @@ def main() -> int:
         for raw in src:
             doc = orjson.loads(raw)
             m = MinHash(num_perm=args.num_perm)
-            m.update_batch([s.encode("utf-8", "surrogatepass") for s in reference_shingles(doc["text"], spec)])
+            m.update_batch(
+                [s.encode("utf-8", "surrogatepass") for s in reference_shingles(doc["text"], spec)]
+            )
             found = lsh.query(m)
-            out.write(orjson.dumps({"id": doc["id"], "verdict": "duplicate" if found else "unique",
-                                    "duplicate_of": found[0] if found else None}) + b"\n")
+            out.write(
+                orjson.dumps(
+                    {
+                        "id": doc["id"],
+                        "verdict": "duplicate" if found else "unique",
+                        "duplicate_of": found[0] if found else None,
+                    }
+                )
+                + b"\n"
+            )
             if doc["id"] not in lsh:
                 lsh.insert(doc["id"], m)
     if args.index_size_to:

@@ -56,5 +56,5 @@ class EngineOptions:
 
     max_bucket_candidates: int = 100
     max_exact_checks: int = 32
-    batch_size: int = 1000
+    batch_size: int = 4000
     map_size: int = 1 << 30

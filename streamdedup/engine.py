@@ -108,8 +108,9 @@ class Prepared:
     docs: list[Document]
     keys: list[bytes]
     content: list[bytes]
-    shingles: npt.NDArray[np.int64]
+    shingles: list[int]
     sigs: npt.NDArray[np.uint16]
+    sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
     fingerprints: setcodec.FingerprintSets | None  # exact verification only
     set_blobs: list[bytes] | None  # the same sets, encoded for the index
@@ -132,23 +133,25 @@ class Preparer:
         norm = [normalise(d.text) for d in docs]
         batch = self._shingler.batch(norm)
         sigs = signatures(batch, p.num_perm, p.seed)
-        keys = band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8")
-        key_bytes = keys.tobytes()
-        width = 8 * p.bands
+        key_rows = _rows(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8"))
         fps = setcodec.fingerprint_sets(batch) if p.verify == "exact" else None
         return Prepared(
             docs=list(docs),
             keys=[id_key(d.id) for d in docs],
             content=[_content_hash(t) for t in norm],
-            shingles=batch.counts,
+            shingles=batch.counts.tolist(),
             sigs=sigs,
-            band_keys=[
-                [key_bytes[j : j + 8] for j in range(i * width, (i + 1) * width, 8)]
-                for i in range(len(docs))
-            ],
+            sig_bytes=_rows(sigs.astype("<u2")),
+            band_keys=[[row[j : j + 8] for j in range(0, len(row), 8)] for row in key_rows],
             fingerprints=fps,
             set_blobs=None if fps is None else setcodec.encode_sets(fps),
         )
+
+
+def _rows(a: npt.NDArray[Any]) -> list[bytes]:
+    """Each row of a 2-D array as bytes, sliced from one buffer."""
+    raw, width = a.tobytes(), a.shape[1] * a.itemsize
+    return [raw[i : i + width] for i in range(0, len(raw), width)]
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
@@ -292,24 +295,27 @@ class Deduplicator:
         batch = [d if isinstance(d, Document) else Document(d[0], d[1]) for d in docs]
         return self.apply(self.preparer.prepare(batch))
 
-    def apply(self, prepared: Prepared) -> list[Verdict]:
-        if not prepared.docs:
+    def apply(self, prepared: Prepared | Sequence[Prepared]) -> list[Verdict]:
+        """Check and insert prepared documents, in order, in one write transaction."""
+        parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
+        if not any(p.docs for p in parts):
             return []
-        verdicts = self.index.write(lambda t: self._apply(t, prepared))
+        verdicts = self.index.write(lambda t: self._apply(t, parts))
         self.counters.merge(self._batch)  # only once the batch is committed
         return verdicts
 
     # ------------------------------------------------------------------ internals
 
-    def _apply(self, t: Tables, p: Prepared) -> list[Verdict]:
+    def _apply(self, t: Tables, parts: list[Prepared]) -> list[Verdict]:
         next_docno = int(t.meta("next_docno") or 0)
         self._counts = dict(t.meta("counts") or {})
-        self._batch = Counters(documents=len(p.docs))
+        self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         out: list[Verdict] = []
-        for i in range(len(p.docs)):
-            verdict, inserted = self._check_one(t, p, i, next_docno)
-            next_docno += inserted
-            out.append(verdict)
+        for p in parts:
+            for i in range(len(p.docs)):
+                verdict, inserted = self._check_one(t, p, i, next_docno)
+                next_docno += inserted
+                out.append(verdict)
         t.set_meta("next_docno", next_docno)
         t.set_meta("counts", self._counts)
         return out
@@ -416,17 +422,17 @@ class Deduplicator:
             content_hash=p.content[i],
             timestamp_ms=doc.timestamp_ms,
             reason=v.reason,
-            shingles=int(p.shingles[i]),
+            shingles=p.shingles[i],
         )
         sets = p.set_blobs
         t.put_document(
             docno,
             p.keys[i],
             record,
-            signature=p.sigs[i].astype("<u2").tobytes() if index_it else None,
+            signature=p.sig_bytes[i] if index_it else None,
             bucket_keys=p.band_keys[i] if index_it else [],
             shingle_set=sets[i] if index_it and sets is not None else None,
-            register_content=bool(p.shingles[i] > 0),
+            register_content=p.shingles[i] > 0,
         )
 
     def _forget(self, t: Tables, docno: int, key: bytes) -> None:

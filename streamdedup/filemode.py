@@ -85,6 +85,25 @@ def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
+WORKER_TASK = 500  # lines per task sent to a worker process
+
+
+def _batches(
+    parts: Iterable[tuple[Decoded, Prepared]], batch_size: int
+) -> Iterator[list[tuple[Decoded, Prepared]]]:
+    """Group prepared tasks into batches of about `batch_size` lines."""
+    group: list[tuple[Decoded, Prepared]] = []
+    lines = 0
+    for part in parts:
+        group.append(part)
+        lines += len(part[0])
+        if lines >= batch_size:
+            yield group
+            group, lines = [], 0
+    if group:
+        yield group
+
+
 def _decode_and_prepare(
     preparer: Preparer, fields: Fields, lines: list[bytes]
 ) -> tuple[Decoded, Prepared]:
@@ -112,25 +131,29 @@ def run_dedup(
     sink: IO[bytes],
     fields: Fields,
     *,
-    batch_size: int = 1000,
+    batch_size: int = 4000,
     workers: int = 1,
     progress: Any = None,
 ) -> Summary:
     """Process all of `source`; `progress` is a tqdm-like object or None."""
     summary = Summary()
     started = time.perf_counter()
-    batches = read_lines(source, batch_size)
     pool = None
     prepared: Iterable[tuple[Decoded, Prepared]]
     if workers > 1:
+        # Workers get small tasks so that they stay busy while this process applies
+        # whole batches; a batch is then several prepared tasks in one transaction.
+        tasks = read_lines(source, min(batch_size, WORKER_TASK))
         ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
         pool = ctx.Pool(workers, initializer=_init_worker, initargs=(dedup.preparer, fields))
-        prepared = pool.imap(_work, batches, chunksize=1)
+        prepared = pool.imap(_work, tasks, chunksize=1)
     else:
-        prepared = (_decode_and_prepare(dedup.preparer, fields, b) for b in batches)
+        tasks = read_lines(source, batch_size)
+        prepared = (_decode_and_prepare(dedup.preparer, fields, b) for b in tasks)
     try:
-        for decoded, batch in prepared:
-            verdicts = iter(dedup.apply(batch))  # committed before anything is written
+        for group in _batches(prepared, batch_size):
+            decoded = [item for d, _ in group for item in d]
+            verdicts = iter(dedup.apply([p for _, p in group]))  # committed before writing
             out: list[bytes] = []
             for item in decoded:
                 result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)

@@ -104,6 +104,9 @@ def encode(values: Fingerprints) -> bytes:
     return encode_sets(FingerprintSets(values.astype(np.uint32), offsets))[0]
 
 
+_LOW_VIEWS = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
+
+
 def decode(data: bytes) -> Fingerprints:
     n, low = _HEADER.unpack_from(data)
     if n == 0:
@@ -111,7 +114,9 @@ def decode(data: bytes) -> Fingerprints:
     body = np.frombuffer(data, dtype=np.uint8, offset=_HEADER.size)
     ones = np.flatnonzero(np.unpackbits(body[n * low :]))[:n]
     values = (ones - np.arange(n)).astype(np.uint32) << np.uint32(8 * low)
-    if low:
+    if low in _LOW_VIEWS:  # the common case: a direct view, no copy
+        values |= body[: n * low].view(_LOW_VIEWS[low])
+    elif low:
         padded = np.zeros((n, 4), dtype=np.uint8)
         padded[:, :low] = body[: n * low].reshape(n, low)
         values |= padded.view("<u4").ravel()

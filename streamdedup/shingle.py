@@ -106,11 +106,9 @@ def reference_hash(shingle: str, spec: ShingleSpec) -> int:
 @cache
 def word_table() -> npt.NDArray[np.bool_]:
     """is_word[cp] for every code point, taken from `re`'s own `\\w` (surrogates too)."""
-    table = np.zeros(_MAX_UNICODE, dtype=np.bool_)
-    everything = "".join(map(chr, range(_MAX_UNICODE)))
-    for m in _WORD.finditer(everything):
-        table[m.start() : m.end()] = True
-    return table
+    everything = np.arange(_MAX_UNICODE, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    marked = re.sub(r"\W", "\x00", everything)  # keeps exactly the \w code points
+    return np.frombuffer(marked.encode("utf-32-le", "surrogatepass"), dtype="<u4") != 0
 
 
 def _code_points(text: str) -> npt.NDArray[np.uint8] | npt.NDArray[np.uint32]:
@@ -205,8 +203,8 @@ class Shingler:
             range_poly_hashes(cps, tok_start, tok_end, self._chars), tok_end - tok_start
         )
         doc_end = _offsets(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
-        tok_doc = np.searchsorted(doc_end, tok_start, side="right")
-        tok_count = np.bincount(tok_doc, minlength=n).astype(np.int64)
+        # tokens never span documents: count token starts before each document's end
+        tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
         starts, ends, counts = _windows(tok_count, self.spec.k)
         hashes = finish_np(range_poly_hashes(tok_hash, starts, ends, self._tokens), ends - starts)
         return ShingleBatch(hashes, _offsets(counts))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -104,7 +105,7 @@ def encode(values: Fingerprints) -> bytes:
     return encode_sets(FingerprintSets(values.astype(np.uint32), offsets))[0]
 
 
-_LOW_VIEWS = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
+_LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
 
 
 def decode(data: bytes) -> Fingerprints:

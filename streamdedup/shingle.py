@@ -108,7 +108,10 @@ def word_table() -> npt.NDArray[np.bool_]:
     """is_word[cp] for every code point, taken from `re`'s own `\\w` (surrogates too)."""
     everything = np.arange(_MAX_UNICODE, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
     marked = re.sub(r"\W", "\x00", everything)  # keeps exactly the \w code points
-    return np.frombuffer(marked.encode("utf-32-le", "surrogatepass"), dtype="<u4") != 0
+    table: npt.NDArray[np.bool_] = (
+        np.frombuffer(marked.encode("utf-32-le", "surrogatepass"), dtype="<u4") != 0
+    )
+    return table
 
 
 def _code_points(text: str) -> npt.NDArray[np.uint8] | npt.NDArray[np.uint32]:

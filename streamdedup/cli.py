@@ -69,10 +69,20 @@ TUNING = OptionGroup(
             "batch-size", "documents per batch (one index transaction each)", int, 4000, metavar="N"
         ),
         Opt(
+            "durability",
+            "process: a committed batch survives the process being killed, the OS "
+            "writes it to disk shortly after; full: fsync every commit (survives power "
+            "loss, slower)",
+            str,
+            "process",
+            choices=("process", "full"),
+        ),
+        Opt(
             "workers",
-            "processes computing signatures (1 = in the main process)",
+            "extra processes that decode and compute signatures while the main process "
+            "updates the index (0: all in the main process; 1 suits 2 cores)",
             int,
-            1,
+            0,
             metavar="N",
         ),
     ),
@@ -204,6 +214,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
             max_bucket_candidates=values["max_bucket_candidates"],
             max_exact_checks=values["max_exact_checks"],
             batch_size=values["batch_size"],
+            durability=values["durability"],
         ),
         false_positive_weight=values["fp_weight"],
         false_negative_weight=values["fn_weight"],
@@ -241,7 +252,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 sink,
                 fields,
                 batch_size=values["batch_size"],
-                workers=max(1, values["workers"]),
+                workers=max(0, values["workers"]),
                 progress=progress,
             )
         except KeyboardInterrupt:

@@ -58,3 +58,6 @@ class EngineOptions:
     max_exact_checks: int = 32
     batch_size: int = 4000
     map_size: int = 1 << 30
+    # "process": a commit survives the process (kill -9, OOM) at once; the OS writes
+    # it to disk soon after.  "full": fsync on every commit, survives power loss too.
+    durability: Literal["process", "full"] = "process"

@@ -246,7 +246,7 @@ class Deduplicator:
         false_negative_weight: float = 0.98,
     ) -> None:
         self.options = options or EngineOptions()
-        self.index = Index(path, map_size=self.options.map_size)
+        self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
             stored_rec = self.index.read(lambda t: t.meta("params"))
             stored = None if stored_rec is None else IndexParams.from_record(stored_rec)

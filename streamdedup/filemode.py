@@ -132,7 +132,7 @@ def run_dedup(
     fields: Fields,
     *,
     batch_size: int = 4000,
-    workers: int = 1,
+    workers: int = 0,
     progress: Any = None,
 ) -> Summary:
     """Process all of `source`; `progress` is a tqdm-like object or None."""
@@ -140,7 +140,7 @@ def run_dedup(
     started = time.perf_counter()
     pool = None
     prepared: Iterable[tuple[Decoded, Prepared]]
-    if workers > 1:
+    if workers > 0:
         # Workers get small tasks so that they stay busy while this process applies
         # whole batches; a batch is then several prepared tasks in one transaction.
         tasks = read_lines(source, min(batch_size, WORKER_TASK))

@@ -239,7 +239,12 @@ class Index:
     TABLES = ("meta", "ids", "docs", "sigs", "sets", "content")
 
     def __init__(
-        self, path: str | os.PathLike[str], *, map_size: int = 1 << 30, readonly: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = 1 << 30,
+        readonly: bool = False,
+        durability: str = "process",
     ) -> None:
         self.path = Path(path)
         if readonly and not (self.path / "data.mdb").exists():
@@ -249,6 +254,12 @@ class Index:
             self.env = lmdb.open(
                 str(self.path),
                 map_size=map_size,
+                # Pages are written in the shared mapping; with "process" durability
+                # the kernel writes them back, so a page dirtied by many batches is
+                # written once rather than at every commit (the B-tree of postings is
+                # dirtied all over by every batch once it is larger than a batch).
+                writemap=not readonly,
+                sync=durability == "full",
                 max_dbs=len(self.TABLES) + 1,
                 readonly=readonly,
                 max_readers=256,
@@ -289,7 +300,8 @@ class Index:
                 self.env.set_mapsize(0)
 
     def file_bytes(self) -> int:
-        return (self.path / "data.mdb").stat().st_size
+        """Disk space the data file takes (it is sparse: its length is the map size)."""
+        return (self.path / "data.mdb").stat().st_blocks * 512
 
     def close(self) -> None:
         self.env.close()

@@ -221,7 +221,7 @@ def test_stats_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_workers_give_the_same_verdicts(tmp_path: Path) -> None:
     corpus(tmp_path / "in.jsonl", 400, seed=6)
     outs = []
-    for w in ("1", "2"):
+    for w in ("0", "1", "2"):
         out = tmp_path / f"out{w}.jsonl"
         r = run(
             "dedup",
@@ -237,7 +237,7 @@ def test_workers_give_the_same_verdicts(tmp_path: Path) -> None:
         )
         assert r.returncode == 0, r.stderr
         outs.append(out.read_bytes())
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] == outs[2]
 
 
 @pytest.mark.slow

@@ -196,3 +196,17 @@ def _opts(cap: int):
     from streamdedup.config import EngineOptions
 
     return EngineOptions(max_bucket_candidates=cap)
+
+
+def test_replacing_a_document_within_one_batch_leaves_no_stale_postings(index_dir) -> None:
+    rnd = random.Random(6)
+    old, new = " ".join(words(rnd, 200)), " ".join(words(rnd, 200))
+    with Deduplicator(index_dir) as dd:
+        first = dd.check_batch([("a", old), ("a", new)])
+        assert [v.verdict for v in first] == ["unique", "unique"]
+        assert dd.index.read(lambda t: t.count("docs")) == 1
+        # nothing indexed holds the old text any more
+        assert dd.check("b", replace_words(old, 3)).verdict == "unique"
+        assert dd.check("c", replace_words(new, 3)).duplicate_of == "a"
+        postings = dd.index.read(lambda t: sum(t.bucket_sizes()))
+        assert postings == 3 * dd.params.bands  # a, b and c, each once per band

@@ -78,3 +78,16 @@ def test_lmdb_is_a_real_environment_on_disk(index_dir) -> None:
         names = {k for k, _ in txn.cursor()}
     env.close()
     assert {b"buckets", b"docs", b"ids", b"meta", b"sigs"} <= names
+
+
+def test_full_durability_syncs_every_commit(index_dir) -> None:
+    from streamdedup.config import EngineOptions
+
+    with Deduplicator(index_dir, options=EngineOptions(durability="full")) as dd:
+        dd.check("a", "durable words in a durable document")
+        flags = dd.index.env.flags()
+        assert flags["sync"] and flags["writemap"]
+    with Deduplicator(index_dir) as dd:
+        assert not dd.index.env.flags()["sync"]
+        assert dd.check("a", "durable words in a durable document").verdict == "unique"
+        assert dd.counters.replayed == 1

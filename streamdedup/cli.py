@@ -66,7 +66,7 @@ TUNING = OptionGroup(
         ),
         Opt("max-exact-checks", "exact comparisons per document at most", int, 32, metavar="N"),
         Opt(
-            "batch-size", "documents per batch (one index transaction each)", int, 4000, metavar="N"
+            "batch-size", "documents per batch (one index transaction each)", int, 8000, metavar="N"
         ),
         Opt(
             "durability",

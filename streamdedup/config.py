@@ -56,7 +56,7 @@ class EngineOptions:
 
     max_bucket_candidates: int = 100
     max_exact_checks: int = 32
-    batch_size: int = 4000
+    batch_size: int = 8000
     map_size: int = 1 << 30
     # "process": a commit survives the process (kill -9, OOM) at once; the OS writes
     # it to disk soon after.  "full": fsync on every commit, survives power loss too.

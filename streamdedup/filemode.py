@@ -131,7 +131,7 @@ def run_dedup(
     sink: IO[bytes],
     fields: Fields,
     *,
-    batch_size: int = 4000,
+    batch_size: int = 8000,
     workers: int = 0,
     progress: Any = None,
 ) -> Summary:

@@ -88,13 +88,20 @@ def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
 WORKER_TASK = 500  # lines per task sent to a worker process
 
 
-def _batches(
-    parts: Iterable[tuple[Decoded, Prepared]], batch_size: int
-) -> Iterator[list[tuple[Decoded, Prepared]]]:
-    """Group prepared tasks into batches of about `batch_size` lines."""
+def _ready_batches(results: Any, batch_size: int) -> Iterator[list[tuple[Decoded, Prepared]]]:
+    """Group worker results into batches: up to `batch_size` lines, but never wait for
+    more while some are ready -- this process stays busy while the workers catch up."""
     group: list[tuple[Decoded, Prepared]] = []
     lines = 0
-    for part in parts:
+    while True:
+        try:
+            part = results.next(timeout=0) if group else results.next()
+        except StopIteration:
+            break
+        except multiprocessing.TimeoutError:
+            yield group
+            group, lines = [], 0
+            continue
         group.append(part)
         lines += len(part[0])
         if lines >= batch_size:
@@ -139,19 +146,19 @@ def run_dedup(
     summary = Summary()
     started = time.perf_counter()
     pool = None
-    prepared: Iterable[tuple[Decoded, Prepared]]
+    groups: Iterable[list[tuple[Decoded, Prepared]]]
     if workers > 0:
         # Workers get small tasks so that they stay busy while this process applies
         # whole batches; a batch is then several prepared tasks in one transaction.
         tasks = read_lines(source, min(batch_size, WORKER_TASK))
         ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
         pool = ctx.Pool(workers, initializer=_init_worker, initargs=(dedup.preparer, fields))
-        prepared = pool.imap(_work, tasks, chunksize=1)
+        groups = _ready_batches(pool.imap(_work, tasks, chunksize=1), batch_size)
     else:
         tasks = read_lines(source, batch_size)
-        prepared = (_decode_and_prepare(dedup.preparer, fields, b) for b in tasks)
+        groups = ([_decode_and_prepare(dedup.preparer, fields, b)] for b in tasks)
     try:
-        for group in _batches(prepared, batch_size):
+        for group in groups:
             decoded = [item for d, _ in group for item in d]
             verdicts = iter(dedup.apply([p for _, p in group]))  # committed before writing
             out: list[bytes] = []

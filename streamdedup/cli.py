@@ -115,11 +115,111 @@ TUNE = OptionGroup(
     ),
 )
 FORMAT = OptionGroup("format", (Opt("json", "print JSON instead of text", flag=True),))
+KAFKA = OptionGroup(
+    "kafka",
+    (
+        Opt(
+            "bootstrap-servers",
+            "Kafka bootstrap servers, host:port[,host:port]",
+            str,
+            metavar="HOSTS",
+        ),
+        Opt("input-topic", "topic the documents arrive on", str, "documents", metavar="TOPIC"),
+        Opt("output-topic", "topic the verdicts go to", str, "verdicts", metavar="TOPIC"),
+        Opt(
+            "dead-letter-topic",
+            "topic for messages that cannot be processed",
+            str,
+            "documents-dlq",
+            metavar="TOPIC",
+        ),
+        Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
+        Opt("input-format", "message format", str, "json", choices=("json", "msgpack", "raw")),
+        Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
+        Opt("max-poll-records", "messages per batch at most", int, 2000, metavar="N"),
+        Opt(
+            "transactional-id",
+            "producer transactional id (default: derived from group, host and index)",
+            str,
+            metavar="ID",
+        ),
+        Opt("client-id", "Kafka client id", str, "streamdedup", metavar="ID"),
+        Opt(
+            "security-protocol",
+            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            str,
+            "PLAINTEXT",
+            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        ),
+        Opt(
+            "sasl-mechanism",
+            "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+            str,
+            choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        ),
+        Opt("sasl-username", "SASL user name", str, metavar="USER"),
+        Opt(
+            "sasl-password",
+            "SASL password (prefer the environment variable)",
+            str,
+            metavar="PASSWORD",
+        ),
+        Opt("ssl-cafile", "CA certificate file", str, metavar="FILE"),
+        Opt("ssl-certfile", "client certificate file", str, metavar="FILE"),
+        Opt("ssl-keyfile", "client key file", str, metavar="FILE"),
+        Opt(
+            "consumer-option",
+            "any other kafka-python consumer setting, KEY=VALUE",
+            str,
+            repeat=True,
+            metavar="KEY=VALUE",
+        ),
+        Opt(
+            "producer-option",
+            "any other kafka-python producer setting, KEY=VALUE",
+            str,
+            repeat=True,
+            metavar="KEY=VALUE",
+        ),
+        Opt("create-topics", "create the topics if they do not exist", flag=True),
+        Opt("partitions", "partitions of topics created with --create-topics", int, 1, metavar="N"),
+        Opt(
+            "connect-timeout",
+            "seconds to keep retrying an unreachable broker at start",
+            float,
+            60.0,
+            metavar="S",
+        ),
+        Opt(
+            "idle-exit",
+            "stop after this many seconds without messages (default: never)",
+            float,
+            metavar="S",
+        ),
+    ),
+)
 
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents against the index, one verdict per line",
         (INDEX, ENGINE, TUNING, INPUT, OUTPUT),
+    ),
+    "worker": (
+        "consume documents from Kafka, publish verdicts exactly once",
+        (
+            KAFKA,
+            INDEX,
+            ENGINE,
+            OptionGroup(
+                "engine",
+                tuple(
+                    o
+                    for o in TUNING.options
+                    if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
+                ),
+            ),
+            INPUT,
+        ),
     ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
     "stats": ("summarise an index", (INDEX, FORMAT)),
@@ -199,7 +299,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
     if not values.get("index"):
         raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
     for name in ("max_bucket_candidates", "max_exact_checks", "batch_size"):
-        if values[name] < 1:
+        if values.get(name, 1) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     return Deduplicator(
         values["index"],
@@ -213,7 +313,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
         options=EngineOptions(
             max_bucket_candidates=values["max_bucket_candidates"],
             max_exact_checks=values["max_exact_checks"],
-            batch_size=values["batch_size"],
+            batch_size=values.get("batch_size", EngineOptions.batch_size),
             durability=values["durability"],
         ),
         false_positive_weight=values["fp_weight"],
@@ -349,7 +449,14 @@ def _require_index(values: dict[str, Any]) -> str:
     return str(values["index"])
 
 
+def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .worker import run_from_options
+
+    return run_from_options(values, open_engine)
+
+
 HANDLERS = {
+    "worker": cmd_worker,
     "dedup": cmd_dedup,
     "tune": cmd_tune,
     "stats": cmd_stats,

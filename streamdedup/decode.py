@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import orjson
 
 from .engine import Document
@@ -19,6 +20,7 @@ from .engine import Document
 TOO_LARGE = "too_large"
 INVALID_UTF8 = "invalid_utf8"
 MALFORMED = "malformed_json"
+MALFORMED_MSGPACK = "malformed_msgpack"
 NOT_AN_OBJECT = "not_an_object"
 MISSING_ID = "missing_id"
 BAD_ID = "bad_id"
@@ -104,3 +106,41 @@ def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
     if isinstance(doc_id, str) and not doc_id:
         return Rejected(BAD_ID, f"field {name!r} is an empty string")
     return doc_id
+
+
+EMPTY_MESSAGE = "empty_message"
+MESSAGE_FORMATS = ("json", "msgpack", "raw")
+
+
+def decode_message(
+    value: bytes | None,
+    key: bytes | None,
+    fmt: str,
+    fields: Fields,
+    timestamp_ms: int | None = None,
+) -> Document | Rejected:
+    """A Kafka message as a document (`fmt`: json, msgpack or raw)."""
+    if value is None:
+        return Rejected(EMPTY_MESSAGE, "message has no value (a tombstone)")
+    if fmt == "json":
+        return decode_json(value, fields, timestamp_ms)
+    if len(value) > fields.max_bytes:
+        return Rejected(
+            TOO_LARGE, f"message is {len(value)} bytes, over the limit of {fields.max_bytes}"
+        )
+    if fmt == "msgpack":
+        try:
+            obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+            return Rejected(MALFORMED_MSGPACK, f"malformed msgpack: {exc or type(exc).__name__}")
+        return from_mapping(obj, fields, "msgpack", timestamp_ms)
+    if key is None:
+        return Rejected(MISSING_ID, "raw message has no key (the key is the document id)")
+    try:
+        doc_id, text = key.decode("utf-8"), value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejected(INVALID_UTF8, f"not valid UTF-8: {exc.reason} at byte {exc.start}")
+    checked = check_id(doc_id, "key")
+    if isinstance(checked, Rejected):
+        return checked
+    return Document(checked, text, timestamp_ms)

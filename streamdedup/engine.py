@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,12 +295,27 @@ class Deduplicator:
         batch = [d if isinstance(d, Document) else Document(d[0], d[1]) for d in docs]
         return self.apply(self.preparer.prepare(batch))
 
-    def apply(self, prepared: Prepared | Sequence[Prepared]) -> list[Verdict]:
-        """Check and insert prepared documents, in order, in one write transaction."""
+    def apply(
+        self,
+        prepared: Prepared | Sequence[Prepared],
+        also: Callable[[Tables, list[Verdict]], None] | None = None,
+    ) -> list[Verdict]:
+        """Check and insert prepared documents, in order, in one write transaction.
+
+        `also` runs inside that transaction with the verdicts, so a caller can record
+        its own state (the Kafka worker: input offsets) atomically with the documents.
+        """
         parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
-        if not any(p.docs for p in parts):
+        if not any(p.docs for p in parts) and also is None:
             return []
-        verdicts = self.index.write(lambda t: self._apply(t, parts))
+
+        def run(t: Tables) -> list[Verdict]:
+            verdicts = self._apply(t, parts)
+            if also is not None:
+                also(t, verdicts)
+            return verdicts
+
+        verdicts = self.index.write(run)
         self.counters.merge(self._batch)  # only once the batch is committed
         return verdicts
 

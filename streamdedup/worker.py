@@ -72,6 +72,7 @@ class WorkerStats:
     duplicates: int = 0
     dead_letters: int = 0
     republished: int = 0
+    skipped: int = 0  # redelivered although already published and committed
     started: float = field(default_factory=time.monotonic)
 
 
@@ -101,6 +102,14 @@ def _replay_key(topic: str, partition: int, offset: int) -> bytes:
 
 def _offsets_meta(topic: str) -> str:
     return f"offsets/{topic}"
+
+
+def _published_meta(topic: str) -> str:
+    return f"published/{topic}"
+
+
+def _partition_map(t: Tables, name: str) -> dict[int, int]:
+    return {int(k): int(v) for k, v in (t.meta(name) or {}).items()}
 
 
 class Worker:
@@ -228,6 +237,8 @@ class Worker:
         try:
             while not self.stop_event.is_set():
                 records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+                if not self.consumer.assignment():
+                    idle_since = time.monotonic()  # still joining the group: not idle
                 if not records:
                     idle = time.monotonic() - idle_since
                     if self.cfg.idle_exit_s is not None and idle >= self.cfg.idle_exit_s:
@@ -243,13 +254,25 @@ class Worker:
         from kafka.errors import KafkaError
         from kafka.structs import OffsetAndMetadata
 
-        batch = [
-            (tp, m) for tp in sorted(records, key=lambda tp: tp.partition) for m in records[tp]
-        ]
         topic = self.cfg.input_topic
-        applied: dict[int, int] = self.dd.index.read(
-            lambda t: {int(k): v for k, v in (t.meta(_offsets_meta(topic)) or {}).items()}
+        applied, published = self.dd.index.read(
+            lambda t: (
+                _partition_map(t, _offsets_meta(topic)),
+                _partition_map(t, _published_meta(topic)),
+            )
         )
+        # Messages below `published` went out in a transaction Kafka acknowledged as
+        # committed; a broker may still hand them out again (a committed-offset fetch
+        # that is not yet stable), so they are skipped here rather than trusted to it.
+        batch = [
+            (tp, m)
+            for tp in sorted(records, key=lambda tp: tp.partition)
+            for m in records[tp]
+            if m.offset >= published.get(tp.partition, 0)
+        ]
+        self.stats.skipped += sum(len(v) for v in records.values()) - len(batch)
+        if not batch:
+            return
         decoded: list[Document | Rejected] = []
         fresh: list[tuple[int, int, Document]] = []
         for tp, m in batch:
@@ -314,13 +337,25 @@ class Worker:
                 )
                 self.stats.verdicts += 1
                 self.stats.duplicates += v.is_duplicate
-            offsets = {tp: OffsetAndMetadata(last[tp.partition] + 1, "", -1) for tp in records}
+            offsets = {
+                tp: OffsetAndMetadata(last[tp.partition] + 1, "", -1)
+                for tp in records
+                if tp.partition in last
+            }
             self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
             self.producer.commit_transaction()
         except KafkaError as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self._abort_and_rewind(first)
             return
+
+        def mark_published(t: Tables) -> None:
+            done = _partition_map(t, _published_meta(topic))
+            for p, hi in last.items():
+                done[p] = max(done.get(p, 0), hi + 1)
+            t.set_meta(_published_meta(topic), {str(k): v for k, v in done.items()})
+
+        self.dd.index.write(mark_published)
         self.stats.batches += 1
         self.stats.messages += len(batch)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -19,9 +18,12 @@ pytestmark = pytest.mark.integration
 
 VOCAB = [f"w{i}" for i in range(3000)]
 FAST_GROUP = [
-    "--consumer-option", "max_poll_interval_ms=3000",
-    "--consumer-option", "session_timeout_ms=3000",
-    "--consumer-option", "heartbeat_interval_ms=500",
+    "--consumer-option",
+    "max_poll_interval_ms=3000",
+    "--consumer-option",
+    "session_timeout_ms=3000",
+    "--consumer-option",
+    "heartbeat_interval_ms=500",
 ]
 
 
@@ -48,29 +50,37 @@ class Topics:
         self.input, self.output, self.dlq = f"in-{tag}", f"out-{tag}", f"dlq-{tag}"
         self.group = f"g-{tag}"
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        admin.create_topics([
-            NewTopic(self.input, partitions, 1),
-            NewTopic(self.output, 1, 1),
-            NewTopic(self.dlq, 1, 1),
-        ])
+        admin.create_topics(
+            [
+                NewTopic(self.input, partitions, 1),
+                NewTopic(self.output, 1, 1),
+                NewTopic(self.dlq, 1, 1),
+            ]
+        )
         admin.close()
 
-    def produce(self, values: list[bytes], keys: list[bytes | None] | None = None,
-                partitions: int = 1) -> None:
+    def produce(
+        self, values: list[bytes], keys: list[bytes | None] | None = None, partitions: int = 1
+    ) -> None:
         from kafka import KafkaProducer
 
         p = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=5)
         for i, v in enumerate(values):
-            p.send(self.input, value=v, key=None if keys is None else keys[i],
-                   partition=i % partitions)
+            p.send(
+                self.input, value=v, key=None if keys is None else keys[i], partition=i % partitions
+            )
         p.flush()
         p.close()
 
     def read(self, topic: str, expect: int | None = None, timeout: float = 30) -> list[Any]:
         from kafka import KafkaConsumer, TopicPartition
 
-        c = KafkaConsumer(bootstrap_servers=self.bootstrap, isolation_level="read_committed",
-                          enable_auto_commit=False, consumer_timeout_ms=2000)
+        c = KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            consumer_timeout_ms=2000,
+        )
         tp = TopicPartition(topic, 0)
         c.assign([tp])
         c.seek_to_beginning(tp)
@@ -86,23 +96,54 @@ class Topics:
 
     def worker_args(self, index: Path, *extra: str) -> list[str]:
         return [
-            sys.executable, "-m", "streamdedup.cli", "worker",
-            "--bootstrap-servers", self.bootstrap, "--input-topic", self.input,
-            "--output-topic", self.output, "--dead-letter-topic", self.dlq,
-            "--group-id", self.group, "--index", str(index), *FAST_GROUP, *extra,
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "worker",
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--input-topic",
+            self.input,
+            "--output-topic",
+            self.output,
+            "--dead-letter-topic",
+            self.dlq,
+            "--group-id",
+            self.group,
+            "--index",
+            str(index),
+            *FAST_GROUP,
+            *extra,
         ]
 
-    def run_worker(self, index: Path, *extra: str, idle: float = 4.0) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(self.worker_args(index, "--idle-exit", str(idle), *extra),
-                              capture_output=True, timeout=600)
+    def run_worker(
+        self, index: Path, *extra: str, idle: float = 4.0
+    ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            self.worker_args(index, "--idle-exit", str(idle), *extra),
+            capture_output=True,
+            timeout=600,
+        )
 
 
 def file_mode(tmp: Path, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     src = tmp / "file-in.jsonl"
     src.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     out = tmp / "file-out.jsonl"
-    r = subprocess.run([sys.executable, "-m", "streamdedup.cli", "dedup", str(src), "--index",
-                        str(tmp / "file-index"), "--output", str(out)], capture_output=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "dedup",
+            str(src),
+            "--index",
+            str(tmp / "file-index"),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr
     return [orjson.loads(x) for x in out.read_bytes().splitlines()]
 
@@ -191,10 +232,18 @@ def test_an_index_bound_to_another_group_is_refused(kafka_bootstrap: str, tmp_pa
 
 
 @pytest.mark.slow
-def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_crash_test_exactly_one_verdict_per_document(
+    kafka_bootstrap: str, hides_aborted_transactions: bool, tmp_path: Path
+) -> None:
     """SIGKILL the worker at random moments over a 20,000-document stream; restart it
     each time.  The read_committed verdict topic must hold exactly one verdict per
     input document, equal to an uninterrupted run's."""
+    if not hides_aborted_transactions:
+        pytest.skip(
+            "this broker shows aborted transactions to read_committed consumers "
+            "(Tansu 0.6.0), so no producer can pass this check on it; run with "
+            "KAFKA_BOOTSTRAP_SERVERS pointing at Apache Kafka or with Docker"
+        )
     docs = stream(20_000, seed=4)
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs])
@@ -202,13 +251,16 @@ def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_p
     index = tmp_path / "idx"
     kills = 0
     while kills < 5:
-        proc = subprocess.Popen(t.worker_args(index, "--max-poll-records", "500"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rnd.uniform(3.0, 7.0))
+        proc = subprocess.Popen(
+            t.worker_args(index, "--max-poll-records", "500"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rnd.uniform(6.0, 12.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-    r = t.run_worker(index, "--max-poll-records", "500", idle=6)
+    r = t.run_worker(index, "--max-poll-records", "500", idle=8)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     got = verdicts_by_offset(t.read(t.output, expect=len(docs), timeout=120))
     assert len(got) == len(docs)

@@ -265,3 +265,77 @@ def test_crash_test_exactly_one_verdict_per_document(
     got = verdicts_by_offset(t.read(t.output, expect=len(docs), timeout=120))
     assert len(got) == len(docs)
     assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)
+
+
+def test_duplicates_across_partitions_are_found(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(120, seed=5)
+    originals = [d for d in docs if not d["text"].count("edited")][:60]
+    t = Topics(kafka_bootstrap, partitions=3)
+    t.produce([orjson.dumps(d) for d in originals], partitions=3)
+    assert t.run_worker(tmp_path / "idx").returncode == 0
+    copies = [{"id": f"copy-{d['id']}", "text": d["text"]} for d in originals]
+    # each copy lands on a different partition from its original
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i, c in enumerate(copies):
+        p.send(t.input, value=orjson.dumps(c), partition=(i + 1) % 3)
+    p.flush()
+    p.close()
+    assert t.run_worker(tmp_path / "idx").returncode == 0
+    verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=120)]
+    assert len(verdicts) == 120
+    by_id = {v["id"]: v for v in verdicts}
+    assert len(by_id) == 120
+    for d in originals:
+        v = by_id[f"copy-{d['id']}"]
+        assert v["verdict"] == "duplicate" and v["exact"] and v["duplicate_of"] == d["id"]
+    assert {v["source"]["partition"] for v in verdicts} == {0, 1, 2}
+
+
+def test_msgpack_and_raw_inputs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    import msgpack
+
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa"
+    t = Topics(kafka_bootstrap)
+    t.produce(
+        [msgpack.packb({"id": 1, "text": text}), msgpack.packb({"id": 2, "text": text}), b"\xc1"]
+    )
+    r = t.run_worker(tmp_path / "a", "--input-format", "msgpack", "--output-format", "msgpack")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    out = [msgpack.unpackb(m.value) for m in t.read(t.output, expect=2)]
+    assert [(v["id"], v["verdict"]) for v in out] == [(1, "unique"), (2, "duplicate")]
+    assert dict(t.read(t.dlq, expect=1)[0].headers)["streamdedup.reason"] == b"malformed_msgpack"
+
+    raw = Topics(kafka_bootstrap)
+    raw.produce([text.encode(), text.encode(), b"no key"], keys=[b"r1", b"r2", None])
+    r = raw.run_worker(tmp_path / "b", "--input-format", "raw")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    out = [orjson.loads(m.value) for m in raw.read(raw.output, expect=2)]
+    assert [(v["id"], v["verdict"]) for v in out] == [("r1", "unique"), ("r2", "duplicate")]
+    assert dict(raw.read(raw.dlq, expect=1)[0].headers)["streamdedup.reason"] == b"missing_id"
+
+
+def test_unreachable_broker_fails_clearly_and_in_bounded_time(tmp_path: Path) -> None:
+    from streamdedup.broker import free_port
+
+    started = time.time()
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "worker",
+            "--bootstrap-servers",
+            f"127.0.0.1:{free_port()}",
+            "--index",
+            str(tmp_path / "idx"),
+            "--connect-timeout",
+            "3",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 3
+    assert b"no Kafka broker answered" in r.stderr
+    assert time.time() - started < 30

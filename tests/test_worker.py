@@ -339,3 +339,52 @@ def test_unreachable_broker_fails_clearly_and_in_bounded_time(tmp_path: Path) ->
     assert r.returncode == 3
     assert b"no Kafka broker answered" in r.stderr
     assert time.time() - started < 30
+
+
+def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Two workers of one group on one host, one index: the group splits four
+    partitions between them, and duplicates across partitions are still found."""
+    t = Topics(kafka_bootstrap, partitions=4)
+    index = tmp_path / "idx"
+    logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
+    procs = []
+    handles = [open(log_path, "wb") for log_path in logs]  # noqa: SIM115 - closed below
+    for handle in handles:
+        procs.append(
+            subprocess.Popen(t.worker_args(index), stdout=subprocess.DEVNULL, stderr=handle)
+        )
+        time.sleep(1.0)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # both members hold partitions before data arrives
+        if all(b'assigned ["TopicPartition' in p.read_bytes() for p in logs):
+            break
+        time.sleep(0.5)
+    docs = stream(200, seed=6)
+    originals = [d for d in docs if "edited" not in d["text"]][:80]
+    t.produce([orjson.dumps(d) for d in originals], partitions=4)
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i, d in enumerate(originals):
+        p.send(
+            t.input,
+            value=orjson.dumps({"id": f"copy-{d['id']}", "text": d["text"]}),
+            partition=(i + 1) % 4,
+        )
+    p.flush()
+    p.close()
+    verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=160, timeout=90)]
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    for handle in handles:
+        handle.close()
+    assert len(verdicts) == 160
+    by_id = {v["id"]: v for v in verdicts}
+    assert len(by_id) == 160
+    for d in originals:
+        v = by_id[f"copy-{d['id']}"]
+        assert v["verdict"] == "duplicate" and v["duplicate_of"] == d["id"], v
+    assert all(b'assigned ["TopicPartition' in p.read_bytes() for p in logs), (
+        "both processes held partitions"
+    )

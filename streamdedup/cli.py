@@ -244,6 +244,12 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     ),
                     Opt("output", "also keep the verdicts in this file", str, metavar="OUT"),
                     Opt(
+                        "file-mode",
+                        "run the stream through `dedup` instead of the Kafka "
+                        "worker on an embedded broker",
+                        flag=True,
+                    ),
+                    Opt(
                         "progress",
                         "progress bar on stderr",
                         str,

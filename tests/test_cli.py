@@ -303,3 +303,19 @@ def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
     if proc.returncode == 130:
         assert b"interrupted" in err
     assert main(["stats", "--index", str(idx)]) == 0
+
+
+@pytest.mark.integration
+def test_demo_runs_the_worker_on_the_embedded_broker() -> None:
+    r = run("demo")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert b"Kafka worker on an embedded broker" in r.stderr
+    assert b"2000 lines" in r.stdout and b"duplicate 307 (exact 64)" in r.stdout
+    assert b"some near-duplicates it found" in r.stdout
+
+
+def test_demo_in_file_mode_finds_the_same(tmp_path: Path) -> None:
+    r = run("demo", "--file-mode", "--output", str(tmp_path / "v.jsonl"))
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert b"2000 lines" in r.stdout and b"duplicate 307 (exact 64)" in r.stdout
+    assert len((tmp_path / "v.jsonl").read_bytes().splitlines()) == 2000

@@ -208,6 +208,11 @@ class Worker:
                     "auto_offset_reset": "earliest",
                     "isolation_level": "read_committed",
                     "max_poll_records": self.cfg.max_poll_records,
+                    # kafka-python fetches 1 MiB per partition by default: a few hundred
+                    # pages, far below max_poll_records; each batch has fixed costs (two
+                    # transactions), so let a poll bring a whole batch.
+                    "max_partition_fetch_bytes": 32 << 20,
+                    "fetch_max_bytes": 64 << 20,
                     **self.cfg.consumer_options,
                 },
             )

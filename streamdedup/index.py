@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 
 import lmdb
 import msgpack
-import numpy as np
 
 from .errors import IndexOpenError
 
@@ -305,7 +304,3 @@ class Index:
 
     def close(self) -> None:
         self.env.close()
-
-
-def signature_array(raw: bytes) -> np.ndarray:
-    return np.frombuffer(raw, dtype="<u2")

@@ -399,3 +399,60 @@ def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> 
     assert all(b'assigned ["TopicPartition' in p.read_bytes() for p in logs), (
         "both processes held partitions"
     )
+
+
+def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
+    kafka_bootstrap: str, hides_aborted_transactions: bool, tmp_path: Path
+) -> None:
+    """A second worker joins while the first is busy: partitions move between them.
+    Nothing is lost, a redelivered message gets the verdict it had, and afterwards the
+    offsets recorded in the index agree with the group's committed offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    docs = stream(40_000, seed=7)
+    t = Topics(kafka_bootstrap, partitions=2)
+    t.produce([orjson.dumps(d) for d in docs], partitions=2)
+    index = tmp_path / "idx"
+    # small batches: many transactions, so the stream outlasts the group's rebalance
+    args = t.worker_args(index, "--max-poll-records", "50")
+    logs = [open(tmp_path / f"w{i}.log", "wb") for i in range(2)]  # noqa: SIM115
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=logs[0])
+    watcher = KafkaConsumer(bootstrap_servers=kafka_bootstrap, isolation_level="read_committed")
+    watcher.assign([TopicPartition(t.output, 0)])
+    published, deadline = 0, time.time() + 60
+    while published < 1000 and time.time() < deadline:  # the first worker is under way
+        published += sum(len(b) for b in watcher.poll(timeout_ms=200).values())
+    watcher.close()
+    second = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=logs[1])
+    seen: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    deadline = time.time() + 180
+    while len(seen) < len(docs) and time.time() < deadline:
+        seen = {}
+        for m in t.read(t.output, expect=len(docs), timeout=10):
+            v = orjson.loads(m.value)
+            src = v.pop("source")
+            seen.setdefault((src["partition"], src["offset"]), []).append(v)
+    for proc in (first, second):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    for log in logs:
+        log.close()
+    first_log, second_log = ((tmp_path / f"w{i}.log").read_bytes() for i in range(2))
+    assert b'revoked ["TopicPartition' in first_log, "the first worker lost a partition"
+    assert b'assigned ["TopicPartition' in second_log, "the second worker took one over"
+    assert len(seen) == len(docs), "a document got no verdict"
+    for key, verdicts in seen.items():
+        assert all(v == verdicts[0] for v in verdicts), (key, verdicts)
+    if hides_aborted_transactions:
+        assert all(len(v) == 1 for v in seen.values())
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka_bootstrap, group_id=t.group, enable_auto_commit=False
+    )
+    committed = {p: consumer.committed(TopicPartition(t.input, p)) for p in (0, 1)}
+    consumer.close()
+    from streamdedup.engine import Deduplicator
+
+    with Deduplicator(index) as dd:
+        recorded = dd.index.read(lambda tx: tx.meta(f"offsets/{t.input}"))
+    assert {int(k): v for k, v in recorded.items()} == committed
+    assert sum(committed.values()) == len(docs)

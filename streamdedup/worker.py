@@ -112,6 +112,15 @@ def _partition_map(t: Tables, name: str) -> dict[int, int]:
     return {int(k): int(v) for k, v in (t.meta(name) or {}).items()}
 
 
+def _advance(t: Tables, name: str, last: dict[int, int]) -> None:
+    """Move per-partition next offsets past `last`, read and written in the same write
+    transaction: processes sharing the index update different partitions of one map."""
+    now = _partition_map(t, name)
+    for p, hi in last.items():
+        now[p] = max(now.get(p, 0), hi + 1)
+    t.set_meta(name, {str(k): v for k, v in now.items()})
+
+
 class Worker:
     def __init__(self, cfg: WorkerConfig, dedup: Deduplicator) -> None:
         self.cfg = cfg
@@ -302,10 +311,7 @@ class Worker:
                     cur.delete()
             for (p, off, _), v in zip(fresh, verdicts, strict=True):
                 t.txn.put(_replay_key(topic, p, off), msgpack.packb(v.to_dict()), db=t.db["meta"])
-            now = dict(applied)
-            for p, hi in last.items():
-                now[p] = max(now.get(p, 0), hi + 1)
-            t.set_meta(_offsets_meta(topic), {str(k): v for k, v in now.items()})
+            _advance(t, _offsets_meta(topic), last)
 
         verdicts = iter(self.dd.apply(prepared, also=record))
         stored: dict[tuple[int, int], Verdict] = {}
@@ -354,13 +360,7 @@ class Worker:
             self._abort_and_rewind(first)
             return
 
-        def mark_published(t: Tables) -> None:
-            done = _partition_map(t, _published_meta(topic))
-            for p, hi in last.items():
-                done[p] = max(done.get(p, 0), hi + 1)
-            t.set_meta(_published_meta(topic), {str(k): v for k, v in done.items()})
-
-        self.dd.index.write(mark_published)
+        self.dd.index.write(lambda t: _advance(t, _published_meta(topic), last))
         self.stats.batches += 1
         self.stats.messages += len(batch)
 

@@ -302,13 +302,12 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
 def open_engine(values: dict[str, Any]) -> Deduplicator:
     from .errors import ConfigError
 
-    if not values.get("index"):
-        raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
+    index = _require_index(values)
     for name in ("max_bucket_candidates", "max_exact_checks", "batch_size"):
         if values.get(name, 1) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
     return Deduplicator(
-        values["index"],
+        index,
         threshold=values["threshold"],
         num_perm=values["num_perm"],
         shingle=values["shingle"],
@@ -346,7 +345,7 @@ def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .filemode import run_dedup, stdin_or_file, stdout_or_file
 
-    fields = Fields(values["id_field"], values["text_field"], values["max_doc_bytes"])
+    fields = Fields.from_options(values)
     with open_engine(values) as dd:
         progress = make_progress(values["progress"], "dedup")
         source, sink = stdin_or_file(args.input), stdout_or_file(values["output"])
@@ -451,7 +450,7 @@ def _require_index(values: dict[str, Any]) -> str:
     from .errors import ConfigError
 
     if not values.get("index"):
-        raise ConfigError("--index DIR is required")
+        raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
     return str(values["index"])
 
 

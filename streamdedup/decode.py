@@ -43,6 +43,10 @@ class Fields:
     text_field: str = "text"
     max_bytes: int = 16 << 20
 
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> Fields:
+        return cls(values["id_field"], values["text_field"], values["max_doc_bytes"])
+
 
 def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> Document | Rejected:
     """One JSON object with an id (string or integer) and a text (string)."""

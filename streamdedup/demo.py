@@ -20,7 +20,7 @@ import orjson
 
 from .broker import BrokerError
 from .decode import Fields
-from .engine import Deduplicator
+from .engine import Deduplicator, Verdict
 from .filemode import Summary, run_dedup
 from .report import index_stats
 
@@ -41,7 +41,7 @@ def run_demo(values: dict[str, Any]) -> int:
     print(f"streamdedup demo ({mode}): {source_name} -> index {index_dir}", file=sys.stderr)
     try:
         source = open(values["input"], "rb") if values.get("input") else sample_stream()  # noqa: SIM115
-        fields = Fields(values["id_field"], values["text_field"], values["max_doc_bytes"])
+        fields = Fields.from_options(values)
         progress = make_progress(values.get("progress", "auto"), "demo")
         with source, open(verdict_path, "wb") as sink, Deduplicator(index_dir) as dd:
             if values.get("file_mode"):
@@ -115,14 +115,9 @@ def _through_kafka(
                             started = time.perf_counter()
                         seen += 1
                         if is_verdict:
-                            v = orjson.loads(m.value)
-                            v.pop("source", None)
-                            sink.write(orjson.dumps(v) + b"\n")
-                            summary.lines += 1
-                            summary.duplicates += v["verdict"] == "duplicate"
-                            summary.exact += bool(v["exact"])
-                            summary.unique += v["verdict"] == "unique"
-                            summary.empty += v.get("reason") == "empty"
+                            verdict = Verdict.from_dict(orjson.loads(m.value))
+                            sink.write(orjson.dumps(verdict.to_dict()) + b"\n")
+                            summary.add(verdict)
                         else:
                             headers = dict(m.headers)
                             summary.add(Rejected(headers["streamdedup.reason"].decode(), ""))

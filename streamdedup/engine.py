@@ -71,6 +71,19 @@ class Verdict:
         return out
 
     @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """The inverse of `to_dict` (extra keys such as `source` are ignored)."""
+        return cls(
+            d["id"],
+            d["verdict"],
+            d["duplicate_of"],
+            d["cluster"],
+            d["similarity"],
+            d["exact"],
+            d.get("reason"),
+        )
+
+    @classmethod
     def from_record(cls, rec: Record) -> Verdict:
         return cls(
             id=rec.doc_id,

@@ -373,16 +373,7 @@ class Worker:
                     f"no stored verdict for {self.cfg.input_topic}/{p}@{off}, which the index "
                     "has already applied; was the index restored from an older backup?"
                 )
-            d = msgpack.unpackb(bytes(raw))
-            out[(p, off)] = Verdict(
-                d["id"],
-                d["verdict"],
-                d["duplicate_of"],
-                d["cluster"],
-                d["similarity"],
-                d["exact"],
-                d.get("reason"),
-            )
+            out[(p, off)] = Verdict.from_dict(msgpack.unpackb(bytes(raw)))
         return out
 
     def _abort_and_rewind(self, first: dict[int, int]) -> None:
@@ -500,7 +491,7 @@ def run_from_options(
         group_id=values["group_id"],
         input_format=values["input_format"],
         output_format=values["output_format"],
-        fields=Fields(values["id_field"], values["text_field"], values["max_doc_bytes"]),
+        fields=Fields.from_options(values),
         max_poll_records=values["max_poll_records"],
         transactional_id=values["transactional_id"],
         client_id=values["client_id"],

@@ -68,26 +68,27 @@ def _collect() -> list[list[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
                 doc = ast.get_docstring(node)
-                if not doc:
-                    continue
-                for para in doc.split("\n\n"):
-                    para = " ".join(para.split())
-                    if len(para) >= 80 and para not in seen:
-                        seen.add(para)
-                        group.append(para)
+                if doc:
+                    group.extend(_new_paragraphs(doc, seen))
         if group:
             out.append(group)
     from pydoc_data.topics import topics
 
     for _, body in sorted(topics.items()):
-        group = []
-        for para in body.split("\n\n"):
-            para = " ".join(para.split())
-            if len(para) >= 80 and para not in seen:
-                seen.add(para)
-                group.append(para)
+        group = _new_paragraphs(body, seen)
         if group:
             out.append(group)
+    return out
+
+
+def _new_paragraphs(text: str, seen: set[str]) -> list[str]:
+    """Whitespace-collapsed paragraphs of 80+ characters not seen before."""
+    out = []
+    for para in text.split("\n\n"):
+        para = " ".join(para.split())
+        if len(para) >= 80 and para not in seen:
+            seen.add(para)
+            out.append(para)
     return out
 
 

@@ -35,6 +35,28 @@ def run(
     )
 
 
+def start_dedup(
+    src: Path, index: Path, out: Path, batch_size: str, stderr: int
+) -> subprocess.Popen[bytes]:
+    """`dedup` in the background, to be interrupted."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "dedup",
+            str(src),
+            "--index",
+            str(index),
+            "--output",
+            str(out),
+            "--batch-size",
+            batch_size,
+        ],
+        stderr=stderr,
+    )
+
+
 def corpus(path: Path, n: int, seed: int = 1) -> list[dict[str, object]]:
     rnd = random.Random(seed)
     docs: list[dict[str, object]] = []
@@ -244,22 +266,7 @@ def test_workers_give_the_same_verdicts(tmp_path: Path) -> None:
 def test_kill_9_leaves_an_index_holding_every_written_verdict(tmp_path: Path) -> None:
     docs = corpus(tmp_path / "in.jsonl", 20_000, seed=7)
     idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamdedup.cli",
-            "dedup",
-            str(tmp_path / "in.jsonl"),
-            "--index",
-            str(idx),
-            "--output",
-            str(out),
-            "--batch-size",
-            "200",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_dedup(tmp_path / "in.jsonl", idx, out, "200", stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or out.stat().st_size < 200_000):
         time.sleep(0.05)
@@ -279,22 +286,7 @@ def test_kill_9_leaves_an_index_holding_every_written_verdict(tmp_path: Path) ->
 def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
     corpus(tmp_path / "in.jsonl", 5000, seed=8)
     idx, out = tmp_path / "idx", tmp_path / "out.jsonl"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamdedup.cli",
-            "dedup",
-            str(tmp_path / "in.jsonl"),
-            "--index",
-            str(idx),
-            "--output",
-            str(out),
-            "--batch-size",
-            "100",
-        ],
-        stderr=subprocess.PIPE,
-    )
+    proc = start_dedup(tmp_path / "in.jsonl", idx, out, "100", stderr=subprocess.PIPE)
     while not out.exists() or out.stat().st_size == 0:
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)

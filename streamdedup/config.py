@@ -61,3 +61,25 @@ class EngineOptions:
     # "process": a commit survives the process (kill -9, OOM) at once; the OS writes
     # it to disk soon after.  "full": fsync on every commit, survives power loss too.
     durability: Literal["process", "full"] = "process"
+    # Time window: documents whose timestamp is older than the newest timestamp seen
+    # minus ttl_ms are forgotten (None: keep everything).  Documents without a
+    # timestamp never expire.
+    ttl_ms: int | None = None
+    max_expire_per_batch: int = 20_000
+
+
+def parse_duration_ms(text: str) -> int:
+    """'7d', '12h', '30m', '45s', '250ms' or plain seconds -> milliseconds."""
+    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+    t = text.strip().lower()
+    for suffix in ("ms", "s", "m", "h", "d", "w"):
+        if t.endswith(suffix) and t[: -len(suffix)].replace(".", "", 1).isdigit():
+            value = float(t[: -len(suffix)]) * units[suffix]
+            break
+    else:
+        if not t.replace(".", "", 1).isdigit():
+            raise ConfigError(f"not a duration: {text!r} (examples: 7d, 12h, 30m, 90s)")
+        value = float(t) * 1000
+    if value <= 0:
+        raise ConfigError(f"a duration must be positive, got {text!r}")
+    return int(value)

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from . import setcodec
 from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
-from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, id_key
+from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, expiry_key, id_key
 from .lsh import banding, tune
 from .shingle import Shingler, ShingleSpec, normalise
 from .signature import band_keys, estimate_jaccard, signatures
@@ -105,6 +105,7 @@ class Counters:
     most_candidates: int = 0  # the most any one document read
     exact_checks: int = 0
     replayed: int = 0  # ids seen before with the same content
+    expired: int = 0  # forgotten by the time window
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -112,6 +113,30 @@ class Counters:
         self.most_candidates = max(self.most_candidates, other.most_candidates)
         self.exact_checks += other.exact_checks
         self.replayed += other.replayed
+        self.expired += other.expired
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to the index, as the changelog carries it: a document stored
+    (`record` set) or forgotten (`record` None)."""
+
+    key: bytes
+    docno: int
+    record: Record | None
+    signature: bytes | None
+    shingle_set: bytes | None
+    owns_content: bool
+
+
+@dataclass
+class _Expiry:
+    """Per-batch state of the time window."""
+
+    oldest: tuple[int, int] | None
+    budget: int
+    cutoff: int | None = None
+    behind: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +313,10 @@ class Deduplicator:
         self._margin = 4.0 * math.sqrt(t * (1.0 - t) / k) + 0.01
         self.counters = Counters()
         self._batch = Counters()
+        self._expiry = _Expiry(None, 0)
+        # The changes of the last applied batch, for a changelog (the worker reads them
+        # after `apply`); rebuilt on every run of the transaction.
+        self.changes: list[Change] = []
 
     def __enter__(self) -> Deduplicator:
         return self
@@ -338,15 +367,49 @@ class Deduplicator:
         next_docno = int(t.meta("next_docno") or 0)
         self._counts = dict(t.meta("counts") or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
+        self.changes = []
+        clock = int(t.meta("clock") or 0)
+        ttl = self.options.ttl_ms
+        self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
         out: list[Verdict] = []
         for p in parts:
             for i in range(len(p.docs)):
+                ts = p.docs[i].timestamp_ms
+                if ts is not None and ts > clock:
+                    clock = ts
+                if ttl is not None:
+                    self._expire(t, clock - ttl)
                 verdict, inserted = self._check_one(t, p, i, next_docno)
                 next_docno += inserted
                 out.append(verdict)
         t.set_meta("next_docno", next_docno)
         t.set_meta("counts", self._counts)
+        t.set_meta("clock", clock)
         return out
+
+    def _expire(self, t: Tables, cutoff: int) -> None:
+        """Forget documents older than the window, oldest first, a bounded number per
+        batch; what is left over stays invisible (`_expired`) until a later batch."""
+        e = self._expiry
+        e.cutoff = cutoff
+        while e.oldest is not None and e.oldest[0] < cutoff:
+            if e.budget == 0:
+                e.behind = True
+                return
+            ts, docno = e.oldest
+            rec = t.record(docno)
+            if rec is None:  # an orphan entry: drop it
+                t.txn.delete(expiry_key(ts, docno), db=t.db["expiry"])
+            else:
+                self._forget(t, docno, id_key(rec.doc_id))
+            self._batch.expired += 1
+            e.budget -= 1
+            e.oldest = t.oldest()
+        e.behind = False
+
+    def _expired(self, rec: Record) -> bool:
+        e = self._expiry
+        return e.cutoff is not None and rec.timestamp_ms is not None and rec.timestamp_ms < e.cutoff
 
     def _count(self, v: Verdict | Record, delta: int) -> None:
         """Keep the verdict tallies `stats` reports (documents currently indexed)."""
@@ -365,7 +428,7 @@ class Deduplicator:
         existing = t.docno_for_id(key)
         if existing is not None:
             rec = t.record(existing)
-            if rec is not None and rec.content_hash == content:
+            if rec is not None and rec.content_hash == content and not self._expired(rec):
                 self._batch.replayed += 1
                 return Verdict.from_record(rec), 0
             self._forget(t, existing, key)
@@ -375,7 +438,11 @@ class Deduplicator:
             self._insert(t, p, i, docno, verdict, index_it=False)
             return verdict, 1
         same = t.docno_for_content(content)
-        if same is not None and (orig := t.record(same)) is not None:
+        orig = None if same is None else t.record(same)
+        if same is not None and orig is not None and self._expired(orig):
+            self._forget(t, same, id_key(orig.doc_id))  # its content is free again
+            orig = None
+        if orig is not None:
             verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
             self._insert(t, p, i, docno, verdict, index_it=False)
             return verdict, 1
@@ -402,6 +469,8 @@ class Deduplicator:
         docnos: list[int] = []
         rows: list[bytes] = []
         for d in sorted(found):
+            if self._expiry.behind and (r := t.record(d)) is not None and self._expired(r):
+                continue
             raw = t.signature(d)
             if raw is not None:
                 docnos.append(d)
@@ -453,7 +522,7 @@ class Deduplicator:
             shingles=p.shingles[i],
         )
         sets = p.set_blobs
-        t.put_document(
+        owns = t.put_document(
             docno,
             p.keys[i],
             record,
@@ -461,6 +530,21 @@ class Deduplicator:
             bucket_keys=p.band_keys[i] if index_it else [],
             shingle_set=sets[i] if index_it and sets is not None else None,
             register_content=p.shingles[i] > 0,
+        )
+        e = self._expiry
+        if doc.timestamp_ms is not None and (
+            e.oldest is None or (doc.timestamp_ms, docno) < e.oldest
+        ):
+            e.oldest = (doc.timestamp_ms, docno)
+        self.changes.append(
+            Change(
+                p.keys[i],
+                docno,
+                record,
+                p.sig_bytes[i] if index_it else None,
+                sets[i] if index_it and sets is not None else None,
+                owns,
+            )
         )
 
     def _forget(self, t: Tables, docno: int, key: bytes) -> None:
@@ -470,6 +554,7 @@ class Deduplicator:
         raw = t.signature(docno)
         keys = [] if raw is None else stored_band_keys(raw, self.params)
         t.remove_document(docno, key, keys)
+        self.changes.append(Change(key, docno, None, None, None, False))
 
 
 __all__ = [

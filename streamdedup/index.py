@@ -12,6 +12,7 @@ sigs        docno                      signature: K little-endian uint16
 sets        docno + chunk number       Elias-Fano coded shingle fingerprints
 content     normalised-content hash    docno of the first document with it
 buckets     band key (8 bytes)         docno, dupsort + dupfixed (a posting list)
+expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 ==========  =========================  ============================================
 
 Documents are numbered in arrival order; big-endian docnos make every posting list
@@ -51,6 +52,10 @@ def docno_key(docno: int) -> bytes:
 
 def docno_of(key: bytes) -> int:
     return int.from_bytes(key, "big")
+
+
+def expiry_key(timestamp_ms: int, docno: int) -> bytes:
+    return max(timestamp_ms, 0).to_bytes(8, "big") + docno_key(docno)
 
 
 def id_key(doc_id: DocId) -> bytes:
@@ -160,7 +165,8 @@ class Tables:
         bucket_keys: list[bytes],
         shingle_set: bytes | None,
         register_content: bool,
-    ) -> None:
+    ) -> bool:
+        """Store a document; True if it became the owner of its content hash."""
         dk = docno_key(docno)
         self.txn.put(key, dk, db=self.db["ids"])
         self.txn.put(dk, record.pack(), db=self.db["docs"])
@@ -172,8 +178,13 @@ class Tables:
             for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
                 chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
                 self.txn.put(chunk_key, shingle_set[i : i + SET_CHUNK], db=self.db["sets"])
+        if record.timestamp_ms is not None:
+            self.txn.put(expiry_key(record.timestamp_ms, docno), b"", db=self.db["expiry"])
         if register_content:  # the first document with this content stays its owner
-            self.txn.put(record.content_hash, dk, db=self.db["content"], overwrite=False)
+            return bool(
+                self.txn.put(record.content_hash, dk, db=self.db["content"], overwrite=False)
+            )
+        return False
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
         """Forget a document entirely (its id, record, postings and content entry)."""
@@ -189,6 +200,16 @@ class Tables:
             cur.delete()
         if record is not None and self.docno_for_content(record.content_hash) == docno:
             self.txn.delete(record.content_hash, db=self.db["content"])
+        if record is not None and record.timestamp_ms is not None:
+            self.txn.delete(expiry_key(record.timestamp_ms, docno), db=self.db["expiry"])
+
+    def oldest(self) -> tuple[int, int] | None:
+        """(timestamp, docno) of the oldest timestamped document, if any."""
+        cur = self.txn.cursor(db=self.db["expiry"])
+        if not cur.first():
+            return None
+        key = bytes(cur.key())
+        return int.from_bytes(key[:8], "big"), docno_of(key[8:])
 
     # -- postings
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
@@ -235,7 +256,7 @@ class Tables:
 class Index:
     """One LMDB environment in a directory.  Open it after fork, never before."""
 
-    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content")
+    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content", "expiry")
 
     def __init__(
         self,

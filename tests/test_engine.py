@@ -4,6 +4,7 @@ import random
 
 import pytest
 
+from streamdedup.config import EngineOptions
 from streamdedup.engine import Deduplicator, Document, Verdict
 from streamdedup.report import index_stats
 from streamdedup.shingle import ShingleSpec, reference_shingles
@@ -210,3 +211,82 @@ def test_replacing_a_document_within_one_batch_leaves_no_stale_postings(index_di
         assert dd.check("c", replace_words(new, 3)).duplicate_of == "a"
         postings = dd.index.read(lambda t: sum(t.bucket_sizes()))
         assert postings == 3 * dd.params.bands  # a, b and c, each once per band
+
+
+# ---------------------------------------------------------------- time window (--ttl)
+
+HOUR = 3_600_000
+
+
+def timeline(seed: int, rounds: int, per_round: int) -> list[Document]:
+    """Rounds an hour apart; each round re-emits edited copies of the previous
+    round's documents (as a crawler revisiting pages) and some new ones."""
+    rnd = random.Random(seed)
+    docs: list[Document] = []
+    previous: list[str] = []
+    for r in range(rounds):
+        current = []
+        for j in range(per_round):
+            if previous and rnd.random() < 0.5:
+                text = edit(rnd, rnd.choice(previous), 0.01)
+            else:
+                text = " ".join(words(rnd, 150))
+            current.append(text)
+            docs.append(Document(f"r{r}-{j}", text, r * HOUR))
+        previous = current
+    return docs
+
+
+def test_ttl_forgets_old_documents(tmp_path) -> None:
+    rnd = random.Random(5)
+    base = " ".join(words(rnd, 200))
+    opts = EngineOptions(ttl_ms=2 * HOUR)
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        first = dd.check("a", base, timestamp_ms=0)
+        near = dd.check("b", replace_words(base, 5), timestamp_ms=HOUR)
+        same_text = dd.check("c", base, timestamp_ms=HOUR + 1)
+        later = dd.check("d", replace_words(base, 50), timestamp_ms=4 * HOUR)
+        again = dd.check("a", base, timestamp_ms=4 * HOUR + 1)
+        count = dd.index.read(lambda t: t.count("docs"))
+    assert first.verdict == "unique"
+    assert near.duplicate_of == "a" and same_text.exact
+    # everything before 2h is gone: a near copy of it is unique again
+    assert later.verdict == "unique" and later.cluster == "d"
+    # the same id with the same content, expired: checked again, now a copy of d
+    assert again.duplicate_of == "d" and not again.exact
+    assert count == 2
+    assert dd.counters.expired == 3
+
+
+def test_ttl_bounds_the_index_over_a_long_timeline(tmp_path) -> None:
+    docs = timeline(7, rounds=24, per_round=150)
+    opts = EngineOptions(ttl_ms=3 * HOUR)
+    sizes = []
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        verdicts = []
+        for r in range(24):
+            verdicts += dd.check_batch(docs[r * 150 : (r + 1) * 150])
+            sizes.append(dd.index.read(lambda t: (t.count("docs"), t.count("buckets"))))
+    stats = index_stats(str(tmp_path / "i"))
+    # a window of 3 hours holds the current round and the three before it
+    assert max(n for n, _ in sizes) <= 4 * 150
+    assert sizes[-1][0] == 4 * 150
+    assert sizes[-1][1] <= 4 * 150 * dd.params.bands
+    assert stats["documents"] == 4 * 150
+    # revisits of the previous round are still caught inside the window
+    dups = sum(v.is_duplicate for v in verdicts[150:])
+    assert dups > 0.35 * len(verdicts[150:])
+
+
+def test_ttl_verdicts_do_not_depend_on_batching_or_expiry_budget(tmp_path) -> None:
+    docs = timeline(11, rounds=10, per_round=60)
+    runs = []
+    for name, budget, size in (("one", 100_000, 600), ("small", 1, 7), ("mid", 5, 100)):
+        opts = EngineOptions(ttl_ms=2 * HOUR, max_expire_per_batch=budget)
+        with Deduplicator(tmp_path / name, options=opts) as dd:
+            out = []
+            for i in range(0, len(docs), size):
+                out += dd.check_batch(docs[i : i + size])
+            runs.append(out)
+    assert runs[0] == runs[1] == runs[2]
+    assert sum(v.is_duplicate for v in runs[0]) > 100

@@ -1,0 +1,156 @@
+"""Prometheus metrics and the health endpoints of a long-running worker.
+
+One HTTP server answers three paths:
+
+- `/metrics`: Prometheus text format (prometheus_client renders it);
+- `/healthz`: 200 while the processing loop keeps turning (a loop stuck for longer
+  than `stall_s` -- a hung broker call, a deadlock -- answers 503, so a supervisor
+  restarts the process);
+- `/readyz`: 200 once partitions are assigned and the summed consumer lag is at most
+  `ready_max_lag` (a worker still catching up or restoring is alive but not ready).
+
+Each worker has its own registry, so several workers (tests, embedding) can live in
+one process without sharing counters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    stall_s: float = 120.0
+    ready_max_lag: int = 10_000
+
+
+class Metrics:
+    def __init__(self, policy: HealthPolicy | None = None) -> None:
+        self.policy = policy or HealthPolicy()
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.documents = Counter(
+            "streamdedup_documents", "Verdicts published (input messages decoded)", registry=r
+        )
+        self.duplicates = Counter(
+            "streamdedup_duplicates", "Verdicts that were duplicate", registry=r
+        )
+        self.dead_letters = Counter(
+            "streamdedup_dead_letters", "Messages sent to the dead-letter topic", registry=r
+        )
+        self.republished = Counter(
+            "streamdedup_republished",
+            "Verdicts published again from the index after a redelivery",
+            registry=r,
+        )
+        self.expired = Counter(
+            "streamdedup_expired", "Documents forgotten by the time window (--ttl)", registry=r
+        )
+        self.batch_seconds = Histogram(
+            "streamdedup_batch_seconds",
+            "Wall time of one poll batch: decode, index transaction, Kafka transaction",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.lag = Gauge(
+            "streamdedup_consumer_lag",
+            "Messages behind the partition's end",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.indexed = Gauge(
+            "streamdedup_indexed_documents", "Documents the index holds", registry=r
+        )
+        self.index_bytes = Gauge(
+            "streamdedup_index_bytes", "Disk space taken by the index file", registry=r
+        )
+        self.assigned = Gauge(
+            "streamdedup_assigned_partitions", "Input partitions assigned", registry=r
+        )
+        self._beat = time.monotonic()
+        self._lag: dict[tuple[str, int], int] = {}
+        self._server: ThreadingHTTPServer | None = None
+
+    # -- fed by the worker
+    def heartbeat(self) -> None:
+        self._beat = time.monotonic()
+
+    def set_lag(self, lags: dict[tuple[str, int], int]) -> None:
+        for gone in set(self._lag) - set(lags):
+            self.lag.remove(gone[0], str(gone[1]))
+        for (topic, partition), lag in lags.items():
+            self.lag.labels(topic, str(partition)).set(lag)
+        self._lag = dict(lags)
+        self.assigned.set(len(lags))
+
+    # -- read by the endpoints
+    def healthy(self) -> tuple[bool, str]:
+        quiet = time.monotonic() - self._beat
+        if quiet > self.policy.stall_s:
+            return False, f"processing loop silent for {quiet:.0f}s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        if not self._lag:
+            return False, "no partitions assigned"
+        total = sum(self._lag.values())
+        if total > self.policy.ready_max_lag:
+            return False, f"lag {total} above {self.policy.ready_max_lag}"
+        return True, f"ok, lag {total}"
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- HTTP
+    def serve(self, host: str, port: int) -> int:
+        """Serve in a daemon thread; returns the bound port (0 picks a free one)."""
+        metrics = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/readyz"):
+                    ok, why = metrics.healthy() if path == "/healthz" else metrics.ready()
+                    self._send(200 if ok else 503, why.encode() + b"\n", "text/plain")
+                else:
+                    self._send(404, b"try /metrics, /healthz or /readyz\n", "text/plain")
+
+            def _send(self, status: int, body: bytes, ctype: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # scrapes every few seconds would drown the worker's own log
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, name="streamdedup-metrics", daemon=True
+        ).start()
+        return int(self._server.server_address[1])
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from . import __version__
-from .config import EngineOptions
+from .config import EngineOptions, parse_duration_ms
 from .decode import Fields
 from .engine import Deduplicator
 from .errors import StreamDedupError
@@ -199,6 +199,83 @@ KAFKA = OptionGroup(
     ),
 )
 
+LOGGING = OptionGroup(
+    "logging",
+    (
+        Opt("log-level", "log level", str, "info", choices=("debug", "info", "warning", "error")),
+        Opt(
+            "log-format",
+            "text, or json: one JSON object per line for log shippers",
+            str,
+            "text",
+            choices=("text", "json"),
+        ),
+    ),
+)
+OBSERVE = OptionGroup(
+    "metrics and health",
+    (
+        Opt(
+            "metrics-port",
+            "serve /metrics (Prometheus), /healthz and /readyz on this port (default: off)",
+            int,
+            metavar="PORT",
+        ),
+        Opt(
+            "metrics-host",
+            "address the metrics server binds (0.0.0.0 in a container)",
+            str,
+            "127.0.0.1",
+            metavar="HOST",
+        ),
+        Opt(
+            "health-stall",
+            "/healthz fails when the processing loop has not turned for this many seconds",
+            float,
+            120.0,
+            metavar="S",
+        ),
+        Opt(
+            "ready-max-lag",
+            "/readyz fails while the summed consumer lag is above this",
+            int,
+            10_000,
+            metavar="N",
+        ),
+    ),
+)
+WINDOW = OptionGroup(
+    "time window",
+    (
+        Opt(
+            "ttl",
+            "forget documents older than this (by message timestamp), e.g. 7d, 12h; "
+            "default: keep everything",
+            str,
+            metavar="DURATION",
+        ),
+        Opt(
+            "max-expire-per-batch",
+            "documents forgotten per batch at most (the rest follow in later batches)",
+            int,
+            20_000,
+            metavar="N",
+        ),
+    ),
+)
+CHANGELOG = OptionGroup(
+    "recovery",
+    (
+        Opt(
+            "changelog-topic",
+            "log-compacted topic mirroring every index change; an empty index is "
+            "restored from it at start (default: off)",
+            str,
+            metavar="TOPIC",
+        ),
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents against the index, one verdict per line",
@@ -218,7 +295,11 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
                 ),
             ),
+            WINDOW,
             INPUT,
+            CHANGELOG,
+            OBSERVE,
+            LOGGING,
         ),
     ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
@@ -320,6 +401,8 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
             max_exact_checks=values["max_exact_checks"],
             batch_size=values.get("batch_size", EngineOptions.batch_size),
             durability=values["durability"],
+            ttl_ms=parse_duration_ms(values["ttl"]) if values.get("ttl") else None,
+            max_expire_per_batch=values.get("max_expire_per_batch", 20_000),
         ),
         false_positive_weight=values["fp_weight"],
         false_negative_weight=values["fn_weight"],

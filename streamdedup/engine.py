@@ -327,6 +327,11 @@ class Deduplicator:
     def close(self) -> None:
         self.index.close()
 
+    @property
+    def last_batch(self) -> Counters:
+        """The work of the last applied batch."""
+        return self._batch
+
     # ------------------------------------------------------------------ public API
 
     def check(self, doc_id: DocId, text: str, timestamp_ms: int | None = None) -> Verdict:

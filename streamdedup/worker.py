@@ -34,10 +34,9 @@ from .decode import Fields, Rejected, decode_message
 from .engine import Deduplicator, Document, Verdict
 from .errors import ConfigError, StreamDedupError
 from .index import Tables
+from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
-
-_REPLAY_PREFIX = b"replay/"
 
 
 class BrokerUnavailableError(StreamDedupError):
@@ -49,7 +48,7 @@ class WorkerConfig:
     bootstrap_servers: str
     input_topic: str
     output_topic: str
-    dead_letter_topic: str
+    dead_letter_topic: str | None
     group_id: str
     input_format: str = "json"
     output_format: str = "json"
@@ -62,6 +61,7 @@ class WorkerConfig:
     producer_options: dict[str, Any] = field(default_factory=dict)
     connect_timeout_s: float = 60.0
     idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
+    changelog_topic: str | None = None
 
 
 @dataclass
@@ -73,7 +73,20 @@ class WorkerStats:
     dead_letters: int = 0
     republished: int = 0
     skipped: int = 0  # redelivered although already published and committed
+    caught_up: int = 0  # applied without a verdict: published before the index was restored
     started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """What one input message produces: a verdict, a dead letter, or (`item` None)
+    nothing, when its verdict went out before the index was restored from a backup."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    item: Verdict | Rejected | None
 
 
 def verdict_payload(v: Verdict, topic: str, partition: int, offset: int, fmt: str) -> bytes:
@@ -96,40 +109,156 @@ def dead_letter_headers(
     ]
 
 
-def _replay_key(topic: str, partition: int, offset: int) -> bytes:
-    return _REPLAY_PREFIX + f"{topic}/{partition}/".encode() + offset.to_bytes(8, "big")
+class Progress:
+    """Where one consumer (a group on a topic) stands in the index, kept in `meta`:
+
+    - `applied/NS`: per partition, the next offset whose document the index holds;
+    - `published/NS`: per partition, the next offset whose verdict is committed out;
+    - `verdicts/NS/P/OFFSET`: the verdicts of the last applied batch, to publish again
+      if that batch is redelivered.
+
+    NS is "group/topic", so a replay and a live worker can share an index."""
+
+    def __init__(self, group_id: str, topic: str) -> None:
+        self.ns = f"{group_id}/{topic}"
+        self.applied = f"applied/{self.ns}"
+        self.published = f"published/{self.ns}"
+        self._verdicts = f"verdicts/{self.ns}/".encode()
+
+    def verdict_key(self, partition: int, offset: int) -> bytes:
+        return self._verdicts + f"{partition}/".encode() + offset.to_bytes(8, "big")
+
+    @staticmethod
+    def read(t: Tables, name: str) -> dict[int, int]:
+        return {int(k): int(v) for k, v in (t.meta(name) or {}).items()}
+
+    @classmethod
+    def advance(cls, t: Tables, name: str, last: dict[int, int]) -> None:
+        """Move per-partition next offsets past `last`, read and written in the same
+        write transaction: processes sharing the index update different partitions."""
+        now = cls.read(t, name)
+        for p, hi in last.items():
+            now[p] = max(now.get(p, 0), hi + 1)
+        t.set_meta(name, {str(k): v for k, v in now.items()})
+
+    def keep_verdicts(
+        self, t: Tables, first: dict[int, int], verdicts: list[tuple[int, int, Verdict]]
+    ) -> None:
+        cur = t.txn.cursor(db=t.db["meta"])
+        for p, lo in first.items():  # verdicts of earlier, committed batches
+            start, stop = self.verdict_key(p, 0), self.verdict_key(p, lo)
+            while cur.set_range(start) and bytes(cur.key()) < stop:
+                cur.delete()
+        for p, off, v in verdicts:
+            t.txn.put(self.verdict_key(p, off), msgpack.packb(v.to_dict()), db=t.db["meta"])
+
+    def stored_verdict(self, t: Tables, partition: int, offset: int) -> Verdict:
+        raw = t.txn.get(self.verdict_key(partition, offset), db=t.db["meta"])
+        if raw is None:
+            raise StreamDedupError(
+                f"no stored verdict for {self.ns} partition {partition} offset {offset}, "
+                "which the index has already applied; were the consumer group's offsets "
+                "reset while the index was kept?"
+            )
+        return Verdict.from_dict(msgpack.unpackb(bytes(raw)))
 
 
-def _offsets_meta(topic: str) -> str:
-    return f"offsets/{topic}"
+class Sink:
+    """Where a batch's verdicts go.  This one: Kafka, in one transaction with the
+    consumer offsets (and the changelog, if any).  `replay` has a file sink too."""
 
+    def __init__(self, worker: Worker) -> None:
+        self.w = worker
+        self.producer: Any = None
 
-def _published_meta(topic: str) -> str:
-    return f"published/{topic}"
+    def open(self, common: dict[str, Any]) -> None:
+        from kafka import KafkaProducer
 
+        self.producer = KafkaProducer(
+            **common,
+            transactional_id=self.w.transactional_id(),
+            **self.w.cfg.producer_options,
+        )
+        self.producer.init_transactions()
 
-def _partition_map(t: Tables, name: str) -> dict[int, int]:
-    return {int(k): int(v) for k, v in (t.meta(name) or {}).items()}
+    def in_index_transaction(self, t: Tables, out: list[Outgoing]) -> None:
+        """Runs inside the batch's LMDB write transaction (a file sink writes here)."""
 
+    def publish(self, out: list[Outgoing], next_offsets: dict[int, int]) -> None:
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
 
-def _advance(t: Tables, name: str, last: dict[int, int]) -> None:
-    """Move per-partition next offsets past `last`, read and written in the same write
-    transaction: processes sharing the index update different partitions of one map."""
-    now = _partition_map(t, name)
-    for p, hi in last.items():
-        now[p] = max(now.get(p, 0), hi + 1)
-    t.set_meta(name, {str(k): v for k, v in now.items()})
+        w, cfg, producer = self.w, self.w.cfg, self.producer
+        producer.begin_transaction()
+        for o in out:
+            if isinstance(o.item, Rejected):
+                if cfg.dead_letter_topic:
+                    producer.send(
+                        cfg.dead_letter_topic,
+                        key=o.key,
+                        value=o.value,
+                        headers=dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset),
+                    )
+            elif o.item is not None:
+                producer.send(
+                    cfg.output_topic,
+                    key=str(o.item.id).encode(),
+                    value=verdict_payload(
+                        o.item, cfg.input_topic, o.partition, o.offset, cfg.output_format
+                    ),
+                )
+        if cfg.changelog_topic:
+            for key, value in w.changelog_records():
+                producer.send(cfg.changelog_topic, key=key, value=value)
+        offsets = {
+            TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
+            for p, off in next_offsets.items()
+        }
+        producer.send_offsets_to_transaction(offsets, w.consumer.group_metadata())
+        producer.commit_transaction()
+
+    def abort(self) -> None:
+        try:
+            self.producer.abort_transaction()
+        except Exception as exc:
+            log.warning("abort failed: %s", exc)
+
+    def close(self) -> None:
+        if self.producer is not None:
+            self.producer.close(timeout=10)
 
 
 class Worker:
-    def __init__(self, cfg: WorkerConfig, dedup: Deduplicator) -> None:
+    """The consume -> check -> publish loop.  The `worker` command subscribes to the
+    consumer group; `replay` assigns partitions itself (`assign`) and may write to a
+    file (`sink`)."""
+
+    def __init__(
+        self,
+        cfg: WorkerConfig,
+        dedup: Deduplicator,
+        *,
+        metrics: Metrics | None = None,
+        sink: Callable[[Worker], Sink] = Sink,
+        assign: Callable[[Any], Callable[[], bool]] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.dd = dedup
         self.stats = WorkerStats()
+        self.metrics = metrics
         self.stop_event = threading.Event()
         self.consumer: Any = None
+        self.sink = sink(self)
+        self._assign = assign
+        self._finished: Callable[[], bool] = lambda: False
         self._slot_file: Any = None
-        self.producer: Any = None
+        self.progress = Progress(cfg.group_id, cfg.input_topic)
+        # partitions whose first batch since assignment was compared with the index
+        self._checked: set[int] = set()
+        self._silent_until: dict[int, int] = {}
+        self._params_logged = False
+        self._last_gauges = 0.0
+        self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
     # ------------------------------------------------------------------ setup
 
@@ -176,110 +305,111 @@ class Worker:
             return slot
         raise StreamDedupError("more than 1024 workers share this index")
 
-    def _wait_for_broker(self) -> None:
-        """Retry a plain TCP connection with backoff: fast feedback, clear error."""
-        hosts = [h.strip().rsplit(":", 1) for h in self.cfg.bootstrap_servers.split(",")]
-        delay, deadline = 0.25, time.monotonic() + self.cfg.connect_timeout_s
-        while True:
-            for host, port in hosts:
-                try:
-                    socket.create_connection((host, int(port)), timeout=2).close()
-                    return
-                except (OSError, ValueError):
-                    continue
-            if time.monotonic() + delay > deadline:
-                raise BrokerUnavailableError(
-                    f"no Kafka broker answered at {self.cfg.bootstrap_servers} within "
-                    f"{self.cfg.connect_timeout_s:.0f}s"
-                )
-            log.warning(
-                "broker not reachable at %s, retrying in %.1fs", self.cfg.bootstrap_servers, delay
-            )
-            time.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
     def connect(self) -> None:
-        from kafka import KafkaConsumer, KafkaProducer
+        from kafka import KafkaConsumer
         from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
-        self._wait_for_broker()
+        wait_for_broker(self.cfg.bootstrap_servers, self.cfg.connect_timeout_s)
         common = {"bootstrap_servers": self.cfg.bootstrap_servers, "client_id": self.cfg.client_id}
         try:
-            self.producer = KafkaProducer(
-                **common, transactional_id=self.transactional_id(), **self.cfg.producer_options
-            )
-            self.producer.init_transactions()
-            self.consumer = KafkaConsumer(
-                **common,
-                **{
-                    "group_id": self.cfg.group_id,
-                    "enable_auto_commit": False,
-                    "auto_offset_reset": "earliest",
-                    "isolation_level": "read_committed",
-                    "max_poll_records": self.cfg.max_poll_records,
-                    # kafka-python fetches 1 MiB per partition by default: a few hundred
-                    # pages, far below max_poll_records; each batch has fixed costs (two
-                    # transactions), so let a poll bring a whole batch.
-                    "max_partition_fetch_bytes": 32 << 20,
-                    "fetch_max_bytes": 64 << 20,
-                    **self.cfg.consumer_options,
-                },
-            )
+            self.sink.open(common)
+            self.consumer = KafkaConsumer(**common, **consumer_settings(self.cfg))
         except (KafkaTimeoutError, KafkaConnectionError) as exc:
             raise BrokerUnavailableError(
                 f"cannot use the Kafka cluster at {self.cfg.bootstrap_servers}: {exc}"
             ) from exc
+        if self._assign is not None:
+            self._finished = self._assign(self.consumer)
+            return
         from kafka import ConsumerRebalanceListener
 
+        checked = self._checked
+
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-            # Runs on kafka-python's I/O thread: log only, never block.  A batch in
+            # Runs on kafka-python's I/O thread: log and mark, never block.  A batch in
             # flight when partitions move fails its commit and is aborted and rewound.
             def on_partitions_revoked(self, revoked: Any) -> None:
                 log.info("revoked %s", sorted(str(tp) for tp in revoked))
+                for tp in revoked:
+                    checked.discard(tp.partition)
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 log.info("assigned %s", sorted(str(tp) for tp in assigned))
+                for tp in assigned:
+                    checked.discard(tp.partition)
 
         self.consumer.subscribe([self.cfg.input_topic], listener=Listener())
 
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> WorkerStats:
-        self.bind_index()
+        if self._assign is None:
+            self.bind_index()
         self.connect()
         idle_since = time.monotonic()
         try:
             while not self.stop_event.is_set():
+                if self.metrics is not None:
+                    self.metrics.heartbeat()
+                if self._finished():
+                    break
                 records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
                 if not self.consumer.assignment():
                     idle_since = time.monotonic()  # still joining the group: not idle
-                if not records:
-                    idle = time.monotonic() - idle_since
-                    if self.cfg.idle_exit_s is not None and idle >= self.cfg.idle_exit_s:
-                        break
-                    continue
-                self.process(records)
-                idle_since = time.monotonic()
+                if records:
+                    self.process(records)
+                    idle_since = time.monotonic()
+                self._update_gauges()
+                idle = time.monotonic() - idle_since
+                if (
+                    not records
+                    and self.cfg.idle_exit_s is not None
+                    and idle >= self.cfg.idle_exit_s
+                ):
+                    break
         finally:
             self.close()
         return self.stats
 
+    def _check_position(self, records: dict[Any, list[Any]], applied: dict[int, int]) -> None:
+        """The first batch of a newly assigned partition: if the index is behind the
+        group's position (it was restored from a backup), rewind to where the index
+        stands and re-apply up to that position without publishing verdicts again."""
+        for tp in list(records):
+            p = tp.partition
+            if p in self._checked:
+                continue
+            self._checked.add(p)
+            first = records[tp][0].offset
+            if p in applied and applied[p] < first:
+                log.info(
+                    "index is behind partition %d's committed position (%d < %d): "
+                    "re-applying that range without publishing its verdicts again",
+                    p,
+                    applied[p],
+                    first,
+                )
+                self._silent_until[p] = first
+                self.consumer.seek(tp, applied[p])
+                del records[tp]
+            else:
+                self._silent_until.pop(p, None)
+
     def process(self, records: dict[Any, list[Any]]) -> None:
         from kafka.errors import KafkaError
-        from kafka.structs import OffsetAndMetadata
 
-        topic = self.cfg.input_topic
+        started = time.perf_counter()
+        prog = self.progress
         applied, published = self.dd.index.read(
-            lambda t: (
-                _partition_map(t, _offsets_meta(topic)),
-                _partition_map(t, _published_meta(topic)),
-            )
+            lambda t: (Progress.read(t, prog.applied), Progress.read(t, prog.published))
         )
+        records = dict(records)
+        self._check_position(records, applied)
         # Messages below `published` went out in a transaction Kafka acknowledged as
         # committed; a broker may still hand them out again (a committed-offset fetch
         # that is not yet stable), so they are skipped here rather than trusted to it.
         batch = [
-            (tp, m)
+            (tp.partition, m)
             for tp in sorted(records, key=lambda tp: tp.partition)
             for m in records[tp]
             if m.offset >= published.get(tp.partition, 0)
@@ -289,112 +419,161 @@ class Worker:
             return
         decoded: list[Document | Rejected] = []
         fresh: list[tuple[int, int, Document]] = []
-        for tp, m in batch:
+        for p, m in batch:
             item = decode_message(
                 m.value, m.key, self.cfg.input_format, self.cfg.fields, m.timestamp
             )
             decoded.append(item)
-            if isinstance(item, Document) and m.offset >= applied.get(tp.partition, 0):
-                fresh.append((tp.partition, m.offset, item))
+            if isinstance(item, Document) and m.offset >= applied.get(p, 0):
+                fresh.append((p, m.offset, item))
         prepared = self.dd.preparer.prepare([d for _, _, d in fresh])
         first: dict[int, int] = {}
         last: dict[int, int] = {}
-        for tp, m in batch:
-            first.setdefault(tp.partition, m.offset)
-            last[tp.partition] = m.offset
+        for p, m in batch:
+            first.setdefault(p, m.offset)
+            last[p] = m.offset
+        out: list[Outgoing] = []
 
         def record(t: Tables, verdicts: list[Verdict]) -> None:
-            cur = t.txn.cursor(db=t.db["meta"])
-            for p, lo in first.items():  # verdicts of earlier, committed batches
-                start = _replay_key(topic, p, 0)
-                while cur.set_range(start) and bytes(cur.key()) < _replay_key(topic, p, lo):
-                    cur.delete()
-            for (p, off, _), v in zip(fresh, verdicts, strict=True):
-                t.txn.put(_replay_key(topic, p, off), msgpack.packb(v.to_dict()), db=t.db["meta"])
-            _advance(t, _offsets_meta(topic), last)
+            kept = [(p, off, v) for (p, off, _), v in zip(fresh, verdicts, strict=True)]
+            prog.keep_verdicts(t, first, kept)
+            Progress.advance(t, prog.applied, last)
+            new = iter(verdicts)
+            out.clear()
+            for (p, m), item in zip(batch, decoded, strict=True):
+                result: Verdict | Rejected | None = item if isinstance(item, Rejected) else None
+                if isinstance(item, Document):
+                    if m.offset < applied.get(p, 0):
+                        result = prog.stored_verdict(t, p, m.offset)
+                    else:
+                        result = next(new)
+                    if m.offset < self._silent_until.get(p, -1):
+                        result = None
+                out.append(Outgoing(p, m.offset, m.key, m.value, result))
+            self.sink.in_index_transaction(t, out)
 
-        verdicts = iter(self.dd.apply(prepared, also=record))
-        stored: dict[tuple[int, int], Verdict] = {}
-        needs_stored = [
-            (tp.partition, m.offset)
-            for (tp, m), item in zip(batch, decoded, strict=True)
-            if isinstance(item, Document) and m.offset < applied.get(tp.partition, 0)
-        ]
-        if needs_stored:
-            stored = self.dd.index.read(lambda t: self._stored(t, needs_stored))
+        self.dd.apply(prepared, also=record)
         try:
-            self.producer.begin_transaction()
-            for (tp, m), item in zip(batch, decoded, strict=True):
-                if isinstance(item, Rejected):
-                    self.producer.send(
-                        self.cfg.dead_letter_topic,
-                        key=m.key,
-                        value=m.value,
-                        headers=dead_letter_headers(item, tp.topic, tp.partition, m.offset),
-                    )
-                    self.stats.dead_letters += 1
-                    continue
-                if m.offset < applied.get(tp.partition, 0):
-                    v = stored[(tp.partition, m.offset)]
-                    self.stats.republished += 1
-                else:
-                    v = next(verdicts)
-                self.producer.send(
-                    self.cfg.output_topic,
-                    key=str(v.id).encode(),
-                    value=verdict_payload(
-                        v, tp.topic, tp.partition, m.offset, self.cfg.output_format
-                    ),
-                )
-                self.stats.verdicts += 1
-                self.stats.duplicates += v.is_duplicate
-            offsets = {
-                tp: OffsetAndMetadata(last[tp.partition] + 1, "", -1)
-                for tp in records
-                if tp.partition in last
-            }
-            self.producer.send_offsets_to_transaction(offsets, self.consumer.group_metadata())
-            self.producer.commit_transaction()
+            self.sink.publish(out, {p: off + 1 for p, off in last.items()})
         except KafkaError as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
-            self._abort_and_rewind(first)
+            self.sink.abort()
+            self._rewind(first)
             return
+        self.dd.index.write(lambda t: Progress.advance(t, prog.published, last))
+        self._count(out, applied, time.perf_counter() - started)
+        if self.on_batch is not None:
+            self.on_batch(self, out)
 
-        self.dd.index.write(lambda t: _advance(t, _published_meta(topic), last))
-        self.stats.batches += 1
-        self.stats.messages += len(batch)
+    def _count(self, out: list[Outgoing], applied: dict[int, int], seconds: float) -> None:
+        s = self.stats
+        verdicts = [o.item for o in out if isinstance(o.item, Verdict)]
+        again = sum(
+            isinstance(o.item, Verdict) and o.offset < applied.get(o.partition, 0) for o in out
+        )
+        rejected = sum(isinstance(o.item, Rejected) for o in out)
+        dups = sum(v.is_duplicate for v in verdicts)
+        s.batches += 1
+        s.messages += len(out)
+        s.verdicts += len(verdicts)
+        s.duplicates += dups
+        s.dead_letters += rejected
+        s.republished += again
+        s.caught_up += sum(o.item is None for o in out)
+        m = self.metrics
+        if m is not None:
+            m.batch_seconds.observe(seconds)
+            m.documents.inc(len(verdicts))
+            m.duplicates.inc(dups)
+            m.dead_letters.inc(rejected)
+            m.republished.inc(again)
+            m.expired.inc(self.dd.last_batch.expired)
 
-    def _stored(self, t: Tables, keys: list[tuple[int, int]]) -> dict[tuple[int, int], Verdict]:
-        out = {}
-        for p, off in keys:
-            raw = t.txn.get(_replay_key(self.cfg.input_topic, p, off), db=t.db["meta"])
-            if raw is None:
-                raise StreamDedupError(
-                    f"no stored verdict for {self.cfg.input_topic}/{p}@{off}, which the index "
-                    "has already applied; was the index restored from an older backup?"
-                )
-            out[(p, off)] = Verdict.from_dict(msgpack.unpackb(bytes(raw)))
-        return out
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        if m is None or time.monotonic() - self._last_gauges < 1.0:
+            return
+        self._last_gauges = time.monotonic()
+        lags: dict[tuple[str, int], int] = {}
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is None:
+                lags[(tp.topic, tp.partition)] = 0
+                continue
+            try:
+                pos = self.consumer.position(tp, timeout_ms=100)
+            except Exception:  # a gauge is not worth failing the loop for
+                continue
+            if pos is not None:
+                lags[(tp.topic, tp.partition)] = max(0, high - pos)
+        m.set_lag(lags)
+        m.indexed.set(self.dd.index.read(lambda t: t.count("docs")))
+        m.index_bytes.set(self.dd.index.file_bytes())
 
-    def _abort_and_rewind(self, first: dict[int, int]) -> None:
+    def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
+        """The last batch's index changes, for the changelog topic."""
+        from .changelog import encode_changes, params_record
+
+        records = encode_changes(self.dd.changes)
+        if not self._params_logged:  # what a restore needs to rebuild the same index
+            records.append(params_record(self.dd.params))
+            self._params_logged = True
+        return records
+
+    def _rewind(self, first: dict[int, int]) -> None:
         from kafka import TopicPartition
 
-        try:
-            self.producer.abort_transaction()
-        except Exception as exc:
-            log.warning("abort failed: %s", exc)
         for p, off in first.items():
             tp = TopicPartition(self.cfg.input_topic, p)
             if tp in self.consumer.assignment():
                 self.consumer.seek(tp, off)
 
     def close(self) -> None:
-        for client in (self.consumer, self.producer):
-            if client is not None:
-                try:
-                    client.close(timeout=10) if client is self.producer else client.close()
-                except Exception as exc:
-                    log.warning("close: %s", exc)
+        for name, closer in (("consumer", self._close_consumer), ("producer", self.sink.close)):
+            try:
+                closer()
+            except Exception as exc:
+                log.warning("closing the %s: %s", name, exc)
+
+    def _close_consumer(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+
+
+def consumer_settings(cfg: WorkerConfig) -> dict[str, Any]:
+    return {
+        "group_id": cfg.group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "isolation_level": "read_committed",
+        "max_poll_records": cfg.max_poll_records,
+        # kafka-python fetches 1 MiB per partition by default: a few hundred pages, far
+        # below max_poll_records; each batch has fixed costs (two transactions), so let
+        # a poll bring a whole batch.
+        "max_partition_fetch_bytes": 32 << 20,
+        "fetch_max_bytes": 64 << 20,
+        **cfg.consumer_options,
+    }
+
+
+def wait_for_broker(bootstrap_servers: str, timeout_s: float) -> None:
+    """Retry a plain TCP connection with backoff: fast feedback, clear error."""
+    hosts = [h.strip().rsplit(":", 1) for h in bootstrap_servers.split(",")]
+    delay, deadline = 0.25, time.monotonic() + timeout_s
+    while True:
+        for host, port in hosts:
+            try:
+                socket.create_connection((host, int(port)), timeout=2).close()
+                return
+            except (OSError, ValueError):
+                continue
+        if time.monotonic() + delay > deadline:
+            raise BrokerUnavailableError(
+                f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s"
+            )
+        log.warning("broker not reachable at %s, retrying in %.1fs", bootstrap_servers, delay)
+        time.sleep(delay)
+        delay = min(delay * 2, 10.0)
 
 
 def install_signal_handlers(stop: threading.Event, on: Callable[[], None] | None = None) -> None:
@@ -454,7 +633,11 @@ def connection_settings(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_topics(
-    bootstrap: str, topics: list[str], partitions: int, settings: dict[str, Any]
+    bootstrap: str,
+    topics: list[str],
+    partitions: int,
+    settings: dict[str, Any],
+    compacted: tuple[str, ...] = (),
 ) -> None:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
@@ -463,7 +646,16 @@ def create_topics(
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
     try:
         existing = set(admin.list_topics())
-        wanted = [NewTopic(t, partitions, 1) for t in topics if t not in existing]
+        wanted = [
+            NewTopic(
+                t,
+                partitions,
+                1,
+                topic_configs={"cleanup.policy": "compact"} if t in compacted else {},
+            )
+            for t in dict.fromkeys(topics)
+            if t not in existing
+        ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(wanted)
@@ -471,13 +663,65 @@ def create_topics(
         admin.close()
 
 
+def restore_if_empty(cfg: WorkerConfig, index_path: str) -> None:
+    """With a changelog: an empty or missing index is rebuilt from it before the
+    worker consumes (the pod lost its disk, or this is a new machine)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from .changelog import index_is_empty, restore
+    from .index import Index
+
+    assert cfg.changelog_topic is not None
+    index = Index(index_path)
+    try:
+        if not index_is_empty(index):
+            return
+        wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
+        settings = {**consumer_settings(cfg), "enable_auto_commit": False}
+        consumer = KafkaConsumer(
+            bootstrap_servers=cfg.bootstrap_servers, client_id=cfg.client_id, **settings
+        )
+        try:
+            inputs = sorted(consumer.partitions_for_topic(cfg.input_topic) or [])
+            committed = {}
+            for p in inputs:  # read before the changelog: see changelog.restore
+                off = consumer.committed(TopicPartition(cfg.input_topic, p))
+                if off is not None:
+                    committed[p] = off
+            if not (consumer.partitions_for_topic(cfg.changelog_topic) or []):
+                log.info("changelog %s is empty or missing: starting fresh", cfg.changelog_topic)
+                return
+            log.info("index at %s is empty: restoring it from %s", index_path, cfg.changelog_topic)
+            last_log = [0.0]
+
+            def report(done: int, total: int) -> None:
+                if time.monotonic() - last_log[0] > 2.0:
+                    last_log[0] = time.monotonic()
+                    log.info("restoring: %d of about %d changelog records", done, total)
+
+            ns = Progress(cfg.group_id, cfg.input_topic).ns
+            stats = restore(index, consumer, cfg.changelog_topic, committed, ns, report)
+            log.info(
+                "restored %d documents from %d changelog records in %.1fs; resuming at %s",
+                stats.documents,
+                stats.records,
+                stats.seconds,
+                committed or "the beginning",
+            )
+        finally:
+            consumer.close()
+    finally:
+        index.close()
+
+
 def run_from_options(
     values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
 ) -> int:
     """The `worker` command."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from .logs import setup_logging
+    from .metrics import HealthPolicy
+
+    setup_logging(values["log_level"], values["log_format"])
     if not values.get("bootstrap_servers"):
         raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
     settings = connection_settings(values)
@@ -499,22 +743,46 @@ def run_from_options(
         producer_options=producer_options,
         connect_timeout_s=values["connect_timeout"],
         idle_exit_s=values["idle_exit"],
+        changelog_topic=values["changelog_topic"],
     )
-    if values["create_topics"]:
-        create_topics(
-            cfg.bootstrap_servers,
-            [cfg.input_topic, cfg.output_topic, cfg.dead_letter_topic],
-            values["partitions"],
-            settings,
-        )
-    with open_engine(values) as dd:
-        worker = Worker(cfg, dd)
-        install_signal_handlers(worker.stop_event)
-        try:
+    metrics = None
+    if values["metrics_port"] is not None:
+        metrics = Metrics(HealthPolicy(values["health_stall"], values["ready_max_lag"]))
+        port = metrics.serve(values["metrics_host"], values["metrics_port"])
+        log.info("metrics on http://%s:%d/metrics", values["metrics_host"], port)
+    try:
+        if values["create_topics"]:
+            wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
+            create_topics(
+                cfg.bootstrap_servers,
+                [
+                    t
+                    for t in (
+                        cfg.input_topic,
+                        cfg.output_topic,
+                        cfg.dead_letter_topic,
+                        cfg.changelog_topic,
+                    )
+                    if t
+                ],
+                values["partitions"],
+                settings,
+                compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
+            )
+        if cfg.changelog_topic:
+            if not values.get("index"):
+                raise ConfigError("--index DIR is required")
+            restore_if_empty(cfg, values["index"])
+        with open_engine(values) as dd:
+            worker = Worker(cfg, dd, metrics=metrics)
+            install_signal_handlers(worker.stop_event)
             stats = worker.run()
-        except BrokerUnavailableError as exc:
-            log.error("%s", exc)
-            return 3
+    except BrokerUnavailableError as exc:
+        log.error("%s", exc)
+        return 3
+    finally:
+        if metrics is not None:
+            metrics.close()
     elapsed = time.monotonic() - stats.started
     log.info(
         "stopped: %d messages in %d batches, %d verdicts (%d duplicates, %d republished), "

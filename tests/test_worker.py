@@ -453,6 +453,6 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     from streamdedup.engine import Deduplicator
 
     with Deduplicator(index) as dd:
-        recorded = dd.index.read(lambda tx: tx.meta(f"offsets/{t.input}"))
+        recorded = dd.index.read(lambda tx: tx.meta(f"applied/{t.group}/{t.input}"))
     assert {int(k): v for k, v in recorded.items()} == committed
     assert sum(committed.values()) == len(docs)

@@ -1,0 +1,192 @@
+"""The index as a log-compacted Kafka topic, so a worker can lose its disk.
+
+Every change a batch makes to the index -- a document stored, replaced or forgotten
+(by a changed re-send or by the time window) -- goes to the changelog topic inside the
+same Kafka transaction as the batch's verdicts and consumer offsets, keyed by the
+document id.  Compaction keeps the latest state of each document.  A worker that
+starts with an empty index reads the changelog to its end and rebuilds the index
+from it (same document numbers, so the same postings order), takes the consumer
+group's committed offsets as the index's position, and goes on from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from .config import IndexParams
+from .engine import Change, Verdict, stored_band_keys
+from .index import Index, Record, Tables, docno_key
+
+log = logging.getLogger("streamdedup.changelog")
+
+PARAMS_KEY = b"\x00params"  # document keys start with i, s or h (index.id_key)
+
+
+def encode_changes(changes: list[Change]) -> list[tuple[bytes, bytes | None]]:
+    out: list[tuple[bytes, bytes | None]] = []
+    for c in changes:
+        if c.record is None:
+            out.append((c.key, None))  # a tombstone: compaction drops the document
+        else:
+            value = [c.docno, c.record.pack(), c.signature, c.shingle_set, c.owns_content]
+            out.append((c.key, msgpack.packb(value)))
+    return out
+
+
+def params_record(params: IndexParams) -> tuple[bytes, bytes]:
+    return PARAMS_KEY, msgpack.packb(params.to_record())
+
+
+def index_is_empty(index: Index) -> bool:
+    return bool(index.read(lambda t: t.meta("next_docno") is None and t.count("ids") == 0))
+
+
+@dataclass
+class RestoreStats:
+    records: int = 0
+    documents: int = 0
+    seconds: float = 0.0
+
+
+class _Restorer:
+    """Applies changelog records in log order (the last state of each id wins)."""
+
+    def __init__(self) -> None:
+        self.params: IndexParams | None = None
+        self.max_docno = -1
+
+    def apply(self, t: Tables, batch: list[tuple[bytes, bytes | None]]) -> None:
+        for key, value in batch:
+            if key == PARAMS_KEY:
+                if value is not None:
+                    self.params = IndexParams.from_record(msgpack.unpackb(value))
+                    t.set_meta("params", self.params.to_record())
+                continue
+            old = t.docno_for_id(key)
+            if old is not None:
+                t.remove_document(old, key, self._keys(t.signature(old)))
+            if value is None:
+                continue
+            docno, packed, sig, shingle_set, owns = msgpack.unpackb(value)
+            record = Record.unpack(packed)
+            t.put_document(
+                docno,
+                key,
+                record,
+                signature=sig,
+                bucket_keys=self._keys(sig),
+                shingle_set=shingle_set,
+                register_content=False,
+            )
+            if owns:
+                t.txn.put(record.content_hash, docno_key(docno), db=t.db["content"])
+            self.max_docno = max(self.max_docno, docno)
+
+    def _keys(self, sig: bytes | None) -> list[bytes]:
+        if sig is None:
+            return []
+        if self.params is None:
+            raise ValueError("changelog holds a signature before the index parameters")
+        return stored_band_keys(sig, self.params)
+
+
+def _apply(
+    index: Index, r: _Restorer, pending: list[tuple[bytes, bytes | None]], stats: RestoreStats
+) -> None:
+    batch = list(pending)
+    index.write(lambda t: r.apply(t, batch))
+    stats.records += len(batch)
+    pending.clear()
+
+
+def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
+    """Recompute what the engine keeps in `meta` from the restored documents."""
+    counts: dict[str, int] = {}
+    clock = 0
+    n = 0
+    for _, raw in t.txn.cursor(db=t.db["docs"]):
+        rec = Record.unpack(bytes(raw))
+        v = Verdict.from_record(rec)
+        for kind in (v.verdict, "exact" if v.exact else None, v.reason):
+            if kind in ("unique", "duplicate", "exact", "empty"):
+                counts[kind] = counts.get(kind, 0) + 1
+        if rec.timestamp_ms is not None:
+            clock = max(clock, rec.timestamp_ms)
+        n += 1
+    t.set_meta("next_docno", max_docno + 1)
+    t.set_meta("counts", counts)
+    t.set_meta("clock", clock)
+    for name in ("applied", "published"):
+        t.set_meta(f"{name}/{ns}", {str(p): o for p, o in offsets.items()})
+    return n
+
+
+def restore(
+    index: Index,
+    consumer: Any,
+    changelog_topic: str,
+    committed: dict[int, int],
+    ns: str,
+    progress: Callable[[int, int], None] | None = None,
+    batch_size: int = 5000,
+) -> RestoreStats:
+    """Rebuild `index` (empty) from the changelog topic read to its current end.
+
+    `committed` are the group's committed input offsets, read *before* the changelog,
+    so the restored state is at least as new as the position it records."""
+    from kafka import TopicPartition
+
+    started = time.monotonic()
+    parts = sorted(consumer.partitions_for_topic(changelog_topic) or [])
+    tps = [TopicPartition(changelog_topic, p) for p in parts]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    ends = true_end_offsets(consumer, tps)
+    for tp in tps:
+        consumer.seek_to_beginning(tp)
+    total = sum(ends.values())
+    r = _Restorer()
+    stats = RestoreStats()
+    pending: list[tuple[bytes, bytes | None]] = []
+    idle = 0
+    while any(consumer.position(tp) < ends[tp] for tp in tps) and idle < 20:
+        polled = consumer.poll(timeout_ms=500)
+        idle = 0 if polled else idle + 1
+        for tp in sorted(polled, key=lambda tp: tp.partition):
+            for m in polled[tp]:
+                if m.offset < ends[tp]:
+                    pending.append((bytes(m.key), None if m.value is None else bytes(m.value)))
+        if len(pending) >= batch_size:
+            _apply(index, r, pending, stats)
+            if progress is not None:
+                progress(stats.records, total)
+    _apply(index, r, pending, stats)
+    stats.documents = index.write(lambda t: _finish(t, r.max_docno, committed, ns))
+    stats.seconds = time.monotonic() - started
+    consumer.unsubscribe()
+    return stats
+
+
+def true_end_offsets(consumer: Any, tps: list[Any]) -> dict[Any, int]:
+    """End offsets, checked by reading the last batch: a broker may report the end
+    of a multi-record batch as its first offset + 1 (Tansu does), so the offset of
+    the last record actually fetched from there counts too."""
+    reported = consumer.end_offsets(tps)
+    ends = dict(reported)
+    for tp in tps:
+        if reported[tp] > 0:
+            consumer.seek(tp, reported[tp] - 1)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        polled = consumer.poll(timeout_ms=300)
+        if not polled:
+            break
+        for tp, msgs in polled.items():
+            ends[tp] = max(ends[tp], msgs[-1].offset + 1)
+    return ends

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import numpy as np
 
 from .config import IndexParams
-from .engine import Change, Verdict, stored_band_keys
+from .engine import Change, Verdict
+from .errors import IndexOpenError
 from .index import Index, Record, Tables, docno_key
+from .signature import band_keys
 
 log = logging.getLogger("streamdedup.changelog")
 
@@ -69,8 +72,8 @@ class _Restorer:
                     t.set_meta("params", self.params.to_record())
                 continue
             old = t.docno_for_id(key)
-            if old is not None:
-                t.remove_document(old, key, self._keys(t.signature(old)))
+            if old is not None:  # postings come last (`_postings`): none to remove yet
+                t.remove_document(old, key, [])
             if value is None:
                 continue
             docno, packed, sig, shingle_set, owns = msgpack.unpackb(value)
@@ -80,7 +83,7 @@ class _Restorer:
                 key,
                 record,
                 signature=sig,
-                bucket_keys=self._keys(sig),
+                bucket_keys=[],
                 shingle_set=shingle_set,
                 register_content=False,
             )
@@ -88,12 +91,40 @@ class _Restorer:
                 t.txn.put(record.content_hash, docno_key(docno), db=t.db["content"])
             self.max_docno = max(self.max_docno, docno)
 
-    def _keys(self, sig: bytes | None) -> list[bytes]:
-        if sig is None:
-            return []
-        if self.params is None:
-            raise ValueError("changelog holds a signature before the index parameters")
-        return stored_band_keys(sig, self.params)
+
+def _postings(index: Index, params: IndexParams) -> None:
+    """Fill the band buckets from the stored signatures, in document order (so each
+    posting list is in arrival order, as the engine builds it), a chunk at a time."""
+    after = b""
+    while (last := index.write(lambda t, a=after: _posting_chunk(t, a, params))) is not None:
+        after = last
+
+
+def _posting_chunk(
+    t: Tables, after: bytes, params: IndexParams, chunk: int = 20_000
+) -> bytes | None:
+    cur = t.txn.cursor(db=t.db["sigs"])
+    found = cur.set_range(after) if after else cur.first()
+    if found and after and bytes(cur.key()) == after:
+        found = cur.next()
+    docnos: list[bytes] = []
+    rows: list[bytes] = []
+    while found and len(docnos) < chunk:
+        docnos.append(bytes(cur.key()))
+        rows.append(bytes(cur.value()))
+        found = cur.next()
+    if not docnos:
+        return None
+    sigs = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
+    raw = band_keys(sigs, params.bands, params.rows, params.seed).astype(">u8").tobytes()
+    width = params.bands * 8
+    pairs = [
+        (raw[i * width + j : i * width + j + 8], dk)
+        for i, dk in enumerate(docnos)
+        for j in range(0, width, 8)
+    ]
+    t.txn.cursor(db=t.db["buckets"]).putmulti(pairs, dupdata=True)
+    return docnos[-1]
 
 
 def _apply(
@@ -167,6 +198,11 @@ def restore(
             if progress is not None:
                 progress(stats.records, total)
     _apply(index, r, pending, stats)
+    if r.params is None:
+        if r.max_docno >= 0:
+            raise IndexOpenError(f"changelog {changelog_topic} holds no index parameters")
+    else:
+        _postings(index, r.params)
     stats.documents = index.write(lambda t: _finish(t, r.max_docno, committed, ns))
     stats.seconds = time.monotonic() - started
     consumer.unsubscribe()

@@ -276,6 +276,56 @@ CHANGELOG = OptionGroup(
     ),
 )
 
+_REPLAY_KAFKA = tuple(
+    o
+    for o in KAFKA.options
+    if o.name not in ("output-topic", "dead-letter-topic", "group-id", "idle-exit", "partitions")
+    and o.name != "create-topics"
+)
+REPLAY = OptionGroup(
+    "replay",
+    (
+        Opt(
+            "mode",
+            "rebuild: fill a fresh index; reverdict: check against an existing one",
+            str,
+            "rebuild",
+            choices=("rebuild", "reverdict"),
+        ),
+        Opt("from-beginning", "start at the oldest retained message (the default)", flag=True),
+        Opt(
+            "from-timestamp",
+            "start at the first message at or after this time (ISO 8601)",
+            str,
+            metavar="TIME",
+        ),
+        Opt(
+            "from-offsets",
+            "replay these partitions from these offsets, e.g. 0:1500,1:0",
+            str,
+            metavar="P:O,...",
+        ),
+        Opt("follow", "keep going past the end offsets present at the start", flag=True),
+        Opt("output-topic", "publish verdicts to this topic", str, metavar="TOPIC"),
+        Opt("output", "write verdicts to this JSON Lines file", str, metavar="FILE"),
+        Opt(
+            "dead-letter-topic",
+            "send undecodable messages here (default: only count them)",
+            str,
+            metavar="TOPIC",
+        ),
+        Opt(
+            "group-id",
+            "the replay's own consumer group: its progress is resumed by name",
+            str,
+            "streamdedup-replay",
+            metavar="GROUP",
+        ),
+        Opt("restart", "forget this replay's earlier progress and start over", flag=True),
+        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents against the index, one verdict per line",
@@ -299,6 +349,35 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             INPUT,
             CHANGELOG,
             OBSERVE,
+            LOGGING,
+        ),
+    ),
+    "backup": (
+        "copy an index consistently, also while a worker writes to it",
+        (INDEX, FORMAT),
+    ),
+    "restore": (
+        "put a backup in place as the index of a worker (which then resumes from the "
+        "offsets recorded in it)",
+        (INDEX, FORMAT),
+    ),
+    "replay": (
+        "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
+        (
+            REPLAY,
+            OptionGroup("kafka", _REPLAY_KAFKA),
+            INDEX,
+            ENGINE,
+            OptionGroup(
+                "engine",
+                tuple(
+                    o
+                    for o in TUNING.options
+                    if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
+                ),
+            ),
+            WINDOW,
+            INPUT,
             LOGGING,
         ),
     ),
@@ -357,6 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "dedup":
             p.add_argument("input", metavar="INPUT", help="JSON Lines file, '-' for stdin")
+        if name == "backup":
+            p.add_argument("dest", metavar="DEST", help="new or empty directory for the copy")
+        if name == "restore":
+            p.add_argument("source", metavar="BACKUP", help="directory made by `backup`")
         if name == "inspect":
             p.add_argument(
                 "doc_id", metavar="ID", help="document id (digits: tried as integer too)"
@@ -523,6 +606,55 @@ def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from .replay import run_replay
+
+    return run_replay(values, open_engine)
+
+
+def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    import time
+
+    from .index import Index
+
+    started = time.monotonic()
+    source = Index(_require_index(values), readonly=True)
+    try:
+        dest = source.copy_to(args.dest)
+    finally:
+        source.close()
+    return _report_copy(values, "backup", dest, time.monotonic() - started)
+
+
+def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    import time
+
+    from .index import Index
+
+    started = time.monotonic()
+    target = _require_index(values)
+    source = Index(args.source, readonly=True)
+    try:
+        dest = source.copy_to(target)
+    finally:
+        source.close()
+    return _report_copy(values, "restore", dest, time.monotonic() - started)
+
+
+def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -> int:
+    from .report import index_stats
+
+    stats = index_stats(str(dest))
+    if values["json"]:
+        print(orjson.dumps({"path": str(dest), "seconds": seconds, **stats}).decode())
+    else:
+        print(
+            f"{what}: {stats['documents']:,} documents, {stats['file_bytes']:,} bytes "
+            f"in {dest} ({seconds:.1f}s)"
+        )
+    return EXIT_OK
+
+
 def cmd_demo(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .demo import run_demo
 
@@ -550,6 +682,9 @@ HANDLERS = {
     "stats": cmd_stats,
     "inspect": cmd_inspect,
     "demo": cmd_demo,
+    "backup": cmd_backup,
+    "replay": cmd_replay,
+    "restore": cmd_restore,
 }
 
 

@@ -319,6 +319,19 @@ class Index:
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
 
+    def copy_to(self, dest: str | os.PathLike[str]) -> Path:
+        """A consistent, compacted copy of the index (one read transaction, so writers
+        in this or other processes go on meanwhile) into an empty or new directory."""
+        target = Path(dest)
+        if target.exists() and any(target.iterdir()):
+            raise IndexOpenError(f"{target} is not empty; give a new or empty directory")
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            self.env.copy(str(target), compact=True)
+        except lmdb.Error as exc:
+            raise IndexOpenError(f"cannot copy the index to {target}: {exc}") from exc
+        return target
+
     def file_bytes(self) -> int:
         """Disk space the data file takes (it is sparse: its length is the map size)."""
         return (self.path / "data.mdb").stat().st_blocks * 512

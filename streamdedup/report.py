@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from . import setcodec
@@ -70,11 +71,33 @@ def index_stats(path: str) -> dict[str, Any]:
                 "file_bytes": index.file_bytes(),
                 "table_bytes": table_bytes,
                 "bucket_sizes": bucket_histogram(t),
+                "positions": _positions(t),
+                "clock_ms": t.meta("clock"),
+                "oldest_ms": None if (o := t.oldest()) is None else o[0],
             }
 
         return index.read(read)
     finally:
         index.close()
+
+
+def _positions(t: Tables) -> dict[str, dict[str, int]]:
+    """Per consumer (group/topic), the next input offset applied, per partition."""
+    out: dict[str, dict[str, int]] = {}
+    cur = t.txn.cursor(db=t.db["meta"])
+    prefix = b"applied/"
+    if cur.set_range(prefix):
+        for key, raw in cur:
+            if not bytes(key).startswith(prefix):
+                break
+            out[bytes(key)[len(prefix) :].decode()] = msgpack.unpackb(bytes(raw))
+    return out
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def render_stats(s: dict[str, Any]) -> str:
@@ -91,6 +114,15 @@ def render_stats(s: dict[str, Any]) -> str:
         f"per document (file {s['file_bytes']:,})",
         "               " + ", ".join(f"{k} {v:,}" for k, v in s["table_bytes"].items()),
     ]
+    for ns, offsets in s["positions"].items():
+        where = ", ".join(
+            f"p{p}@{o:,}" for p, o in sorted(offsets.items(), key=lambda x: int(x[0]))
+        )
+        lines.append(f"  consumed     {ns}: {where}")
+    if s["oldest_ms"] is not None:
+        lines.append(
+            f"  time span    {_iso(s['oldest_ms'])} .. {_iso(s['clock_ms'])} (message timestamps)"
+        )
     b = s["bucket_sizes"]
     lines.append(f"  buckets      {b['buckets']:,} holding {b['postings']:,} postings")
     for label, n in b["histogram"].items():

@@ -248,14 +248,17 @@ class Worker:
         self.metrics = metrics
         self.stop_event = threading.Event()
         self.consumer: Any = None
+        self.progress = Progress(cfg.group_id, cfg.input_topic)
         self.sink = sink(self)
         self._assign = assign
         self._finished: Callable[[], bool] = lambda: False
         self._slot_file: Any = None
-        self.progress = Progress(cfg.group_id, cfg.input_topic)
         # partitions whose first batch since assignment was compared with the index
         self._checked: set[int] = set()
         self._silent_until: dict[int, int] = {}
+        # replay --from-timestamp: a broker may answer a time lookup with the start of
+        # the record batch holding it (Tansu does); earlier messages are dropped here
+        self.not_before_ms: dict[int, int] = {}
         self._params_logged = False
         self._last_gauges = 0.0
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
@@ -354,6 +357,8 @@ class Worker:
                 if self._finished():
                     break
                 records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+                rewound = self._check_positions(records)
+                records = {tp: m for tp, m in records.items() if tp.partition not in rewound}
                 if not self.consumer.assignment():
                     idle_since = time.monotonic()  # still joining the group: not idle
                 if records:
@@ -371,29 +376,33 @@ class Worker:
             self.close()
         return self.stats
 
-    def _check_position(self, records: dict[Any, list[Any]], applied: dict[int, int]) -> None:
-        """The first batch of a newly assigned partition: if the index is behind the
-        group's position (it was restored from a backup), rewind to where the index
-        stands and re-apply up to that position without publishing verdicts again."""
-        for tp in list(records):
+    def _check_positions(self, records: dict[Any, list[Any]]) -> set[int]:
+        """Once per assignment: if the index is behind a partition's committed position
+        (it was restored from a backup), rewind to where the index stands; that range
+        is applied again without publishing its verdicts a second time."""
+        applied: dict[int, int] | None = None
+        rewound: set[int] = set()
+        for tp in self.consumer.assignment():
             p = tp.partition
             if p in self._checked:
                 continue
+            if applied is None:
+                applied = self.dd.index.read(lambda t: Progress.read(t, self.progress.applied))
+            position = records[tp][0].offset if records.get(tp) else self.consumer.position(tp)
             self._checked.add(p)
-            first = records[tp][0].offset
-            if p in applied and applied[p] < first:
+            self._silent_until.pop(p, None)
+            if p in applied and position is not None and applied[p] < position:
                 log.info(
                     "index is behind partition %d's committed position (%d < %d): "
-                    "re-applying that range without publishing its verdicts again",
+                    "applying that range again without publishing its verdicts again",
                     p,
                     applied[p],
-                    first,
+                    position,
                 )
-                self._silent_until[p] = first
+                self._silent_until[p] = position
                 self.consumer.seek(tp, applied[p])
-                del records[tp]
-            else:
-                self._silent_until.pop(p, None)
+                rewound.add(p)
+        return rewound
 
     def process(self, records: dict[Any, list[Any]]) -> None:
         from kafka.errors import KafkaError
@@ -404,7 +413,15 @@ class Worker:
             lambda t: (Progress.read(t, prog.applied), Progress.read(t, prog.published))
         )
         records = dict(records)
-        self._check_position(records, applied)
+        for tp in list(records):
+            since = self.not_before_ms.get(tp.partition)
+            if since is not None:
+                keep = [m for m in records[tp] if m.timestamp >= since]
+                if keep:
+                    del self.not_before_ms[tp.partition]
+                    records[tp] = records[tp][records[tp].index(keep[0]) :]
+                else:
+                    del records[tp]
         # Messages below `published` went out in a transaction Kafka acknowledged as
         # committed; a broker may still hand them out again (a committed-offset fetch
         # that is not yet stable), so they are skipped here rather than trusted to it.

@@ -1,0 +1,319 @@
+"""`streamdedup replay`: run a topic's history (again) through an index.
+
+Two modes, one loop (the worker's, with partitions assigned here instead of by the
+group, so a live worker on the same topic is never disturbed):
+
+- **rebuild** fills a fresh index; its verdicts equal a live run's over the same order;
+- **reverdict** runs against an existing index: ids it holds get their stored verdict
+  back, new ones are checked and inserted.
+
+Verdicts go to a topic (one Kafka transaction per batch, offsets committed for the
+replay's own consumer group) or to a JSON Lines file, written inside the batch's
+index transaction together with the file's new length, so an interrupted replay
+resumes where it stopped: the file is cut back to the recorded length and the
+consumer starts from the offsets the index recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .changelog import index_is_empty, true_end_offsets
+from .decode import Fields, Rejected
+from .engine import Deduplicator, Verdict
+from .errors import ConfigError
+from .index import Tables
+from .worker import (
+    BrokerUnavailableError,
+    Outgoing,
+    Progress,
+    Sink,
+    Worker,
+    WorkerConfig,
+    connection_settings,
+    install_signal_handlers,
+    parse_pairs,
+)
+
+log = logging.getLogger("streamdedup.replay")
+
+MODES = ("rebuild", "reverdict")
+
+
+@dataclass(frozen=True)
+class StartAt:
+    """Where a replay starts when it has no progress of its own yet."""
+
+    beginning: bool = True
+    timestamp_ms: int | None = None
+    offsets: dict[int, int] | None = None
+
+    @classmethod
+    def parse(cls, timestamp: str | None, offsets: str | None) -> StartAt:
+        if timestamp and offsets:
+            raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
+        if timestamp:
+            try:
+                when = dt.datetime.fromisoformat(timestamp)
+            except ValueError as exc:
+                raise ConfigError(f"--from-timestamp: not ISO 8601: {timestamp!r}") from exc
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=dt.UTC)
+            return cls(beginning=False, timestamp_ms=int(when.timestamp() * 1000))
+        if offsets:
+            out: dict[int, int] = {}
+            for item in offsets.split(","):
+                p, sep, o = item.strip().partition(":")
+                if not sep or not p.isdigit() or not o.isdigit():
+                    raise ConfigError(f"--from-offsets expects P:O[,P:O...], got {item!r}")
+                out[int(p)] = int(o)
+            return cls(beginning=False, offsets=out)
+        return cls()
+
+
+class FileSink(Sink):
+    """Verdicts as JSON Lines, written in the index transaction with the new length."""
+
+    def __init__(self, worker: Worker, path: Path, durable: bool) -> None:
+        super().__init__(worker)
+        self.path = path
+        self.meta = f"replay-file/{worker.progress.ns}"
+        self.durable = durable
+        self.fh: Any = None
+
+    def open(self, common: dict[str, Any]) -> None:
+        recorded = int(self.w.dd.index.read(lambda t: t.meta(self.meta)) or 0)
+        if recorded and not self.path.exists():
+            raise ConfigError(
+                f"{self.path} is gone, but the index records {recorded} bytes of verdicts in "
+                "it; start over with --restart"
+            )
+        self.fh = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        self.fh.truncate(recorded)  # drop what an interrupted batch left behind
+
+    def in_index_transaction(self, t: Tables, out: list[Outgoing]) -> None:
+        start = int(t.meta(self.meta) or 0)
+        topic = self.w.cfg.input_topic
+        lines = []
+        for o in out:
+            if isinstance(o.item, Verdict):
+                record = o.item.to_dict()
+            elif isinstance(o.item, Rejected):
+                record = {
+                    "id": o.item.id,
+                    "verdict": "error",
+                    "error": o.item.reason,
+                    "message": o.item.message,
+                }
+            else:
+                continue
+            record["source"] = {"topic": topic, "partition": o.partition, "offset": o.offset}
+            lines.append(orjson.dumps(record) + b"\n")
+        data = b"".join(lines)
+        self.fh.seek(start)
+        self.fh.write(data)
+        self.fh.truncate()
+        self.fh.flush()
+        if self.durable:
+            os.fsync(self.fh.fileno())
+        t.set_meta(self.meta, start + len(data))
+
+    def publish(self, out: list[Outgoing], next_offsets: dict[int, int]) -> None:
+        pass  # written with the index transaction
+
+    def abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+
+
+class Positioner:
+    """Assigns every partition of the input topic and seeks each to its start: the
+    replay's own progress if it has some, else the requested start."""
+
+    def __init__(self, worker: Worker, start: StartAt, follow: bool, to_file: bool) -> None:
+        self.w, self.start, self.follow, self.to_file = worker, start, follow, to_file
+        self.ends: dict[Any, int] = {}
+        self.total = 0
+
+    def __call__(self, consumer: Any) -> Callable[[], bool]:
+        from kafka import TopicPartition
+
+        topic = self.w.cfg.input_topic
+        parts = _partitions(consumer, topic)
+        if self.start.offsets is not None:
+            unknown = set(self.start.offsets) - set(parts)
+            if unknown:
+                raise ConfigError(f"{topic} has no partition {sorted(unknown)}")
+            parts = sorted(self.start.offsets)
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        self.ends = true_end_offsets(consumer, tps)
+        applied = self.w.dd.index.read(lambda t: Progress.read(t, self.w.progress.applied))
+        wanted = self._requested(consumer, tps)
+        for tp in tps:
+            at = applied.get(tp.partition) if self.to_file else consumer.committed(tp)
+            if at is None:
+                at = wanted[tp]
+                if self.start.timestamp_ms is not None:
+                    self.w.not_before_ms[tp.partition] = self.start.timestamp_ms
+            consumer.seek(tp, at)
+        self.total = sum(max(0, self.ends[tp] - consumer.position(tp)) for tp in tps)
+        return lambda: not self.follow and all(consumer.position(tp) >= self.ends[tp] for tp in tps)
+
+    def _requested(self, consumer: Any, tps: list[Any]) -> dict[Any, int]:
+        begin = consumer.beginning_offsets(tps)
+        if self.start.timestamp_ms is not None:
+            found = consumer.offsets_for_times({tp: self.start.timestamp_ms for tp in tps})
+            return {tp: self.ends[tp] if found[tp] is None else found[tp].offset for tp in tps}
+        if self.start.offsets is not None:
+            return {tp: max(begin[tp], self.start.offsets[tp.partition]) for tp in tps}
+        return dict(begin)
+
+
+def _partitions(consumer: Any, topic: str) -> list[int]:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        parts = consumer.partitions_for_topic(topic)
+        if parts:
+            return sorted(parts)
+        consumer.topics()  # refreshes metadata
+        time.sleep(0.2)
+    raise ConfigError(f"topic {topic!r} does not exist")
+
+
+def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: str) -> None:
+    """A rebuild wants a fresh index (or its own, interrupted); --restart forgets the
+    replay's progress so it starts over."""
+    run_key = f"replay-run/{ns}"
+    want = {"mode": mode, "output": sink}
+
+    def check(t: Tables) -> dict[str, str] | None:
+        have: dict[str, str] | None = t.meta(run_key)
+        if restart:
+            for name in (f"applied/{ns}", f"published/{ns}", f"replay-file/{ns}"):
+                t.txn.delete(name.encode(), db=t.db["meta"])
+            have = None
+        if have is not None and have != want:
+            raise ConfigError(
+                f"this index holds an interrupted replay for the same group with {have}; "
+                f"resume it with the same options, or pass --restart"
+            )
+        t.set_meta(run_key, want)
+        return have
+
+    resuming = dd.index.read(lambda t: t.meta(run_key)) is not None and not restart
+    if mode == "rebuild" and not resuming and not index_is_empty(dd.index):
+        n = dd.index.read(lambda t: t.count("ids"))
+        raise ConfigError(
+            f"--mode rebuild needs a fresh index, and {dd.index.path} holds {n:,} documents; "
+            "use --mode reverdict to check against it, or give another --index"
+        )
+    dd.index.write(check)
+
+
+def run_replay(
+    values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
+) -> int:
+    from .logs import setup_logging
+
+    setup_logging(values["log_level"], values["log_format"])
+    if not values.get("bootstrap_servers"):
+        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+    out_topic, out_file = values.get("output_topic"), values.get("output")
+    if bool(out_topic) == bool(out_file):
+        raise ConfigError("give exactly one of --output-topic TOPIC and --output FILE")
+    if out_file == "-":
+        raise ConfigError("--output must be a file (an interrupted replay resumes in it)")
+    if values["from_beginning"] and (values["from_timestamp"] or values["from_offsets"]):
+        raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
+    start = StartAt.parse(values["from_timestamp"], values["from_offsets"])
+    settings = connection_settings(values)
+    cfg = WorkerConfig(
+        bootstrap_servers=values["bootstrap_servers"],
+        input_topic=values["input_topic"],
+        output_topic=out_topic or "",
+        dead_letter_topic=values["dead_letter_topic"],
+        group_id=values["group_id"],
+        input_format=values["input_format"],
+        output_format=values["output_format"],
+        fields=Fields.from_options(values),
+        max_poll_records=values["max_poll_records"],
+        transactional_id=values["transactional_id"],
+        client_id=values["client_id"],
+        consumer_options={
+            **settings,
+            **parse_pairs(values["consumer_option"], "--consumer-option"),
+        },
+        producer_options={
+            **settings,
+            **parse_pairs(values["producer_option"], "--producer-option"),
+        },
+        connect_timeout_s=values["connect_timeout"],
+    )
+    from .cli import make_progress
+
+    with open_engine(values) as dd:
+        ns = Progress(cfg.group_id, cfg.input_topic).ns
+        target = f"topic:{out_topic}" if out_topic else f"file:{Path(str(out_file)).resolve()}"
+        _prepare_index(dd, ns, values["mode"], values["restart"], target)
+        sink: Callable[[Worker], Sink] = Sink
+        if out_file:
+            path, durable = Path(str(out_file)), values["durability"] == "full"
+            if values["restart"] and path.exists():
+                path.unlink()
+
+            def sink(w: Worker) -> Sink:
+                return FileSink(w, path, durable)
+
+        holder: dict[str, Positioner] = {}
+
+        def assign(consumer: Any) -> Callable[[], bool]:
+            holder["p"] = Positioner(worker, start, values["follow"], bool(out_file))
+            return holder["p"](consumer)
+
+        worker = Worker(cfg, dd, sink=sink, assign=assign)
+        bar: Any = None
+
+        def on_batch(w: Worker, out: list[Outgoing]) -> None:
+            nonlocal bar
+            if bar is None:
+                total = holder["p"].total if not values["follow"] else None
+                bar = make_progress(values["progress"], "replay", total)
+            if bar is not None:
+                bar.update(len(out))
+                bar.set_postfix(duplicates=w.stats.duplicates, refresh=False)
+
+        worker.on_batch = on_batch
+        install_signal_handlers(worker.stop_event)
+        try:
+            stats = worker.run()
+        except BrokerUnavailableError as exc:
+            log.error("%s", exc)
+            return 3
+        finally:
+            if bar is not None:
+                bar.close()
+    elapsed = time.monotonic() - stats.started
+    rate = stats.messages / elapsed if elapsed > 0 else 0.0
+    interrupted = worker.stop_event.is_set()
+    print(
+        f"replay {'interrupted' if interrupted else 'done'}: {stats.messages:,} messages, "
+        f"{stats.verdicts:,} verdicts ({stats.duplicates:,} duplicate), "
+        f"{stats.dead_letters:,} rejected, {elapsed:.1f}s ({rate:,.0f} docs/s)"
+        + ("; run the same command again to resume" if interrupted else ""),
+        file=sys.stderr,
+    )
+    return 130 if interrupted else 0

@@ -1,0 +1,221 @@
+"""Operating a worker against a real broker: metrics and health, the time window,
+backups, and recovery from the changelog."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_worker import Topics, file_mode, stream, verdicts_by_offset
+
+from streamdedup.broker import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", *args], capture_output=True, timeout=300
+    )
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_metrics_and_health_endpoints(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(500, seed=31)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs] + [b"not json", b"{}", b"[1]"])
+    port = free_port()
+    proc = subprocess.Popen(
+        t.worker_args(tmp_path / "idx", "--metrics-port", str(port), "--ready-max-lag", "0"),
+        stderr=subprocess.PIPE,
+    )
+    try:
+        got: dict[Any, float] = {}
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            time.sleep(0.5)
+            try:
+                status, text = scrape(port)
+            except OSError:
+                continue
+            got = samples(text)
+            if (
+                got.get(("streamdedup_documents_total", ())) == len(docs)
+                and got.get(("streamdedup_consumer_lag", (("partition", "0"), ("topic", t.input))))
+                == 0
+            ):
+                break
+        verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=len(docs))]
+        assert got[("streamdedup_documents_total", ())] == len(docs)
+        assert got[("streamdedup_duplicates_total", ())] == sum(
+            v["verdict"] == "duplicate" for v in verdicts
+        )
+        assert got[("streamdedup_dead_letters_total", ())] == 3
+        assert got[("streamdedup_batch_seconds_count", ())] >= 1
+        assert got[("streamdedup_consumer_lag", (("partition", "0"), ("topic", t.input)))] == 0
+        assert got[("streamdedup_assigned_partitions", ())] == 1
+        time.sleep(1.5)  # gauges refresh every second
+        got = samples(scrape(port)[1])
+        assert got[("streamdedup_indexed_documents", ())] == len(docs)
+        assert got[("streamdedup_index_bytes", ())] > 0
+        assert scrape(port, "/healthz")[0] == 200
+        assert scrape(port, "/readyz") == (200, "ok, lag 0\n")
+        assert scrape(port, "/nope")[0] == 404
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+def test_json_logs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    t = Topics(kafka_bootstrap)
+    t.produce([b'{"id": 1, "text": "hello there"}'])
+    r = t.run_worker(tmp_path / "idx", "--log-format", "json", idle=2)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    records = [orjson.loads(line) for line in r.stderr.splitlines() if line.strip()]
+    assert records, "no log lines"
+    assert all({"time", "level", "logger", "message"} <= set(rec) for rec in records)
+    assert any(rec["message"].startswith("stopped: 1 messages") for rec in records)
+
+
+HOUR = 3_600_000
+
+
+def test_ttl_bounds_a_long_running_index(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """48 hourly rounds; each revisits the previous round's pages (edited) and some
+    pages from the first round verbatim.  With --ttl 6h the index never holds more
+    than the window, and a page last seen more than 6h ago is unique again."""
+    from kafka import KafkaProducer
+
+    rnd = random.Random(33)
+    vocab = [f"w{i}" for i in range(4000)]
+    first = [" ".join(rnd.choice(vocab) for _ in range(80)) for _ in range(20)]
+    t = Topics(kafka_bootstrap)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+    base = 1_750_000_000_000
+    previous: list[str] = first
+    expected_old_copy: list[tuple[int, int]] = []
+    n = 0
+    for r in range(48):
+        current = []
+        for j in range(40):
+            if rnd.random() < 0.5:
+                words = rnd.choice(previous).split()
+                words[rnd.randrange(len(words))] = "edited"
+                text = " ".join(words)
+            else:
+                text = " ".join(rnd.choice(vocab) for _ in range(80))
+            current.append(text)
+            p.send(
+                t.input,
+                value=orjson.dumps({"id": f"r{r}-{j}", "text": text}),
+                timestamp_ms=base + r * HOUR,
+            )
+            n += 1
+        if r == 30:  # a verbatim copy of a round-0 page, long expired
+            p.send(
+                t.input,
+                value=orjson.dumps({"id": "old-copy", "text": first[0]}),
+                timestamp_ms=base + r * HOUR,
+            )
+            n += 1
+        previous = current
+    p.flush()
+    p.close()
+    r = t.run_worker(tmp_path / "idx", "--ttl", "6h", "--max-poll-records", "200")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    verdicts = {v["id"]: v for v in (orjson.loads(m.value) for m in t.read(t.output, expect=n))}
+    assert len(verdicts) == n
+    assert verdicts["old-copy"]["verdict"] == "unique"
+    assert sum(v["verdict"] == "duplicate" for v in verdicts.values()) > 0.3 * n
+    stats = orjson.loads(cli("stats", "--index", str(tmp_path / "idx"), "--json").stdout)
+    # the window (6h) holds rounds 41..47: 7 rounds of 40
+    assert stats["documents"] == 7 * 40
+    assert stats["oldest_ms"] == base + 41 * HOUR
+    assert stats["bucket_sizes"]["postings"] <= 7 * 40 * stats["parameters"]["bands"]
+
+
+def test_backup_mid_run_restores_and_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(4000, seed=34)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[:1000]])
+    index, backup = tmp_path / "idx", tmp_path / "backup"
+    proc = subprocess.Popen(
+        t.worker_args(index, "--idle-exit", "6", "--max-poll-records", "200"),
+        stderr=subprocess.PIPE,
+    )
+    while len(t.read(t.output, timeout=1)) < 1000:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        time.sleep(0.2)
+    t.produce([orjson.dumps(d) for d in docs[1000:3000]])
+    b = cli("backup", "--index", str(index), str(backup))  # while the worker goes on
+    assert b.returncode == 0, b.stderr.decode()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    backed_up = orjson.loads(cli("stats", "--index", str(backup), "--json").stdout)
+    assert 1000 <= backed_up["documents"] < 3000, "the backup was not taken mid-run"
+    # the disk is lost; the backup goes back in place, and the stream goes on
+    shutil.rmtree(index)
+    r = cli("restore", str(backup), "--index", str(index))
+    assert r.returncode == 0, r.stderr.decode()
+    t.produce([orjson.dumps(d) for d in docs[3000:]])
+    w = t.run_worker(index)
+    assert w.returncode == 0, w.stderr.decode()[-2000:]
+    assert b"applying that range again without publishing" in w.stderr
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    assert sorted(got) == [(0, i) for i in range(len(docs))]
+    assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)
+    final = orjson.loads(cli("stats", "--index", str(index), "--json").stdout)
+    assert final["documents"] == len(docs)
+
+
+def test_lost_index_is_restored_from_the_changelog(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(2500, seed=35)
+    docs[2100] = {"id": docs[5]["id"], "text": docs[5]["text"] + " changed"}  # replaced
+    t = Topics(kafka_bootstrap)
+    changelog = f"changelog-{t.group}"
+    opts = ("--changelog-topic", changelog, "--create-topics", "--max-poll-records", "300")
+    t.produce([orjson.dumps(d) for d in docs[:1800]])
+    index = tmp_path / "idx"
+    first = t.run_worker(index, *opts)
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    shutil.rmtree(index)  # the pod lost its disk
+    t.produce([orjson.dumps(d) for d in docs[1800:]])
+    second = t.run_worker(index, *opts)
+    assert second.returncode == 0, second.stderr.decode()[-2000:]
+    assert b"restored 1800 documents" in second.stderr
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    assert sorted(got) == [(0, i) for i in range(len(docs))]
+    assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)
+    # and the restored index is the index an uninterrupted worker would have
+    stats = orjson.loads(cli("stats", "--index", str(index), "--json").stdout)
+    reference = orjson.loads(cli("stats", "--index", str(tmp_path / "file-index"), "--json").stdout)
+    for key in ("documents", "indexed", "unique", "duplicate", "exact_duplicate", "clusters"):
+        assert stats[key] == reference[key], key
+    assert stats["bucket_sizes"] == reference["bucket_sizes"]

@@ -1,0 +1,162 @@
+"""`streamdedup replay` against a real broker."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from test_worker import Topics, stream, verdicts_by_offset
+
+pytestmark = pytest.mark.integration
+
+
+def replay_args(t: Topics, index: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "streamdedup.cli",
+        "replay",
+        "--bootstrap-servers",
+        t.bootstrap,
+        "--input-topic",
+        t.input,
+        "--index",
+        str(index),
+        "--progress",
+        "never",
+        *extra,
+    ]
+
+
+def replay(t: Topics, index: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
+    r = subprocess.run(replay_args(t, index, *extra), capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    return r
+
+
+def lines(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    out = {}
+    for raw in path.read_bytes().splitlines():
+        v = orjson.loads(raw)
+        src = v.pop("source")
+        key = (src["partition"], src["offset"])
+        assert key not in out, f"two verdicts for {key}"
+        out[key] = v
+    return out
+
+
+@pytest.fixture
+def live(kafka_bootstrap: str, tmp_path: Path) -> tuple[Topics, dict[tuple[int, int], Any]]:
+    """A topic with 2 partitions that a live worker has processed."""
+    docs = stream(600, seed=21)
+    t = Topics(kafka_bootstrap, partitions=2)
+    t.produce([orjson.dumps(d) for d in docs], partitions=2)
+    t.produce([b"not json"])
+    r = t.run_worker(tmp_path / "live-index")
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    assert len(got) == len(docs)
+    return t, got
+
+
+def test_rebuild_to_a_file_equals_the_live_run(live, tmp_path: Path) -> None:
+    t, expected = live
+    out = tmp_path / "replay.jsonl"
+    r = replay(t, tmp_path / "rebuilt", "--from-beginning", "--output", str(out))
+    got = lines(out)
+    errors = {k: v for k, v in got.items() if v["verdict"] == "error"}
+    assert [v["error"] for v in errors.values()] == ["malformed_json"]
+    assert {k: v for k, v in got.items() if k not in errors} == expected
+    assert b"replay done: 601 messages" in r.stderr
+    # run again: it has nothing left to do, and the file is unchanged
+    replay(t, tmp_path / "rebuilt", "--output", str(out))
+    assert lines(out) == got
+
+
+def test_rebuild_to_a_topic_equals_the_live_run(live, tmp_path: Path) -> None:
+    from streamdedup.worker import create_topics
+
+    t, expected = live
+    create_topics(t.bootstrap, [t.output + "-replay"], 1, {})
+    replay(t, tmp_path / "rebuilt", "--output-topic", t.output + "-replay")
+    got = verdicts_by_offset(t.read(t.output + "-replay", expect=len(expected)))
+    assert got == expected
+
+
+def test_rebuild_refuses_a_used_index(live, tmp_path: Path) -> None:
+    t, _ = live
+    r = subprocess.run(
+        replay_args(t, tmp_path / "live-index", "--output", str(tmp_path / "x.jsonl")),
+        capture_output=True,
+    )
+    assert r.returncode == 2
+    assert b"--mode rebuild needs a fresh index" in r.stderr
+
+
+def test_reverdict_is_idempotent(live, tmp_path: Path) -> None:
+    t, expected = live
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    args = ("--mode", "reverdict", "--group-id", "rv")
+    replay(t, tmp_path / "live-index", *args, "--output", str(first))
+    replay(t, tmp_path / "live-index", *args, "--restart", "--output", str(second))
+    a, b = lines(first), lines(second)
+    assert a == b
+    assert {k: v for k, v in a.items() if v["verdict"] != "error"} == expected
+    # new documents are checked against the index and inserted
+    t.produce([orjson.dumps({"id": "new", "text": "words " * 40})], partitions=1)
+    third = tmp_path / "c.jsonl"
+    replay(t, tmp_path / "live-index", *args, "--restart", "--output", str(third))
+    c = lines(third)
+    assert sum(v["id"] == "new" for v in c.values()) == 1
+    assert len(c) == len(a) + 1
+
+
+def test_from_offsets_and_from_timestamp(kafka_bootstrap: str, tmp_path: Path) -> None:
+    from kafka import KafkaProducer
+
+    t = Topics(kafka_bootstrap)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    base = 1_700_000_000_000
+    for i in range(50):
+        doc = {"id": i, "text": f"document number {i} " + "padding words " * 5}
+        p.send(t.input, value=orjson.dumps(doc), timestamp_ms=base + i * 60_000)
+    p.flush()
+    p.close()
+    out = tmp_path / "o.jsonl"
+    replay(t, tmp_path / "i1", "--from-offsets", "0:30", "--output", str(out))
+    assert sorted(o for _, o in lines(out)) == list(range(30, 50))
+    out2 = tmp_path / "o2.jsonl"
+    when = "2023-11-14T22:23:20+00:00"  # base + 10 minutes
+    assert base + 600_000 == 1_700_000_600_000
+    replay(t, tmp_path / "i2", "--from-timestamp", when, "--output", str(out2))
+    assert sorted(o for _, o in lines(out2)) == list(range(10, 50))
+
+
+def test_an_interrupted_replay_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(6000, seed=22)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    whole = tmp_path / "whole.jsonl"
+    replay(t, tmp_path / "whole-index", "--output", str(whole))
+    out, index = tmp_path / "cut.jsonl", tmp_path / "cut-index"
+    args = replay_args(t, index, "--output", str(out), "--max-poll-records", "300")
+    for sig in (signal.SIGKILL, signal.SIGINT):
+        proc = subprocess.Popen(args, stderr=subprocess.PIPE)
+        deadline = time.time() + 120
+        start = out.stat().st_size if out.exists() else 0
+        while time.time() < deadline and (not out.exists() or out.stat().st_size <= start):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        if sig == signal.SIGINT:
+            assert proc.returncode in (0, 130), err.decode()[-2000:]
+    replay(t, index, "--output", str(out), "--max-poll-records", "300")
+    assert out.read_bytes() == whole.read_bytes()
+    assert len(lines(out)) == len(docs)

@@ -11,6 +11,7 @@ group's committed offsets as the index's position, and goes on from there.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -95,9 +96,9 @@ class _Restorer:
 def _postings(index: Index, params: IndexParams) -> None:
     """Fill the band buckets from the stored signatures, in document order (so each
     posting list is in arrival order, as the engine builds it), a chunk at a time."""
-    after = b""
-    while (last := index.write(lambda t, a=after: _posting_chunk(t, a, params))) is not None:
-        after = last
+    after: bytes | None = b""
+    while after is not None:
+        after = index.write(functools.partial(_posting_chunk, after=after, params=params))
 
 
 def _posting_chunk(

@@ -61,7 +61,7 @@ def test_metrics_and_health_endpoints(kafka_bootstrap: str, tmp_path: Path) -> N
         while time.time() < deadline:
             time.sleep(0.5)
             try:
-                status, text = scrape(port)
+                text = scrape(port)[1]
             except OSError:
                 continue
             got = samples(text)
@@ -120,7 +120,6 @@ def test_ttl_bounds_a_long_running_index(kafka_bootstrap: str, tmp_path: Path) -
     p = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
     base = 1_750_000_000_000
     previous: list[str] = first
-    expected_old_copy: list[tuple[int, int]] = []
     n = 0
     for r in range(48):
         current = []

@@ -1,0 +1,47 @@
+import logging
+
+import orjson
+import pytest
+
+from streamdedup.config import parse_duration_ms
+from streamdedup.errors import ConfigError
+from streamdedup.logs import JsonFormatter
+
+
+def test_json_lines_carry_extra_fields() -> None:
+    record = logging.makeLogRecord(
+        {
+            "name": "streamdedup.worker",
+            "levelno": 20,
+            "levelname": "INFO",
+            "msg": "x %d",
+            "args": (3,),
+            "partition": 2,
+        }
+    )
+    out = orjson.loads(JsonFormatter().format(record))
+    assert out["message"] == "x 3" and out["level"] == "info" and out["partition"] == 2
+    assert out["time"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("7d", 604_800_000),
+        ("12h", 43_200_000),
+        ("30m", 1_800_000),
+        ("90s", 90_000),
+        ("250ms", 250),
+        ("1.5h", 5_400_000),
+        ("2w", 1_209_600_000),
+        ("45", 45_000),
+    ],
+)
+def test_durations(text: str, ms: int) -> None:
+    assert parse_duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "7x", "d", "-1d", "0s", "1..5h"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration_ms(text)

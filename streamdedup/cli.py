@@ -381,6 +381,34 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             LOGGING,
         ),
     ),
+    "broker": (
+        "run a Kafka-protocol broker on loopback for trying things out (Tansu, in memory)",
+        (OptionGroup("broker", (Opt("port", "port to listen on", int, 9092, metavar="PORT"),)),),
+    ),
+    "produce": (
+        "send JSON Lines documents to a topic (one message per line, keyed by id)",
+        (
+            OptionGroup(
+                "produce",
+                (
+                    Opt(
+                        "bootstrap-servers",
+                        "Kafka bootstrap servers, host:port[,host:port]",
+                        str,
+                        metavar="HOSTS",
+                    ),
+                    Opt("topic", "topic to send to", str, "documents", metavar="TOPIC"),
+                    Opt(
+                        "timestamp-field",
+                        "use this field (epoch milliseconds) as the message timestamp",
+                        str,
+                        metavar="NAME",
+                    ),
+                ),
+            ),
+            OptionGroup("input", (INPUT.options[0],)),
+        ),
+    ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
     "stats": ("summarise an index", (INDEX, FORMAT)),
     "inspect": ("show what the index knows about one document", (INDEX, FORMAT)),
@@ -436,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "dedup":
             p.add_argument("input", metavar="INPUT", help="JSON Lines file, '-' for stdin")
+        if name == "produce":
+            p.add_argument("input", metavar="INPUT", help="JSON Lines file, '-' for stdin")
         if name == "backup":
             p.add_argument("dest", metavar="DEST", help="new or empty directory for the copy")
         if name == "restore":
@@ -459,7 +489,13 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
     args = build_parser().parse_args(argv)
     config_path = args.config or os.environ.get("STREAMDEDUP_CONFIG")
     config = load_toml(config_path) if config_path else None
-    values = resolve(args, COMMANDS[args.command][1], args.command, config)
+    values = resolve(
+        args,
+        COMMANDS[args.command][1],
+        args.command,
+        config,
+        commands={name: groups for name, (_, groups) in COMMANDS.items()},
+    )
     return args.command, args, values
 
 
@@ -606,6 +642,66 @@ def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    import signal
+    import threading
+
+    from .broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(values["port"])
+    bootstrap = broker.start()
+    print(f"Kafka-protocol broker (Tansu, in memory) on {bootstrap}; Ctrl-C stops it", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            if broker.proc is None or broker.proc.poll() is not None:
+                print(f"broker exited: {broker.log_tail()}", file=sys.stderr)
+                return EXIT_REJECTED
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+    return EXIT_OK
+
+
+def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from kafka import KafkaProducer
+
+    from .errors import ConfigError
+    from .filemode import stdin_or_file
+
+    if not values.get("bootstrap_servers"):
+        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+    producer = KafkaProducer(
+        bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
+    )
+    id_field, ts_field = values["id_field"], values["timestamp_field"]
+    sent = unparsed = 0
+    source = stdin_or_file(args.input)
+    try:
+        for line in source:
+            if not line.strip():
+                continue
+            key, ts = None, None
+            try:
+                doc = orjson.loads(line)
+                key = str(doc.get(id_field)).encode() if isinstance(doc, dict) else None
+                if ts_field and isinstance(doc, dict) and doc.get(ts_field) is not None:
+                    ts = int(doc[ts_field])
+            except (orjson.JSONDecodeError, ValueError, TypeError):
+                unparsed += 1  # sent as it is: the worker dead-letters it
+            producer.send(values["topic"], value=line.rstrip(b"\r\n"), key=key, timestamp_ms=ts)
+            sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+        if source is not sys.stdin.buffer:
+            source.close()
+    print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .replay import run_replay
 
@@ -684,6 +780,8 @@ HANDLERS = {
     "demo": cmd_demo,
     "backup": cmd_backup,
     "replay": cmd_replay,
+    "broker": cmd_broker,
+    "produce": cmd_produce,
     "restore": cmd_restore,
 }
 

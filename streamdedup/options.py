@@ -126,25 +126,32 @@ def resolve(
     command: str,
     config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    commands: Mapping[str, Sequence[OptionGroup]] | None = None,
 ) -> dict[str, Any]:
     """The final value of every option, and which ones were set explicitly.
 
     TOML keys may sit at the top level or in a table named after the command (which
-    wins); dashes and underscores are interchangeable.  Unknown keys are an error.
+    wins); dashes and underscores are interchangeable.  A top-level key that belongs
+    to another command (one file for worker and replay) is left to it; a key no
+    command knows is an error.
     """
     environ = os.environ if environ is None else environ
     opts = {o.dest: o for g in groups for o in g.options}
     from_file: dict[str, Any] = {}
     if config:
-        subcommands = {"dedup", "worker", "replay", "tune", "stats", "inspect", "demo", "backup"}
+        commands = commands or {command: groups}
+        elsewhere = {o.dest for gs in commands.values() for g in gs for o in g.options}
         flat = {k: v for k, v in config.items() if not isinstance(v, dict)}
         section = config.get(command, {})
-        for scope in (flat, section if isinstance(section, dict) else {}):
+        for scope, shared in (
+            (flat, elsewhere),
+            (section if isinstance(section, dict) else {}, set()),
+        ):
             for key, value in scope.items():
                 dest = key.replace("-", "_")
                 if dest in opts:
                     from_file[dest] = value
-                elif dest not in subcommands and dest != "config":
+                elif dest not in shared and dest != "config":
                     known = ", ".join(sorted(o.name for o in opts.values()))
                     raise ConfigError(
                         f"config file: unknown option {key!r} for '{command}' (known: {known})"
@@ -163,4 +170,7 @@ def resolve(
             values["_explicit"].add(dest)
         else:
             values[dest] = opt.default
+    for name, table in config.items() if config else ():
+        if isinstance(table, dict) and commands is not None and name not in commands:
+            raise ConfigError(f"config file: unknown command table [{name}]")
     return values

@@ -218,3 +218,49 @@ def test_lost_index_is_restored_from_the_changelog(kafka_bootstrap: str, tmp_pat
     for key in ("documents", "indexed", "unique", "duplicate", "exact_duplicate", "clusters"):
         assert stats[key] == reference[key], key
     assert stats["bucket_sizes"] == reference["bucket_sizes"]
+
+
+def readme_commands(section: str) -> list[str]:
+    """The shell lines of a README section's code blocks, continuations joined."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines: list[str] = []
+    for block in body.split("```bash\n")[1:]:
+        pending = ""
+        for raw in block.split("```", 1)[0].splitlines():
+            line = raw.split("  #", 1)[0].rstrip() if not raw.startswith("python") else raw
+            if line.endswith("\\"):
+                pending += line[:-1] + " "
+                continue
+            line = (pending + line).strip()
+            pending = ""
+            if line and not line.startswith("#"):
+                lines.append(line)
+    return lines
+
+
+def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Every command of the README's Operations section, in order, as written (the
+    throwaway broker aside: the test's broker stands in for it)."""
+    import os
+    import shlex
+
+    env = {
+        **os.environ,
+        "STREAMDEDUP_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "STREAMDEDUP_CONSUMER_OPTION": "max_poll_interval_ms=3000,session_timeout_ms=3000",
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    ran = []
+    for line in readme_commands("Operations"):
+        if line.startswith(("export ", "streamdedup broker")):
+            continue
+        args = shlex.split(line)
+        r = subprocess.run(
+            line, shell=True, cwd=tmp_path, env=env, capture_output=True, timeout=300
+        )
+        assert r.returncode == 0, (line, r.stderr.decode()[-2000:])
+        ran.append(args[1] if args[0] == "streamdedup" else args[0])
+    assert ran == ["python", "produce", "worker", "stats", "replay", "replay", "backup", "restore"]
+    rebuilt = (tmp_path / "rebuilt.jsonl").read_bytes().splitlines()
+    assert len(rebuilt) == 2000

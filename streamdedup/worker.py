@@ -310,7 +310,7 @@ class Worker:
 
     def connect(self) -> None:
         from kafka import KafkaConsumer
-        from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+        from kafka.errors import KafkaConfigurationError, KafkaConnectionError, KafkaTimeoutError
 
         wait_for_broker(self.cfg.bootstrap_servers, self.cfg.connect_timeout_s)
         common = {"bootstrap_servers": self.cfg.bootstrap_servers, "client_id": self.cfg.client_id}
@@ -321,6 +321,9 @@ class Worker:
             raise BrokerUnavailableError(
                 f"cannot use the Kafka cluster at {self.cfg.bootstrap_servers}: {exc}"
             ) from exc
+        except (KafkaConfigurationError, TypeError, AssertionError) as exc:
+            # kafka-python checks its settings with asserts and exceptions of its own
+            raise ConfigError(f"Kafka client settings rejected: {exc}") from exc
         if self._assign is not None:
             self._finished = self._assign(self.consumer)
             return

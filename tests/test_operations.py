@@ -248,7 +248,9 @@ def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> 
     env = {
         **os.environ,
         "STREAMDEDUP_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "STREAMDEDUP_CONSUMER_OPTION": "max_poll_interval_ms=3000,session_timeout_ms=3000",
+        "STREAMDEDUP_CONSUMER_OPTION": (
+            "max_poll_interval_ms=3000,session_timeout_ms=3000,heartbeat_interval_ms=500"
+        ),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
     ran = []

@@ -1,0 +1,275 @@
+"""Deployment files against the code, without a Docker engine: every variable,
+command, port and path they use must exist in the project, and the image's install
+steps must work when replayed in a fresh virtualenv."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from streamdedup.cli import COMMANDS
+from streamdedup.metrics import Metrics
+from streamdedup.reference import render
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+
+
+def env_names(command: str) -> set[str]:
+    return {o.env for g in COMMANDS[command][1] for o in g.options}
+
+
+def flags(command: str) -> set[str]:
+    return {f"--{o.name}" for g in COMMANDS[command][1] for o in g.options} | {"--config"}
+
+
+def metric_families() -> set[str]:
+    return {m.name for m in Metrics().registry.collect()}
+
+
+def check_invocation(argv: list[str]) -> None:
+    """`streamdedup COMMAND --flag ...`: the command and every flag exist."""
+    assert argv[0] in COMMANDS, argv
+    for arg in argv[1:]:
+        if arg.startswith("--"):
+            assert arg.split("=", 1)[0] in flags(argv[0]), (argv[0], arg)
+
+
+def check_env(command: str, env: dict[str, Any]) -> None:
+    ours = {k for k in env if k.startswith("STREAMDEDUP_")}
+    unknown = ours - env_names(command)
+    assert not unknown, f"{command} has no option for {sorted(unknown)}"
+
+
+def under(path: str, parent: str) -> bool:
+    return Path(path).is_relative_to(Path(parent))
+
+
+# ---------------------------------------------------------------- docs
+
+
+def test_configuration_reference_is_current() -> None:
+    assert (ROOT / "docs" / "configuration.md").read_text() == render(), (
+        "docs/configuration.md is out of date: python -m streamdedup.reference > "
+        "docs/configuration.md"
+    )
+
+
+def test_every_option_is_in_the_reference() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    for name, (_, groups) in COMMANDS.items():
+        assert f"## `streamdedup {name}`" in text
+        for g in groups:
+            for o in g.options:
+                assert f"`{o.env}`" in text
+
+
+# ---------------------------------------------------------------- Dockerfile
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    text = (DEPLOY / "Dockerfile").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def docker_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in dockerfile():
+        if word == "ENV":
+            for item in shlex.split(rest):
+                k, _, v = item.partition("=")
+                env[k] = v
+    return env
+
+
+def test_dockerfile_matches_the_cli() -> None:
+    steps = dockerfile()
+    env = docker_env()
+    check_env("worker", env)
+    assert next(r for w, r in steps if w == "FROM").endswith("AS build"), "multi-stage"
+    assert len([1 for w, _ in steps if w == "FROM"]) == 2
+    user = [r for w, r in steps if w == "USER"][-1]
+    assert user not in ("root", "0")
+    (volume,) = [json.loads(r)[0] for w, r in steps if w == "VOLUME"]
+    assert under(env["STREAMDEDUP_INDEX"], volume)
+    (entry,) = [json.loads(r) for w, r in steps if w == "ENTRYPOINT"]
+    (cmd,) = [json.loads(r) for w, r in steps if w == "CMD"]
+    assert entry == ["streamdedup"]
+    check_invocation(cmd)
+    (health,) = [r for w, r in steps if w == "HEALTHCHECK"]
+    assert f"127.0.0.1:{env['STREAMDEDUP_METRICS_PORT']}/healthz" in health
+    assert env["STREAMDEDUP_METRICS_HOST"] == "0.0.0.0"
+    (expose,) = [r for w, r in steps if w == "EXPOSE"]
+    assert expose == env["STREAMDEDUP_METRICS_PORT"]
+    for w, r in steps:
+        if w == "COPY" and not r.startswith("--from"):
+            for src in shlex.split(r)[:-1]:
+                assert (ROOT / src).exists(), src
+
+
+@pytest.mark.slow
+def test_dockerfile_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
+    """Replay the build stage: COPY the same files, run the same RUN commands, with
+    the venv path moved into the temporary directory."""
+    src = tmp_path / "src"
+    src.mkdir()
+    venv = tmp_path / "venv"
+    for w, r in dockerfile():
+        if w == "FROM" and not r.endswith("AS build"):
+            break  # the runtime stage only copies the venv
+        if w == "COPY":
+            *sources, _ = shlex.split(r)
+            for s in sources:
+                p = ROOT / s
+                if p.is_dir():
+                    shutil.copytree(p, src / s, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    shutil.copy(p, src / s)
+        if w == "RUN":
+            cmd = r.replace("/opt/streamdedup", str(venv)).replace(
+                "python -m venv", f"{sys.executable} -m venv"
+            )
+            res = subprocess.run(cmd, shell=True, cwd=src, capture_output=True, timeout=900)
+            assert res.returncode == 0, res.stderr.decode()[-3000:]
+    r = subprocess.run([venv / "bin" / "streamdedup", "worker", "--help"], capture_output=True)
+    assert r.returncode == 0 and b"--bootstrap-servers" in r.stdout
+
+
+# ---------------------------------------------------------------- docker compose
+
+
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_runs_apache_kafka_in_kraft_mode() -> None:
+    kafka = compose()["services"]["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    env = kafka["environment"]
+    assert "controller" in env["KAFKA_PROCESS_ROLES"]
+    assert "KAFKA_ZOOKEEPER_CONNECT" not in env
+    assert str(env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"]) == "1"
+    assert str(env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"]) == "1"
+
+
+def test_compose_services_match_the_cli() -> None:
+    c = compose()
+    s = c["services"]
+    worker = s["worker"]
+    env = worker["environment"]
+    check_env("worker", env)
+    check_invocation(worker["command"])
+    port = env["STREAMDEDUP_METRICS_PORT"]
+    assert f"{port}:{port}" in worker["ports"]
+    mounts = [v.split(":") for v in worker["volumes"]]
+    assert any(under(env["STREAMDEDUP_INDEX"], target) for _, target in mounts)
+    assert all(name in c["volumes"] for name, _ in mounts)
+    assert worker["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    # the init service creates every topic the worker uses, the changelog compacted
+    script = s["topics"]["command"][0]
+    for var in ("INPUT_TOPIC", "OUTPUT_TOPIC", "DEAD_LETTER_TOPIC", "CHANGELOG_TOPIC"):
+        assert f"--topic {env['STREAMDEDUP_' + var]} " in script, var
+    changelog_line = [x for x in script.splitlines() if env["STREAMDEDUP_CHANGELOG_TOPIC"] in x]
+    assert "cleanup.policy=compact" in changelog_line[0]
+    # the demo producer
+    producer = s["producer"]
+    check_env("produce", producer["environment"])
+    cmd = " ".join(producer["command"])
+    invocation = shlex.split(cmd.split("| streamdedup ", 1)[1])
+    check_invocation(invocation)
+    assert invocation[invocation.index("--topic") + 1] == env["STREAMDEDUP_INPUT_TOPIC"]
+    assert "data' / 'sample.jsonl.gz'" in cmd
+    assert (ROOT / "streamdedup" / "data" / "sample.jsonl.gz").exists()
+
+
+def test_monitoring_profile_scrapes_real_metrics() -> None:
+    s = compose()["services"]
+    for name in ("prometheus", "grafana"):
+        assert s[name]["profiles"] == ["monitoring"]
+        for volume in s[name]["volumes"]:
+            assert (ROOT / volume.split(":")[0]).exists(), volume
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = prom["scrape_configs"][0]["static_configs"][0]["targets"]
+    port = s["worker"]["environment"]["STREAMDEDUP_METRICS_PORT"]
+    assert targets == [f"worker:{port}"]
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "streamdedup.json").read_text())
+    used = set()
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            used |= set(re.findall(r"streamdedup_[a-z_]+", target["expr"]))
+    assert used
+    families = metric_families()
+    for name in used:
+        base = re.sub(r"_(total|bucket|count|sum)$", "", name)
+        assert base in families, name
+    assert families - {re.sub(r"_(total|bucket|count|sum)$", "", n) for n in used} == set(), (
+        "a metric the dashboard does not show"
+    )
+
+
+# ---------------------------------------------------------------- Kubernetes
+
+
+def manifests() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return out
+
+
+def test_kubernetes_manifests_match_the_cli() -> None:
+    m = manifests()
+    config = m["ConfigMap/streamdedup"]["data"]
+    secret = m["Secret/streamdedup"]["stringData"]
+    check_env("worker", config)
+    check_env("worker", secret)
+    assert {"STREAMDEDUP_SASL_USERNAME", "STREAMDEDUP_SASL_PASSWORD"} <= set(secret)
+    assert config["STREAMDEDUP_SECURITY_PROTOCOL"].startswith("SASL")
+    sts = m["StatefulSet/streamdedup"]
+    pod = sts["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    check_invocation(c["args"])
+    refs = {e.get("configMapRef", e.get("secretRef"))["name"] for e in c["envFrom"]}
+    assert refs == {"streamdedup"}
+    port = int(config["STREAMDEDUP_METRICS_PORT"])
+    (metrics_port,) = c["ports"]
+    assert metrics_port == {"name": "metrics", "containerPort": port}
+    assert config["STREAMDEDUP_METRICS_HOST"] == "0.0.0.0"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    mounts = {v["name"]: v["mountPath"] for v in c["volumeMounts"]}
+    assert under(config["STREAMDEDUP_INDEX"], mounts["index"])
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["index"]
+    assert under(config["STREAMDEDUP_SSL_CAFILE"], mounts["tls"])
+    tls = {v["name"]: v for v in pod["spec"]["volumes"]}["tls"]["secret"]["secretName"]
+    assert Path(config["STREAMDEDUP_SSL_CAFILE"]).name in m[f"Secret/{tls}"]["stringData"]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    labels = pod["metadata"]["labels"]
+    for name in ("Service/streamdedup", "Service/streamdedup-metrics"):
+        svc = m[name]["spec"]
+        assert svc["selector"] == labels
+        assert svc["ports"][0]["targetPort"] == "metrics" and svc["ports"][0]["port"] == port
+    assert m["PodDisruptionBudget/streamdedup"]["spec"]["selector"]["matchLabels"] == labels
+    kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    assert listed == {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}

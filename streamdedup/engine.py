@@ -146,6 +146,7 @@ class Prepared:
     docs: list[Document]
     keys: list[bytes]
     content: list[bytes]
+    light: frozenset[int]  # known documents: prepared without shingles (see `prepare`)
     shingles: list[int]
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
@@ -164,19 +165,30 @@ class Preparer:
     def __getstate__(self) -> dict[str, Any]:
         return {"params": self.params, "_shingler": None}
 
-    def prepare(self, docs: Sequence[Document]) -> Prepared:
+    def prepare(
+        self,
+        docs: Sequence[Document],
+        known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
+    ) -> Prepared:
+        """`known(keys, content_hashes)` names the documents the index already holds
+        with the same content: they get their stored verdict back, so their shingles
+        and signatures are not computed (replays, re-runs, redeliveries)."""
         p = self.params
         if self._shingler is None:
             self._shingler = Shingler(p.shingle)
         norm = [normalise(d.text) for d in docs]
-        batch = self._shingler.batch(norm)
+        keys = [id_key(d.id) for d in docs]
+        content = [_content_hash(t) for t in norm]
+        light = known(keys, content) if known is not None and docs else set()
+        batch = self._shingler.batch([("" if i in light else t) for i, t in enumerate(norm)])
         sigs = signatures(batch, p.num_perm, p.seed)
         key_rows = _rows(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8"))
         fps = setcodec.fingerprint_sets(batch) if p.verify == "exact" else None
         return Prepared(
             docs=list(docs),
-            keys=[id_key(d.id) for d in docs],
-            content=[_content_hash(t) for t in norm],
+            keys=keys,
+            content=content,
+            light=frozenset(light),
             shingles=batch.counts.tolist(),
             sigs=sigs,
             sig_bytes=_rows(sigs.astype("<u2")),
@@ -340,7 +352,21 @@ class Deduplicator:
     def check_batch(self, docs: Iterable[Document | tuple[DocId, str]]) -> list[Verdict]:
         """Check and insert documents in order; one write transaction for all of them."""
         batch = [d if isinstance(d, Document) else Document(d[0], d[1]) for d in docs]
-        return self.apply(self.preparer.prepare(batch))
+        return self.apply(self.preparer.prepare(batch, known=self.known))
+
+    def known(self, keys: list[bytes], content: list[bytes]) -> set[int]:
+        """Positions of the documents indexed under the same id with the same content."""
+
+        def read(t: Tables) -> set[int]:
+            out = set()
+            for i, (key, c) in enumerate(zip(keys, content, strict=True)):
+                docno = t.docno_for_id(key)
+                rec = None if docno is None else t.record(docno)
+                if rec is not None and rec.content_hash == c:
+                    out.add(i)
+            return out
+
+        return self.index.read(read)
 
     def apply(
         self,
@@ -437,6 +463,8 @@ class Deduplicator:
                 self._batch.replayed += 1
                 return Verdict.from_record(rec), 0
             self._forget(t, existing, key)
+        if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
+            p, i = self.preparer.prepare([doc]), 0
         sig = p.sigs[i]
         if p.shingles[i] == 0:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False, reason="empty")

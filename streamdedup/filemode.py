@@ -12,7 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -112,10 +112,14 @@ def _ready_batches(results: Any, batch_size: int) -> Iterator[list[tuple[Decoded
 
 
 def _decode_and_prepare(
-    preparer: Preparer, fields: Fields, lines: list[bytes]
+    preparer: Preparer,
+    fields: Fields,
+    lines: list[bytes],
+    known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
 ) -> tuple[Decoded, Prepared]:
     decoded: Decoded = [decode_json(raw, fields) for raw in lines]
-    return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)])
+    docs = [d for d in decoded if isinstance(d, Document)]
+    return decoded, preparer.prepare(docs, known=known)
 
 
 # Worker-process state: set once per process by the pool initialiser.
@@ -156,7 +160,7 @@ def run_dedup(
         groups = _ready_batches(pool.imap(_work, tasks, chunksize=1), batch_size)
     else:
         tasks = read_lines(source, batch_size)
-        groups = ([_decode_and_prepare(dedup.preparer, fields, b)] for b in tasks)
+        groups = ([_decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
     try:
         for group in groups:
             decoded = [item for d, _ in group for item in d]

@@ -446,7 +446,7 @@ class Worker:
             decoded.append(item)
             if isinstance(item, Document) and m.offset >= applied.get(p, 0):
                 fresh.append((p, m.offset, item))
-        prepared = self.dd.preparer.prepare([d for _, _, d in fresh])
+        prepared = self.dd.preparer.prepare([d for _, _, d in fresh], known=self.dd.known)
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for p, m in batch:

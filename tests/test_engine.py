@@ -290,3 +290,20 @@ def test_ttl_verdicts_do_not_depend_on_batching_or_expiry_budget(tmp_path) -> No
             runs.append(out)
     assert runs[0] == runs[1] == runs[2]
     assert sum(v.is_duplicate for v in runs[0]) > 100
+
+
+def test_known_documents_skip_preparation_and_survive_a_race(tmp_path) -> None:
+    rnd = random.Random(9)
+    a, b = " ".join(words(rnd, 120)), " ".join(words(rnd, 120))
+    with Deduplicator(tmp_path / "i") as dd:
+        first = dd.check("x", a)
+        dd.check("y", b)
+        prepared = dd.preparer.prepare([Document("x", a), Document("y", b)], known=dd.known)
+        assert prepared.light == {0, 1}
+        assert prepared.shingles == [0, 0]  # nothing computed for them
+        # meanwhile another writer replaces "y" with a copy of "x"
+        dd.check("y", replace_words(a, 3))
+        again_x, again_y = dd.apply(prepared)
+    assert again_x == first
+    # "y" changed under the prepared batch: it was prepared again and checked afresh
+    assert again_y.verdict == "unique" and again_y.cluster == "y"

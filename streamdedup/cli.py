@@ -673,6 +673,13 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
     if not values.get("bootstrap_servers"):
         raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+    from .worker import BrokerUnavailableError, wait_for_broker
+
+    try:
+        wait_for_broker(values["bootstrap_servers"], 30.0)
+    except BrokerUnavailableError as exc:
+        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        return 3
     producer = KafkaProducer(
         bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
     )

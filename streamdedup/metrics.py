@@ -30,6 +30,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from .errors import ConfigError
+
 _BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -142,7 +144,10 @@ class Metrics:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # scrapes every few seconds would drown the worker's own log
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
         self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, name="streamdedup-metrics", daemon=True

@@ -6,13 +6,16 @@ One poll batch is one unit of work:
 2. in ONE LMDB write transaction: check and insert the new documents, record for
    each input partition the next offset applied, and keep each verdict under its
    source offset (only the latest batch's, per partition);
-3. in ONE Kafka transaction: produce the verdicts and dead letters, and commit the
-   consumer offsets (`send_offsets_to_transaction`).
+3. in ONE Kafka transaction: produce the verdicts, the dead letters and the index's
+   changes (with --changelog-topic), and commit the consumer offsets
+   (`send_offsets_to_transaction`).
 
 If the process dies between 2 and 3, Kafka redelivers the batch; its messages are
 below the offsets the index recorded, so their stored verdicts are published again
 instead of being checked again -- no document becomes a duplicate of itself, and a
 read_committed consumer of the verdict topic sees exactly one verdict per message.
+The other way round -- an index behind the group's offsets, restored from a backup --
+is caught up without publishing again (`Worker._check_positions`).
 """
 
 from __future__ import annotations

@@ -49,3 +49,17 @@ def test_registries_are_separate() -> None:
     a.documents.inc()
     assert b"streamdedup_documents_total 1.0" in a.render()
     assert b"streamdedup_documents_total 0.0" in b.render()
+
+
+def test_a_taken_port_is_a_clear_error() -> None:
+    import pytest
+
+    from streamdedup.errors import ConfigError
+
+    first = Metrics()
+    port = first.serve("127.0.0.1", 0)
+    try:
+        with pytest.raises(ConfigError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            Metrics().serve("127.0.0.1", port)
+    finally:
+        first.close()

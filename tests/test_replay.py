@@ -160,3 +160,26 @@ def test_an_interrupted_replay_resumes(kafka_bootstrap: str, tmp_path: Path) -> 
     replay(t, index, "--output", str(out), "--max-poll-records", "300")
     assert out.read_bytes() == whole.read_bytes()
     assert len(lines(out)) == len(docs)
+
+
+def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) -> None:
+    docs = stream(300, seed=23)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[:100]])
+    out = tmp_path / "follow.jsonl"
+    proc = subprocess.Popen(
+        replay_args(t, tmp_path / "idx", "--follow", "--output", str(out)), stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and (not out.exists() or len(lines(out)) < 100):
+            time.sleep(0.2)
+        t.produce([orjson.dumps(d) for d in docs[100:]])  # after the start's end offsets
+        while time.time() < deadline and len(lines(out)) < len(docs):
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"replay interrupted" in err
+    assert sorted(o for _, o in lines(out)) == list(range(len(docs)))

@@ -25,9 +25,11 @@ def free_port() -> int:
 class EmbeddedBroker:
     """`with EmbeddedBroker() as bootstrap: ...` -- a broker on a free loopback port."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, advertised_port: int | None = None) -> None:
         self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        # what clients are told to connect to (a proxy in front of it, in tests)
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - never a pipe: a full one stalls it
 
@@ -46,7 +48,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.advertised_port}",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -191,6 +191,14 @@ KAFKA = OptionGroup(
             metavar="S",
         ),
         Opt(
+            "transaction-timeout",
+            "seconds to wait for a Kafka transaction call before giving it up, replacing "
+            "the producer and resuming from the committed offsets",
+            float,
+            60.0,
+            metavar="S",
+        ),
+        Opt(
             "idle-exit",
             "stop after this many seconds without messages (default: never)",
             float,

@@ -262,6 +262,7 @@ def run_replay(
             **parse_pairs(values["producer_option"], "--producer-option"),
         },
         connect_timeout_s=values["connect_timeout"],
+        transaction_timeout_s=values["transaction_timeout"],
     )
     from .cli import make_progress
 

@@ -65,6 +65,7 @@ class WorkerConfig:
     connect_timeout_s: float = 60.0
     idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
     changelog_topic: str | None = None
+    transaction_timeout_s: float = 60.0
 
 
 @dataclass
@@ -173,16 +174,21 @@ class Sink:
     def __init__(self, worker: Worker) -> None:
         self.w = worker
         self.producer: Any = None
+        self._common: dict[str, Any] = {}
+        self._broken = False
 
     def open(self, common: dict[str, Any]) -> None:
         from kafka import KafkaProducer
 
+        self._common = common
         self.producer = KafkaProducer(
             **common,
             transactional_id=self.w.transactional_id(),
             **self.w.cfg.producer_options,
         )
-        self.producer.init_transactions()
+        # Fences an earlier producer with this id and settles its open transaction.
+        _bounded(self.producer.init_transactions, self.w.cfg.transaction_timeout_s)
+        self._broken = False
 
     def in_index_transaction(self, t: Tables, out: list[Outgoing]) -> None:
         """Runs inside the batch's LMDB write transaction (a file sink writes here)."""
@@ -191,6 +197,8 @@ class Sink:
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
+        if self._broken:
+            self._reopen()
         w, cfg, producer = self.w, self.w.cfg, self.producer
         producer.begin_transaction()
         for o in out:
@@ -217,18 +225,71 @@ class Sink:
             TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
             for p, off in next_offsets.items()
         }
-        producer.send_offsets_to_transaction(offsets, w.consumer.group_metadata())
-        producer.commit_transaction()
+        try:
+            _bounded(
+                lambda: producer.send_offsets_to_transaction(offsets, w.consumer.group_metadata()),
+                cfg.transaction_timeout_s,
+            )
+            # kafka-python waits for the commit without a time limit, and a connection
+            # lost at the wrong moment can leave it waiting for good: bound it.
+            _bounded(producer.commit_transaction, cfg.transaction_timeout_s)
+        except TransactionStuckError:
+            self._broken = True  # the outcome is unknown: the next producer settles it
+            raise
 
     def abort(self) -> None:
+        """Abort the open transaction; if that fails, the producer is replaced (a new
+        one with the same transactional id fences it and settles the transaction)."""
+        if self._broken:
+            return
         try:
-            self.producer.abort_transaction()
+            _bounded(self.producer.abort_transaction, self.w.cfg.transaction_timeout_s)
         except Exception as exc:
-            log.warning("abort failed: %s", exc)
+            log.warning("abort failed (%s); the producer will be re-created", exc)
+            self._broken = True
+
+    def settle(self) -> None:
+        """Make sure no transaction of ours is still undecided (so the group's committed
+        offsets are final): replace a broken producer now."""
+        if self._broken:
+            self._reopen()
+
+    def _reopen(self) -> None:
+        log.info("re-creating the transactional producer")
+        old, self.producer = self.producer, None
+        if old is not None:  # closing a wedged producer may block: not on this thread
+            threading.Thread(target=old.close, kwargs={"timeout": 5}, daemon=True).start()
+        self.open(self._common)
 
     def close(self) -> None:
         if self.producer is not None:
-            self.producer.close(timeout=10)
+            producer, self.producer = self.producer, None
+            producer.close(timeout=10)
+
+
+class TransactionStuckError(StreamDedupError):
+    """A Kafka transaction call did not return within the transaction timeout."""
+
+
+def _bounded(call: Callable[[], Any], timeout_s: float) -> Any:
+    """Run a blocking Kafka client call with a time limit (on a helper thread, left
+    behind if it never returns); its exceptions are re-raised here."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="streamdedup-kafka-call", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TransactionStuckError(f"no answer from Kafka within {timeout_s:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 class Worker:
@@ -256,6 +317,7 @@ class Worker:
         self._assign = assign
         self._finished: Callable[[], bool] = lambda: False
         self._slot_file: Any = None
+        self._txn_id: str | None = None
         # partitions whose first batch since assignment was compared with the index
         self._checked: set[int] = set()
         self._silent_until: dict[int, int] = {}
@@ -293,9 +355,13 @@ class Worker:
         an index: group, host, index, and a slot held with a lock file in the index."""
         if self.cfg.transactional_id:
             return self.cfg.transactional_id
-        where = hashlib.blake2b(str(self.dd.index.path.resolve()).encode(), digest_size=6)
-        slot = self._take_slot()
-        return f"streamdedup-{self.cfg.group_id}-{socket.gethostname()}-{where.hexdigest()}-{slot}"
+        if self._txn_id is None:
+            where = hashlib.blake2b(str(self.dd.index.path.resolve()).encode(), digest_size=6)
+            slot = self._take_slot()
+            self._txn_id = (
+                f"streamdedup-{self.cfg.group_id}-{socket.gethostname()}-{where.hexdigest()}-{slot}"
+            )
+        return self._txn_id
 
     def _take_slot(self) -> int:
         import fcntl
@@ -320,7 +386,7 @@ class Worker:
         try:
             self.sink.open(common)
             self.consumer = KafkaConsumer(**common, **consumer_settings(self.cfg))
-        except (KafkaTimeoutError, KafkaConnectionError) as exc:
+        except (KafkaTimeoutError, KafkaConnectionError, TransactionStuckError) as exc:
             raise BrokerUnavailableError(
                 f"cannot use the Kafka cluster at {self.cfg.bootstrap_servers}: {exc}"
             ) from exc
@@ -478,7 +544,7 @@ class Worker:
         self.dd.apply(prepared, also=record)
         try:
             self.sink.publish(out, {p: off + 1 for p, off in last.items()})
-        except KafkaError as exc:
+        except (KafkaError, TransactionStuckError) as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self.sink.abort()
             self._rewind(first)
@@ -544,12 +610,29 @@ class Worker:
         return records
 
     def _rewind(self, first: dict[int, int]) -> None:
+        """After a failed transaction, go back to the group's committed offsets: a
+        commit whose answer was lost may have gone through (then the batch must not be
+        published again), or not (then it must be).  Until Kafka answers, wait."""
         from kafka import TopicPartition
+        from kafka.errors import KafkaError
 
-        for p, off in first.items():
-            tp = TopicPartition(self.cfg.input_topic, p)
-            if tp in self.consumer.assignment():
-                self.consumer.seek(tp, off)
+        tps = [TopicPartition(self.cfg.input_topic, p) for p in first]
+        delay = 0.5
+        while not self.stop_event.is_set():
+            try:
+                self.sink.settle()
+                for tp in tps:
+                    if tp not in self.consumer.assignment():
+                        continue
+                    committed = self.consumer.committed(tp)
+                    self.consumer.seek(tp, first[tp.partition] if committed is None else committed)
+                return
+            except (KafkaError, TransactionStuckError) as exc:
+                log.warning("Kafka not answering (%s); retrying in %.0fs", exc, delay)
+                if self.metrics is not None:
+                    self.metrics.heartbeat()  # waiting for the broker is not being stuck
+                self.stop_event.wait(delay)
+                delay = min(delay * 2, 15.0)
 
     def close(self) -> None:
         for name, closer in (("consumer", self._close_consumer), ("producer", self.sink.close)):
@@ -765,6 +848,7 @@ def run_from_options(
         consumer_options=consumer_options,
         producer_options=producer_options,
         connect_timeout_s=values["connect_timeout"],
+        transaction_timeout_s=values["transaction_timeout"],
         idle_exit_s=values["idle_exit"],
         changelog_topic=values["changelog_topic"],
     )

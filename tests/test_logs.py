@@ -45,3 +45,20 @@ def test_durations(text: str, ms: int) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ConfigError):
         parse_duration_ms(text)
+
+
+def test_kafka_client_repeats_are_rate_limited() -> None:
+    from streamdedup.logs import RateLimit
+
+    f = RateLimit(every_s=60)
+
+    def rec(name: str, msg: str) -> logging.LogRecord:
+        return logging.makeLogRecord({"name": name, "msg": msg, "levelno": 30})
+
+    passed = [f.filter(rec("kafka.producer.sender", "retrying %s")) for _ in range(100)]
+    assert passed == [True] + [False] * 99
+    assert f.filter(rec("kafka.producer.sender", "another message"))
+    assert all(f.filter(rec("streamdedup.worker", "ours")) for _ in range(5))  # never ours
+    f.every_s = 0
+    again = rec("kafka.producer.sender", "retrying %s")
+    assert f.filter(again) and again.msg.endswith("(and 99 more like it)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
@@ -91,6 +92,30 @@ class Topics:
             out.extend(batch)
             if expect is None or len(out) >= expect:
                 break
+        c.close()
+        return out
+
+    def read_to_end(self, topic: str, timeout: float = 120) -> list[Any]:
+        """Every committed record of partition 0, up to its end offset now (read with
+        `read`, a pause in the fetches could end the reading early)."""
+        from kafka import KafkaConsumer, TopicPartition
+
+        from streamdedup.changelog import true_end_offsets
+
+        c = KafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+        )
+        tp = TopicPartition(topic, 0)
+        c.assign([tp])
+        end = true_end_offsets(c, [tp])[tp]
+        c.seek_to_beginning(tp)
+        out: list[Any] = []
+        deadline = time.time() + timeout
+        while c.position(tp) < end and time.time() < deadline:
+            for batch in c.poll(timeout_ms=500).values():
+                out.extend(batch)
         c.close()
         return out
 
@@ -259,14 +284,11 @@ def test_crash_test_exactly_one_verdict_per_document(
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     expected = file_mode(tmp_path, docs)
     seen: dict[int, list[dict[str, Any]]] = {}
-    deadline = time.time() + 120
-    while len(seen) < len(docs) and time.time() < deadline:
-        seen = {}
-        for m in t.read(t.output, expect=len(docs), timeout=30):
-            v = orjson.loads(m.value)
-            src = v.pop("source")
-            seen.setdefault(src["offset"], []).append(v)
-    assert sorted(seen) == list(range(len(docs))), "a document got no verdict"
+    for m in t.read_to_end(t.output):
+        v = orjson.loads(m.value)
+        seen.setdefault(v.pop("source")["offset"], []).append(v)
+    missing = sorted(set(range(len(docs))) - set(seen))
+    assert not missing, f"{len(missing)} documents got no verdict: {missing[:10]}"
     for offset, verdicts in seen.items():
         assert all(v == expected[offset] for v in verdicts), (offset, verdicts)
     if hides_aborted_transactions:
@@ -456,3 +478,134 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
         recorded = dd.index.read(lambda tx: tx.meta(f"applied/{t.group}/{t.input}"))
     assert {int(k): v for k, v in recorded.items()} == committed
     assert sum(committed.values()) == len(docs)
+
+
+class Outage:
+    """A TCP proxy in front of a broker that can drop every connection and refuse new
+    ones for a while: the broker "goes away" without losing its (in-memory) data."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        from streamdedup.broker import free_port
+
+        self.port, self.target = free_port(), target_port
+        self.up = threading.Event()
+        self.up.set()
+        self.conns: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.server = socket.create_server(("127.0.0.1", self.port))
+        self.server.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not self.up.is_set():
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            with self.lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.close()
+
+    def cut(self) -> None:
+        import socket
+
+        self.up.clear()
+        with self.lock:
+            for c in self.conns:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+            self.conns = []
+
+    def restore(self) -> None:
+        self.up.set()
+
+
+@pytest.mark.slow
+def test_broker_gone_for_a_while_mid_run(tmp_path: Path, hides_aborted_transactions: bool) -> None:
+    """Connections to the broker drop and are refused for 15 seconds while the worker is
+    busy; it waits, reconnects and goes on: every document gets the verdict of an
+    uninterrupted run."""
+    from streamdedup.broker import EmbeddedBroker, free_port
+
+    real = free_port()
+    proxy = Outage(real)
+    broker = EmbeddedBroker(port=real, advertised_port=proxy.port)
+    bootstrap = broker.start()
+    try:
+        docs = stream(20_000, seed=7)
+        t = Topics(bootstrap)
+        t.produce([orjson.dumps(d) for d in docs])
+        port = free_port()
+        proc = subprocess.Popen(
+            t.worker_args(
+                tmp_path / "idx",
+                "--max-poll-records",
+                "100",
+                "--metrics-port",
+                str(port),
+                "--idle-exit",
+                "10",
+                "--transaction-timeout",
+                "10",
+            ),
+            stderr=subprocess.PIPE,
+        )
+        import urllib.request
+
+        cut_at = 0
+        while cut_at < 2000:
+            assert proc.poll() is None
+            time.sleep(0.05)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+                    text = r.read().decode()
+            except OSError:
+                continue
+            found = [x for x in text.splitlines() if x.startswith("streamdedup_documents_total")]
+            cut_at = int(float(found[0].split()[1])) if found else 0
+        proxy.cut()
+        time.sleep(15)
+        assert proc.poll() is None, "the worker gave up while the broker was away"
+        proxy.restore()
+        _, err = proc.communicate(timeout=400)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        assert cut_at < len(docs) // 2, "the outage came after the work was done"
+        assert b"more like it" in err, "kafka-python's repeated warnings are rate-limited"
+        seen: dict[int, list[dict[str, Any]]] = {}
+        for m in t.read_to_end(t.output):
+            v = orjson.loads(m.value)
+            seen.setdefault(v.pop("source")["offset"], []).append(v)
+        expected = file_mode(tmp_path, docs)
+        missing = sorted(set(range(len(docs))) - set(seen))
+        assert not missing, f"{len(missing)} documents got no verdict: {missing[:10]}"
+        for offset, verdicts in seen.items():
+            assert all(v == expected[offset] for v in verdicts), (offset, verdicts)
+        if hides_aborted_transactions:
+            assert all(len(v) == 1 for v in seen.values())
+    finally:
+        broker.stop()

@@ -93,12 +93,16 @@ class _Restorer:
             self.max_docno = max(self.max_docno, docno)
 
 
-def _postings(index: Index, params: IndexParams) -> None:
+def _postings(
+    index: Index, params: IndexParams, progress: Callable[[], None] | None = None
+) -> None:
     """Fill the band buckets from the stored signatures, in document order (so each
     posting list is in arrival order, as the engine builds it), a chunk at a time."""
     after: bytes | None = b""
     while after is not None:
         after = index.write(functools.partial(_posting_chunk, after=after, params=params))
+        if progress is not None:
+            progress()
 
 
 def _posting_chunk(
@@ -203,7 +207,11 @@ def restore(
         if r.max_docno >= 0:
             raise IndexOpenError(f"changelog {changelog_topic} holds no index parameters")
     else:
-        _postings(index, r.params)
+        _postings(
+            index,
+            r.params,
+            None if progress is None else lambda: progress(stats.records, total),
+        )
     stats.documents = index.write(lambda t: _finish(t, r.max_docno, committed, ns))
     stats.seconds = time.monotonic() - started
     consumer.unsubscribe()

@@ -769,7 +769,7 @@ def create_topics(
         admin.close()
 
 
-def restore_if_empty(cfg: WorkerConfig, index_path: str) -> None:
+def restore_if_empty(cfg: WorkerConfig, index_path: str, metrics: Metrics | None = None) -> None:
     """With a changelog: an empty or missing index is rebuilt from it before the
     worker consumes (the pod lost its disk, or this is a new machine)."""
     from kafka import KafkaConsumer, TopicPartition
@@ -801,6 +801,8 @@ def restore_if_empty(cfg: WorkerConfig, index_path: str) -> None:
             last_log = [0.0]
 
             def report(done: int, total: int) -> None:
+                if metrics is not None:
+                    metrics.heartbeat()  # restoring is progress: /healthz stays green
                 if time.monotonic() - last_log[0] > 2.0:
                     last_log[0] = time.monotonic()
                     log.info("restoring: %d of about %d changelog records", done, total)
@@ -879,7 +881,7 @@ def run_from_options(
         if cfg.changelog_topic:
             if not values.get("index"):
                 raise ConfigError("--index DIR is required")
-            restore_if_empty(cfg, values["index"])
+            restore_if_empty(cfg, values["index"], metrics)
         with open_engine(values) as dd:
             worker = Worker(cfg, dd, metrics=metrics)
             install_signal_handlers(worker.stop_event)

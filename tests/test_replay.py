@@ -183,3 +183,45 @@ def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) 
     assert proc.returncode == 130, err.decode()[-2000:]
     assert b"replay interrupted" in err
     assert sorted(o for _, o in lines(out)) == list(range(len(docs)))
+
+
+def test_an_interrupted_replay_to_a_topic_resumes(
+    kafka_bootstrap: str, hides_aborted_transactions: bool, tmp_path: Path
+) -> None:
+    from test_worker import file_mode
+
+    from streamdedup.worker import create_topics
+
+    docs = stream(8000, seed=24)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    target = t.output + "-replay"
+    create_topics(t.bootstrap, [target], 1, {})
+    index = tmp_path / "idx"
+    args = replay_args(t, index, "--output-topic", target, "--max-poll-records", "200")
+    from kafka import KafkaConsumer, TopicPartition
+
+    watch = KafkaConsumer(bootstrap_servers=t.bootstrap, isolation_level="read_committed")
+    watch.assign([TopicPartition(target, 0)])
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE)
+    seen_so_far, deadline = 0, time.time() + 120
+    while seen_so_far < 1000 and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
+        seen_so_far += sum(len(b) for b in watch.poll(timeout_ms=50).values())
+    proc.send_signal(signal.SIGKILL)
+    watch.close()
+    proc.wait()
+    r = subprocess.run(args, capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    resumed = int(r.stderr.split(b"replay done: ")[1].split(b" messages")[0].replace(b",", b""))
+    assert 0 < resumed < len(docs), "the first run was not interrupted mid-way"
+    seen: dict[int, list[dict[str, Any]]] = {}
+    for m in t.read_to_end(target):
+        v = orjson.loads(m.value)
+        seen.setdefault(v.pop("source")["offset"], []).append(v)
+    expected = file_mode(tmp_path, docs)
+    assert sorted(seen) == list(range(len(docs)))
+    for offset, verdicts in seen.items():
+        assert all(v == expected[offset] for v in verdicts), (offset, verdicts)
+    if hides_aborted_transactions:
+        assert all(len(v) == 1 for v in seen.values())

@@ -19,7 +19,6 @@ The replayed verdicts are compared with file mode's, so a fast wrong answer show
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import orjson
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from bench_worker import fill  # noqa: E402
+from bench_worker import cluster, fill, save  # noqa: E402
 from corpus import generate  # noqa: E402
 
 
@@ -66,96 +65,85 @@ def main() -> int:
     lines = [
         orjson.dumps({"id": d.id, "text": d.text}) for d in generate(n, seed=41, memory=50_000)
     ]
-    broker = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from streamdedup.broker import EmbeddedBroker
-
-        broker = EmbeddedBroker()
-        bootstrap = broker.start()
     results: dict[str, Any] = {"docs": n}
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-replay-") as d:
-            tmp = Path(d)
-            corpus = tmp / "corpus.jsonl"
-            corpus.write_bytes(b"\n".join(lines) + b"\n")
-            from streamdedup.worker import create_topics
+    with (
+        cluster(args.bootstrap) as bootstrap,
+        tempfile.TemporaryDirectory(prefix="bench-replay-") as d,
+    ):
+        tmp = Path(d)
+        corpus = tmp / "corpus.jsonl"
+        corpus.write_bytes(b"\n".join(lines) + b"\n")
+        from streamdedup.worker import create_topics
 
-            tag = uuid.uuid4().hex[:8]
-            topic, out_topic = f"docs-{tag}", f"replayed-{tag}"
-            create_topics(bootstrap, [topic, out_topic], 1, {})
-            fill(bootstrap, topic, lines, 1)
-            kafka = [
-                "--bootstrap-servers",
-                bootstrap,
-                "--input-topic",
-                topic,
+        tag = uuid.uuid4().hex[:8]
+        topic, out_topic = f"docs-{tag}", f"replayed-{tag}"
+        create_topics(bootstrap, [topic, out_topic], 1, {})
+        fill(bootstrap, topic, lines, 1)
+        kafka = [
+            "--bootstrap-servers",
+            bootstrap,
+            "--input-topic",
+            topic,
+            "--progress",
+            "never",
+        ]
+        runs = {
+            "file mode (dedup)": cli(
+                "dedup",
+                str(corpus),
+                "--index",
+                str(tmp / "i-file"),
+                "--output",
+                str(tmp / "file.jsonl"),
                 "--progress",
                 "never",
-            ]
-            runs = {
-                "file mode (dedup)": cli(
-                    "dedup",
-                    str(corpus),
-                    "--index",
-                    str(tmp / "i-file"),
-                    "--output",
-                    str(tmp / "file.jsonl"),
-                    "--progress",
-                    "never",
-                ),
-                "replay rebuild -> file": cli(
-                    "replay",
-                    *kafka,
-                    "--index",
-                    str(tmp / "i-rebuild"),
-                    "--output",
-                    str(tmp / "rebuild.jsonl"),
-                ),
-                "replay rebuild -> topic": cli(
-                    "replay",
-                    *kafka,
-                    "--index",
-                    str(tmp / "i-topic"),
-                    "--output-topic",
-                    out_topic,
-                ),
-                "replay reverdict -> file": cli(
-                    "replay",
-                    *kafka,
-                    "--index",
-                    str(tmp / "i-rebuild"),
-                    "--mode",
-                    "reverdict",
-                    "--group-id",
-                    "again",
-                    "--output",
-                    str(tmp / "reverdict.jsonl"),
-                ),
+            ),
+            "replay rebuild -> file": cli(
+                "replay",
+                *kafka,
+                "--index",
+                str(tmp / "i-rebuild"),
+                "--output",
+                str(tmp / "rebuild.jsonl"),
+            ),
+            "replay rebuild -> topic": cli(
+                "replay",
+                *kafka,
+                "--index",
+                str(tmp / "i-topic"),
+                "--output-topic",
+                out_topic,
+            ),
+            "replay reverdict -> file": cli(
+                "replay",
+                *kafka,
+                "--index",
+                str(tmp / "i-rebuild"),
+                "--mode",
+                "reverdict",
+                "--group-id",
+                "again",
+                "--output",
+                str(tmp / "reverdict.jsonl"),
+            ),
+        }
+        base = None
+        for name, cmd in runs.items():
+            seconds = timed(cmd)
+            rate = n / seconds
+            base = base or rate
+            results[name] = {
+                "seconds": seconds,
+                "docs_per_s": rate,
+                "vs_file_mode": rate / base,
             }
-            base = None
-            for name, cmd in runs.items():
-                seconds = timed(cmd)
-                rate = n / seconds
-                base = base or rate
-                results[name] = {
-                    "seconds": seconds,
-                    "docs_per_s": rate,
-                    "vs_file_mode": rate / base,
-                }
-                print(f"{name:26s} {rate:8,.0f} docs/s  ({rate / base:.2f}x file mode)", flush=True)
-            expected = verdicts(tmp / "file.jsonl")
-            for name in ("rebuild", "reverdict"):
-                same = verdicts(tmp / f"{name}.jsonl") == expected
-                results[f"{name}_equals_file_mode"] = same
-                print(f"replay {name} verdicts equal file mode's: {same}")
-    finally:
-        if broker is not None:
-            broker.stop()
-    out = HERE / "out"
-    out.mkdir(exist_ok=True)
-    (out / "bench_replay.json").write_text(json.dumps(results, indent=2))
+            print(f"{name:26s} {rate:8,.0f} docs/s  ({rate / base:.2f}x file mode)", flush=True)
+        expected = verdicts(tmp / "file.jsonl")
+        for name in ("rebuild", "reverdict"):
+            same = verdicts(tmp / f"{name}.jsonl") == expected
+            results[f"{name}_equals_file_mode"] = same
+            print(f"replay {name} verdicts equal file mode's: {same}")
+    save("bench_replay", results)
     return 0
 
 

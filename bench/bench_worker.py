@@ -15,12 +15,14 @@ two processes sharing one index on a two-partition topic.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,24 @@ FAST_GROUP = [
     "--consumer-option",
     "session_timeout_ms=5000",
 ]
+
+
+@contextlib.contextmanager
+def cluster(bootstrap: str | None) -> Iterator[str]:
+    """The given cluster, or an embedded broker for the length of the run."""
+    if bootstrap:
+        yield bootstrap
+        return
+    from streamdedup.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+def save(name: str, results: dict[str, Any]) -> None:
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=2))
 
 
 def rss_anon_mb(pid: int) -> float | None:
@@ -181,61 +201,50 @@ def main() -> int:
         orjson.dumps({"id": d.id, "text": d.text})
         for d in generate(args.docs, seed=31, memory=50_000)
     ]
-    broker = None
-    if args.bootstrap:
-        bootstrap = args.bootstrap
-    else:
-        from streamdedup.broker import EmbeddedBroker
-
-        broker = EmbeddedBroker()
-        bootstrap = broker.start()
     results: dict[str, Any] = {"docs": args.docs}
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-worker-") as d:
-            tmp = Path(d)
-            corpus = tmp / "corpus.jsonl"
-            corpus.write_bytes(b"\n".join(lines) + b"\n")
-            fm = file_mode(corpus, tmp)
-            results["file_mode_docs_per_s"] = args.docs / fm
-            print(f"file mode: {args.docs / fm:,.0f} docs/s", flush=True)
-            names = make_topics(bootstrap, 1)
-            fill(bootstrap, names["input"], lines, 1)
-            one = run_workers(bootstrap, names, tmp / "idx1", args.docs, 1)
-            results["worker"] = one
-            ratio = one["docs_per_s"] / results["file_mode_docs_per_s"]
-            print(f"worker, 1 process: {one['docs_per_s']:,.0f} docs/s ({ratio:.0%} of file mode)")
-            mem = [s["rss_anon_mb"] for s in one["lag_samples"] if s["rss_anon_mb"]]
-            if mem:
-                print(
-                    f"  worker RssAnon MB at start/middle/end: {mem[0]:.0f} / "
-                    f"{mem[len(mem) // 2]:.0f} / {mem[-1]:.0f}"
-                )
+    with (
+        cluster(args.bootstrap) as bootstrap,
+        tempfile.TemporaryDirectory(prefix="bench-worker-") as d,
+    ):
+        tmp = Path(d)
+        corpus = tmp / "corpus.jsonl"
+        corpus.write_bytes(b"\n".join(lines) + b"\n")
+        fm = file_mode(corpus, tmp)
+        results["file_mode_docs_per_s"] = args.docs / fm
+        print(f"file mode: {args.docs / fm:,.0f} docs/s", flush=True)
+        names = make_topics(bootstrap, 1)
+        fill(bootstrap, names["input"], lines, 1)
+        one = run_workers(bootstrap, names, tmp / "idx1", args.docs, 1)
+        results["worker"] = one
+        ratio = one["docs_per_s"] / results["file_mode_docs_per_s"]
+        print(f"worker, 1 process: {one['docs_per_s']:,.0f} docs/s ({ratio:.0%} of file mode)")
+        mem = [s["rss_anon_mb"] for s in one["lag_samples"] if s["rss_anon_mb"]]
+        if mem:
             print(
-                "  lag over time (s: messages waiting): "
-                + ", ".join(
-                    f"{s['t']:.0f}: {s['lag']}"
-                    for s in one["lag_samples"][:: max(1, len(one["lag_samples"]) // 8)]
-                )
+                f"  worker RssAnon MB at start/middle/end: {mem[0]:.0f} / "
+                f"{mem[len(mem) // 2]:.0f} / {mem[-1]:.0f}"
             )
-            if not args.skip_pair:
-                names2 = make_topics(bootstrap, 2)
-                fill(bootstrap, names2["input"], lines, 2)
-                single = run_workers(bootstrap, names2, tmp / "idx2", args.docs, 1)
-                names3 = make_topics(bootstrap, 2)
-                fill(bootstrap, names3["input"], lines, 2)
-                pair = run_workers(bootstrap, names3, tmp / "idx3", args.docs, 2)
-                results["two_partitions"] = {"one": single, "two": pair}
-                print(
-                    f"two partitions: 1 process {single['docs_per_s']:,.0f} docs/s, 2 processes "
-                    f"sharing one index {pair['docs_per_s']:,.0f} docs/s "
-                    f"({pair['docs_per_s'] / single['docs_per_s']:.2f}x)"
-                )
-    finally:
-        if broker is not None:
-            broker.stop()
-    out = HERE / "out"
-    out.mkdir(exist_ok=True)
-    (out / "bench_worker.json").write_text(json.dumps(results, indent=2))
+        print(
+            "  lag over time (s: messages waiting): "
+            + ", ".join(
+                f"{s['t']:.0f}: {s['lag']}"
+                for s in one["lag_samples"][:: max(1, len(one["lag_samples"]) // 8)]
+            )
+        )
+        if not args.skip_pair:
+            names2 = make_topics(bootstrap, 2)
+            fill(bootstrap, names2["input"], lines, 2)
+            single = run_workers(bootstrap, names2, tmp / "idx2", args.docs, 1)
+            names3 = make_topics(bootstrap, 2)
+            fill(bootstrap, names3["input"], lines, 2)
+            pair = run_workers(bootstrap, names3, tmp / "idx3", args.docs, 2)
+            results["two_partitions"] = {"one": single, "two": pair}
+            print(
+                f"two partitions: 1 process {single['docs_per_s']:,.0f} docs/s, 2 processes "
+                f"sharing one index {pair['docs_per_s']:,.0f} docs/s "
+                f"({pair['docs_per_s'] / single['docs_per_s']:.2f}x)"
+            )
+    save("bench_worker", results)
     return 0
 
 

@@ -87,6 +87,15 @@ TUNING = OptionGroup(
         ),
     ),
 )
+# the engine options that apply to the Kafka commands (batches come from the polls)
+STREAM_ENGINE = OptionGroup(
+    "engine",
+    tuple(
+        o
+        for o in TUNING.options
+        if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
+    ),
+)
 INPUT = OptionGroup(
     "input",
     (
@@ -345,14 +354,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             KAFKA,
             INDEX,
             ENGINE,
-            OptionGroup(
-                "engine",
-                tuple(
-                    o
-                    for o in TUNING.options
-                    if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
-                ),
-            ),
+            STREAM_ENGINE,
             WINDOW,
             INPUT,
             CHANGELOG,
@@ -376,14 +378,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             OptionGroup("kafka", _REPLAY_KAFKA),
             INDEX,
             ENGINE,
-            OptionGroup(
-                "engine",
-                tuple(
-                    o
-                    for o in TUNING.options
-                    if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
-                ),
-            ),
+            STREAM_ENGINE,
             WINDOW,
             INPUT,
             LOGGING,
@@ -676,12 +671,10 @@ def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
-    from .errors import ConfigError
     from .filemode import stdin_or_file
+    from .worker import BrokerUnavailableError, require_bootstrap, wait_for_broker
 
-    if not values.get("bootstrap_servers"):
-        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
-    from .worker import BrokerUnavailableError, wait_for_broker
+    require_bootstrap(values)
 
     try:
         wait_for_broker(values["bootstrap_servers"], 30.0)

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from .changelog import index_is_empty, true_end_offsets
-from .decode import Fields, Rejected
+from .decode import Rejected
 from .engine import Deduplicator, Verdict
 from .errors import ConfigError
 from .index import Tables
@@ -40,9 +40,8 @@ from .worker import (
     Sink,
     Worker,
     WorkerConfig,
-    connection_settings,
     install_signal_handlers,
-    parse_pairs,
+    require_bootstrap,
 )
 
 log = logging.getLogger("streamdedup.replay")
@@ -143,15 +142,15 @@ class Positioner:
     """Assigns every partition of the input topic and seeks each to its start: the
     replay's own progress if it has some, else the requested start."""
 
-    def __init__(self, worker: Worker, start: StartAt, follow: bool, to_file: bool) -> None:
-        self.w, self.start, self.follow, self.to_file = worker, start, follow, to_file
+    def __init__(self, start: StartAt, follow: bool, to_file: bool) -> None:
+        self.start, self.follow, self.to_file = start, follow, to_file
         self.ends: dict[Any, int] = {}
         self.total = 0
 
-    def __call__(self, consumer: Any) -> Callable[[], bool]:
+    def __call__(self, worker: Worker, consumer: Any) -> Callable[[], bool]:
         from kafka import TopicPartition
 
-        topic = self.w.cfg.input_topic
+        topic = worker.cfg.input_topic
         parts = _partitions(consumer, topic)
         if self.start.offsets is not None:
             unknown = set(self.start.offsets) - set(parts)
@@ -161,14 +160,14 @@ class Positioner:
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         self.ends = true_end_offsets(consumer, tps)
-        applied = self.w.dd.index.read(lambda t: Progress.read(t, self.w.progress.applied))
+        applied = worker.dd.index.read(lambda t: Progress.read(t, worker.progress.applied))
         wanted = self._requested(consumer, tps)
         for tp in tps:
             at = applied.get(tp.partition) if self.to_file else consumer.committed(tp)
             if at is None:
                 at = wanted[tp]
                 if self.start.timestamp_ms is not None:
-                    self.w.not_before_ms[tp.partition] = self.start.timestamp_ms
+                    worker.not_before_ms[tp.partition] = self.start.timestamp_ms
             consumer.seek(tp, at)
         self.total = sum(max(0, self.ends[tp] - consumer.position(tp)) for tp in tps)
         return lambda: not self.follow and all(consumer.position(tp) >= self.ends[tp] for tp in tps)
@@ -230,8 +229,7 @@ def run_replay(
     from .logs import setup_logging
 
     setup_logging(values["log_level"], values["log_format"])
-    if not values.get("bootstrap_servers"):
-        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+    require_bootstrap(values)
     out_topic, out_file = values.get("output_topic"), values.get("output")
     if bool(out_topic) == bool(out_file):
         raise ConfigError("give exactly one of --output-topic TOPIC and --output FILE")
@@ -240,30 +238,7 @@ def run_replay(
     if values["from_beginning"] and (values["from_timestamp"] or values["from_offsets"]):
         raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
     start = StartAt.parse(values["from_timestamp"], values["from_offsets"])
-    settings = connection_settings(values)
-    cfg = WorkerConfig(
-        bootstrap_servers=values["bootstrap_servers"],
-        input_topic=values["input_topic"],
-        output_topic=out_topic or "",
-        dead_letter_topic=values["dead_letter_topic"],
-        group_id=values["group_id"],
-        input_format=values["input_format"],
-        output_format=values["output_format"],
-        fields=Fields.from_options(values),
-        max_poll_records=values["max_poll_records"],
-        transactional_id=values["transactional_id"],
-        client_id=values["client_id"],
-        consumer_options={
-            **settings,
-            **parse_pairs(values["consumer_option"], "--consumer-option"),
-        },
-        producer_options={
-            **settings,
-            **parse_pairs(values["producer_option"], "--producer-option"),
-        },
-        connect_timeout_s=values["connect_timeout"],
-        transaction_timeout_s=values["transaction_timeout"],
-    )
+    cfg = WorkerConfig.from_options(values)
     from .cli import make_progress
 
     with open_engine(values) as dd:
@@ -279,19 +254,14 @@ def run_replay(
             def sink(w: Worker) -> Sink:
                 return FileSink(w, path, durable)
 
-        holder: dict[str, Positioner] = {}
-
-        def assign(consumer: Any) -> Callable[[], bool]:
-            holder["p"] = Positioner(worker, start, values["follow"], bool(out_file))
-            return holder["p"](consumer)
-
-        worker = Worker(cfg, dd, sink=sink, assign=assign)
+        positioner = Positioner(start, values["follow"], bool(out_file))
+        worker = Worker(cfg, dd, sink=sink, assign=lambda c: positioner(worker, c))
         bar: Any = None
 
         def on_batch(w: Worker, out: list[Outgoing]) -> None:
             nonlocal bar
             if bar is None:
-                total = holder["p"].total if not values["follow"] else None
+                total = positioner.total if not values["follow"] else None
                 bar = make_progress(values["progress"], "replay", total)
             if bar is not None:
                 bar.update(len(out))

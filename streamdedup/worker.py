@@ -67,6 +67,43 @@ class WorkerConfig:
     changelog_topic: str | None = None
     transaction_timeout_s: float = 60.0
 
+    @classmethod
+    def from_options(cls, values: dict[str, Any], **overrides: Any) -> WorkerConfig:
+        """The configuration `worker` and `replay` build from their option values."""
+        require_bootstrap(values)
+        settings = connection_settings(values)
+        fields: dict[str, Any] = {
+            "bootstrap_servers": values["bootstrap_servers"],
+            "input_topic": values["input_topic"],
+            "output_topic": values.get("output_topic") or "",
+            "dead_letter_topic": values["dead_letter_topic"],
+            "group_id": values["group_id"],
+            "input_format": values["input_format"],
+            "output_format": values["output_format"],
+            "fields": Fields.from_options(values),
+            "max_poll_records": values["max_poll_records"],
+            "transactional_id": values["transactional_id"],
+            "client_id": values["client_id"],
+            "consumer_options": {
+                **settings,
+                **parse_pairs(values["consumer_option"], "--consumer-option"),
+            },
+            "producer_options": {
+                **settings,
+                **parse_pairs(values["producer_option"], "--producer-option"),
+            },
+            "connect_timeout_s": values["connect_timeout"],
+            "transaction_timeout_s": values["transaction_timeout"],
+            "idle_exit_s": values.get("idle_exit"),
+            "changelog_topic": values.get("changelog_topic"),
+        }
+        return cls(**{**fields, **overrides})
+
+
+def require_bootstrap(values: dict[str, Any]) -> None:
+    if not values.get("bootstrap_servers"):
+        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+
 
 @dataclass
 class WorkerStats:
@@ -830,30 +867,7 @@ def run_from_options(
     from .metrics import HealthPolicy
 
     setup_logging(values["log_level"], values["log_format"])
-    if not values.get("bootstrap_servers"):
-        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
-    settings = connection_settings(values)
-    consumer_options = {**settings, **parse_pairs(values["consumer_option"], "--consumer-option")}
-    producer_options = {**settings, **parse_pairs(values["producer_option"], "--producer-option")}
-    cfg = WorkerConfig(
-        bootstrap_servers=values["bootstrap_servers"],
-        input_topic=values["input_topic"],
-        output_topic=values["output_topic"],
-        dead_letter_topic=values["dead_letter_topic"],
-        group_id=values["group_id"],
-        input_format=values["input_format"],
-        output_format=values["output_format"],
-        fields=Fields.from_options(values),
-        max_poll_records=values["max_poll_records"],
-        transactional_id=values["transactional_id"],
-        client_id=values["client_id"],
-        consumer_options=consumer_options,
-        producer_options=producer_options,
-        connect_timeout_s=values["connect_timeout"],
-        transaction_timeout_s=values["transaction_timeout"],
-        idle_exit_s=values["idle_exit"],
-        changelog_topic=values["changelog_topic"],
-    )
+    cfg = WorkerConfig.from_options(values)
     metrics = None
     if values["metrics_port"] is not None:
         metrics = Metrics(HealthPolicy(values["health_stall"], values["ready_max_lag"]))
@@ -875,7 +889,7 @@ def run_from_options(
                     if t
                 ],
                 values["partitions"],
-                settings,
+                connection_settings(values),
                 compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
             )
         if cfg.changelog_topic:

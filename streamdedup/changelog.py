@@ -43,6 +43,29 @@ def encode_changes(changes: list[Change]) -> list[tuple[bytes, bytes | None]]:
     return out
 
 
+def current_changes(t: Tables, keys: list[bytes]) -> list[Change]:
+    """The index's present state of these documents, as changes.
+
+    A batch whose index transaction committed but whose Kafka transaction did not (a
+    crash or a broker failure between the two) is published again from the stored
+    verdicts, and its original changelog records went with the aborted transaction:
+    re-sending the documents' present state restores the changelog.  (The forgetting
+    of an expired document is not re-sent; an expired document never matches, restored
+    or not, and the next batch forgets it again.)"""
+    out: list[Change] = []
+    for key in dict.fromkeys(keys):
+        docno = t.docno_for_id(key)
+        record = None if docno is None else t.record(docno)
+        if docno is None or record is None:
+            out.append(Change(key, -1 if docno is None else docno, None, None, None, False))
+            continue
+        signature = t.signature(docno)
+        shingle_set = t.shingle_set(docno) if signature is not None else None
+        owns = t.docno_for_content(record.content_hash) == docno
+        out.append(Change(key, docno, record, signature, shingle_set or None, owns))
+    return out
+
+
 def params_record(params: IndexParams) -> tuple[bytes, bytes]:
     return PARAMS_KEY, msgpack.packb(params.to_record())
 

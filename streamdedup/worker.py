@@ -33,10 +33,12 @@ from typing import Any
 import msgpack
 import orjson
 
+from . import failpoints
+from .changelog import current_changes, encode_changes, params_record
 from .decode import Fields, Rejected, decode_message
-from .engine import Deduplicator, Document, Verdict
+from .engine import Change, Deduplicator, Document, Verdict
 from .errors import ConfigError, StreamDedupError
-from .index import Tables
+from .index import Tables, id_key
 from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
@@ -258,6 +260,7 @@ class Sink:
         if cfg.changelog_topic:
             for key, value in w.changelog_records():
                 producer.send(cfg.changelog_topic, key=key, value=value)
+        failpoints.reach("verdicts-sent", before=producer.flush)
         offsets = {
             TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
             for p, off in next_offsets.items()
@@ -267,6 +270,7 @@ class Sink:
                 lambda: producer.send_offsets_to_transaction(offsets, w.consumer.group_metadata()),
                 cfg.transaction_timeout_s,
             )
+            failpoints.reach("offsets-sent", before=producer.flush)
             # kafka-python waits for the commit without a time limit, and a connection
             # lost at the wrong moment can leave it waiting for good: bound it.
             _bounded(producer.commit_transaction, cfg.transaction_timeout_s)
@@ -362,6 +366,8 @@ class Worker:
         # the record batch holding it (Tansu does); earlier messages are dropped here
         self.not_before_ms: dict[int, int] = {}
         self._params_logged = False
+        # present state of the documents a batch published again (see current_changes)
+        self._republished: list[Change] = []
         self._last_gauges = 0.0
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
@@ -566,19 +572,24 @@ class Worker:
             Progress.advance(t, prog.applied, last)
             new = iter(verdicts)
             out.clear()
+            again: list[bytes] = []
             for (p, m), item in zip(batch, decoded, strict=True):
                 result: Verdict | Rejected | None = item if isinstance(item, Rejected) else None
                 if isinstance(item, Document):
                     if m.offset < applied.get(p, 0):
                         result = prog.stored_verdict(t, p, m.offset)
+                        again.append(id_key(item.id))
                     else:
                         result = next(new)
                     if m.offset < self._silent_until.get(p, -1):
                         result = None
                 out.append(Outgoing(p, m.offset, m.key, m.value, result))
+            if self.cfg.changelog_topic:
+                self._republished = current_changes(t, again)
             self.sink.in_index_transaction(t, out)
 
         self.dd.apply(prepared, also=record)
+        failpoints.reach("index-written")
         try:
             self.sink.publish(out, {p: off + 1 for p, off in last.items()})
         except (KafkaError, TransactionStuckError) as exc:
@@ -586,6 +597,8 @@ class Worker:
             self.sink.abort()
             self._rewind(first)
             return
+        self._params_logged = bool(self.cfg.changelog_topic)
+        failpoints.reach("committed")
         self.dd.index.write(lambda t: Progress.advance(t, prog.published, last))
         self._count(out, applied, time.perf_counter() - started)
         if self.on_batch is not None:
@@ -637,13 +650,11 @@ class Worker:
         m.index_bytes.set(self.dd.index.file_bytes())
 
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
-        """The last batch's index changes, for the changelog topic."""
-        from .changelog import encode_changes, params_record
-
-        records = encode_changes(self.dd.changes)
-        if not self._params_logged:  # what a restore needs to rebuild the same index
+        """The last batch's index changes, for the changelog topic; until a transaction
+        with them commits, also the index parameters a restore needs."""
+        records = encode_changes(self._republished + self.dd.changes)
+        if not self._params_logged:
             records.append(params_record(self.dd.params))
-            self._params_logged = True
         return records
 
     def _rewind(self, first: dict[int, int]) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from txnlog import Record, committed, everything
 
 pytestmark = pytest.mark.integration
 
@@ -95,29 +96,10 @@ class Topics:
         c.close()
         return out
 
-    def read_to_end(self, topic: str, timeout: float = 120) -> list[Any]:
-        """Every committed record of partition 0, up to its end offset now (read with
-        `read`, a pause in the fetches could end the reading early)."""
-        from kafka import KafkaConsumer, TopicPartition
-
-        from streamdedup.changelog import true_end_offsets
-
-        c = KafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            isolation_level="read_committed",
-            enable_auto_commit=False,
-        )
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        end = true_end_offsets(c, [tp])[tp]
-        c.seek_to_beginning(tp)
-        out: list[Any] = []
-        deadline = time.time() + timeout
-        while c.position(tp) < end and time.time() < deadline:
-            for batch in c.poll(timeout_ms=500).values():
-                out.extend(batch)
-        c.close()
-        return out
+    def read_to_end(self, topic: str, timeout: float = 120) -> list[Record]:
+        """The read_committed view of partition 0 up to its end now, from the log's
+        transaction markers (tests/txnlog.py), so on every broker."""
+        return committed(self.bootstrap, topic, timeout=timeout)
 
     def worker_args(self, index: Path, *extra: str) -> list[str]:
         return [
@@ -257,29 +239,41 @@ def test_an_index_bound_to_another_group_is_refused(kafka_bootstrap: str, tmp_pa
 
 
 @pytest.mark.slow
-def test_crash_test_exactly_one_verdict_per_document(
-    kafka_bootstrap: str, hides_aborted_transactions: bool, tmp_path: Path
-) -> None:
+def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_path: Path) -> None:
     """SIGKILL the worker at random moments over a 20,000-document stream; restart it
-    each time.  Every input document gets a verdict equal to an uninterrupted run's (none
-    lost, none re-checked into a duplicate of itself), and the read_committed verdict
-    topic holds exactly one per document -- the last part only on a broker that hides
-    aborted transactions from read_committed consumers (Apache Kafka; not Tansu 0.6.0,
-    where the records of the transactions the kills left open stay visible)."""
+    each time.  The read_committed verdict topic holds exactly one verdict per document
+    (none lost, none repeated), equal to an uninterrupted run's (none re-checked into a
+    duplicate of itself)."""
     docs = stream(20_000, seed=4)
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs])
-    rnd = random.Random(4)
+    from kafka import KafkaConsumer, TopicPartition
+
+    seed = random.randrange(1 << 30)
+    rnd = random.Random(seed)
+    # kill points spread over the stream, counted in verdicts published so far (aborted
+    # ones included), each followed by a random pause of up to a batch's duration
+    kill_points = sorted(rnd.sample(range(1000, 19_000), 5))
+    watcher = KafkaConsumer(bootstrap_servers=t.bootstrap, enable_auto_commit=False)
+    watcher.assign([TopicPartition(t.output, 0)])
+    published = 0
     index = tmp_path / "idx"
-    for _ in range(5):
+    for point in kill_points:
         proc = subprocess.Popen(
             t.worker_args(index, "--max-poll-records", "500"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rnd.uniform(6.0, 12.0))
+        deadline = time.time() + 120
+        while published < point:
+            assert proc.poll() is None and time.time() < deadline, (seed, point, published)
+            published += sum(len(b) for b in watcher.poll(timeout_ms=20).values())
+        time.sleep(rnd.uniform(0, 0.15))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    watcher.close()
+    before_last_run = len(t.read_to_end(t.output))
+    assert before_last_run < len(docs), "the kills came after the work was done"
     r = t.run_worker(index, "--max-poll-records", "500", idle=8)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     expected = file_mode(tmp_path, docs)
@@ -288,11 +282,78 @@ def test_crash_test_exactly_one_verdict_per_document(
         v = orjson.loads(m.value)
         seen.setdefault(v.pop("source")["offset"], []).append(v)
     missing = sorted(set(range(len(docs))) - set(seen))
-    assert not missing, f"{len(missing)} documents got no verdict: {missing[:10]}"
+    assert not missing, f"seed {seed}: {len(missing)} documents got no verdict: {missing[:10]}"
     for offset, verdicts in seen.items():
-        assert all(v == expected[offset] for v in verdicts), (offset, verdicts)
-    if hides_aborted_transactions:
-        assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
+        assert all(v == expected[offset] for v in verdicts), (seed, offset, verdicts)
+    assert all(len(v) == 1 for v in seen.values()), f"seed {seed}: a document got two verdicts"
+
+
+@pytest.mark.parametrize("point", ["index-written", "verdicts-sent", "offsets-sent", "committed"])
+def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, point: str) -> None:
+    """The worker SIGKILLs itself at one step of its third batch (streamdedup.failpoints)
+    and is restarted: the read_committed verdict topic holds exactly one verdict per
+    document, equal to an uninterrupted run's, and the committed changelog holds the
+    index's state of every document."""
+    import os
+
+    from streamdedup.worker import create_topics
+
+    docs = stream(3000, seed=11)
+    t = Topics(kafka_bootstrap)
+    changelog = f"changelog-{t.group}"
+    create_topics(t.bootstrap, [changelog], 1, {}, compacted=(changelog,))
+    t.produce([orjson.dumps(d) for d in docs])
+    index = tmp_path / "idx"
+    opts = ("--max-poll-records", "200", "--changelog-topic", changelog)
+    crash = subprocess.run(
+        t.worker_args(index, *opts),
+        env={**os.environ, "STREAMDEDUP_FAILPOINT": f"{point}:3"},
+        capture_output=True,
+        timeout=300,
+    )
+    assert crash.returncode == -signal.SIGKILL, crash.stderr.decode()[-3000:]
+    log_before = everything(t.bootstrap, t.output)
+    if point in ("verdicts-sent", "offsets-sent"):
+        assert len(log_before) > len(t.read_to_end(t.output)), "an open transaction was left"
+    r = t.run_worker(index, *opts)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+
+    seen: dict[int, list[dict[str, Any]]] = {}
+    for m in t.read_to_end(t.output):
+        v = orjson.loads(m.value)
+        seen.setdefault(v.pop("source")["offset"], []).append(v)
+    expected = file_mode(tmp_path, docs)
+    assert sorted(seen) == list(range(len(docs)))
+    assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
+    for offset, verdicts in seen.items():
+        assert verdicts[0] == expected[offset], (offset, verdicts)
+    assert changelog_state(t.bootstrap, changelog) == index_state(index)
+
+
+def changelog_state(bootstrap: str, topic: str) -> dict[bytes, bytes]:
+    """What a restore would see: the last committed record of each key, the index
+    parameters left out."""
+    from streamdedup.changelog import PARAMS_KEY
+
+    latest: dict[bytes, bytes | None] = {}
+    for r in committed(bootstrap, topic):
+        assert r.key is not None
+        latest[r.key] = r.value
+    assert latest.pop(PARAMS_KEY, None), "the changelog holds the index parameters"
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def index_state(index: Path) -> dict[bytes, bytes]:
+    """Every document of the index as the changelog encodes it."""
+    from streamdedup.changelog import current_changes, encode_changes
+    from streamdedup.engine import Deduplicator
+
+    def read(t: Any) -> dict[bytes, bytes]:
+        keys = [bytes(k) for k in t.txn.cursor(db=t.db["ids"]).iternext(values=False)]
+        return {k: v for k, v in encode_changes(current_changes(t, keys)) if v is not None}
+
+    with Deduplicator(index) as dd:
+        return dd.index.read(read)
 
 
 def test_duplicates_across_partitions_are_found(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -424,7 +485,7 @@ def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> 
 
 
 def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
-    kafka_bootstrap: str, hides_aborted_transactions: bool, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """A second worker joins while the first is busy: partitions move between them.
     Nothing is lost, a redelivered message gets the verdict it had, and afterwards the
@@ -446,14 +507,19 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
         published += sum(len(b) for b in watcher.poll(timeout_ms=200).values())
     watcher.close()
     second = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=logs[1])
-    seen: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    deadline = time.time() + 180
-    while len(seen) < len(docs) and time.time() < deadline:
-        seen = {}
-        for m in t.read(t.output, expect=len(docs), timeout=10):
+
+    def verdicts(aborted_too: bool = False) -> dict[tuple[int, int], list[dict[str, Any]]]:
+        seen: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        read = everything if aborted_too else committed
+        for m in read(t.bootstrap, t.output):
             v = orjson.loads(m.value)
             src = v.pop("source")
             seen.setdefault((src["partition"], src["offset"]), []).append(v)
+        return seen
+
+    deadline = time.time() + 180
+    while len(verdicts()) < len(docs) and time.time() < deadline:
+        time.sleep(2)
     for proc in (first, second):
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
@@ -462,22 +528,22 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     first_log, second_log = ((tmp_path / f"w{i}.log").read_bytes() for i in range(2))
     assert b'revoked ["TopicPartition' in first_log, "the first worker lost a partition"
     assert b'assigned ["TopicPartition' in second_log, "the second worker took one over"
+    seen = verdicts()
     assert len(seen) == len(docs), "a document got no verdict"
-    for key, verdicts in seen.items():
-        assert all(v == verdicts[0] for v in verdicts), (key, verdicts)
-    if hides_aborted_transactions:
-        assert all(len(v) == 1 for v in seen.values())
+    assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
+    for key, published in verdicts(aborted_too=True).items():  # aborted batches included
+        assert all(v == seen[key][0] for v in published), (key, published)
     consumer = KafkaConsumer(
         bootstrap_servers=kafka_bootstrap, group_id=t.group, enable_auto_commit=False
     )
-    committed = {p: consumer.committed(TopicPartition(t.input, p)) for p in (0, 1)}
+    group_offsets = {p: consumer.committed(TopicPartition(t.input, p)) for p in (0, 1)}
     consumer.close()
     from streamdedup.engine import Deduplicator
 
     with Deduplicator(index) as dd:
         recorded = dd.index.read(lambda tx: tx.meta(f"applied/{t.group}/{t.input}"))
-    assert {int(k): v for k, v in recorded.items()} == committed
-    assert sum(committed.values()) == len(docs)
+    assert {int(k): v for k, v in recorded.items()} == group_offsets
+    assert sum(group_offsets.values()) == len(docs)
 
 
 class Outage:
@@ -546,7 +612,7 @@ class Outage:
 
 
 @pytest.mark.slow
-def test_broker_gone_for_a_while_mid_run(tmp_path: Path, hides_aborted_transactions: bool) -> None:
+def test_broker_gone_for_a_while_mid_run(tmp_path: Path) -> None:
     """Connections to the broker drop and are refused for 15 seconds while the worker is
     busy; it waits, reconnects and goes on: every document gets the verdict of an
     uninterrupted run."""
@@ -605,7 +671,6 @@ def test_broker_gone_for_a_while_mid_run(tmp_path: Path, hides_aborted_transacti
         assert not missing, f"{len(missing)} documents got no verdict: {missing[:10]}"
         for offset, verdicts in seen.items():
             assert all(v == expected[offset] for v in verdicts), (offset, verdicts)
-        if hides_aborted_transactions:
-            assert all(len(v) == 1 for v in seen.values())
+        assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
     finally:
         broker.stop()

@@ -402,6 +402,15 @@ class Deduplicator:
         clock = int(t.meta("clock") or 0)
         ttl = self.options.ttl_ms
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
+        t.batch_postings(
+            [
+                b"".join(keys)
+                for p in parts
+                for i, keys in enumerate(p.band_keys)
+                if p.shingles[i] and i not in p.light
+            ],
+            self.options.max_bucket_candidates,
+        )
         out: list[Verdict] = []
         for p in parts:
             for i in range(len(p.docs)):
@@ -413,6 +422,7 @@ class Deduplicator:
                 verdict, inserted = self._check_one(t, p, i, next_docno)
                 next_docno += inserted
                 out.append(verdict)
+        t.flush_postings()
         t.set_meta("next_docno", next_docno)
         t.set_meta("counts", self._counts)
         t.set_meta("clock", clock)

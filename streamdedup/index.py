@@ -27,12 +27,14 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import lmdb
 import msgpack
+import numpy as np
+import numpy.typing as npt
 
 from .errors import IndexOpenError
 
@@ -114,6 +116,7 @@ class Tables:
         self.txn = txn
         self.db = dbs
         self._bucket_cursor: lmdb.Cursor | None = None
+        self._postings: _Postings | None = None
 
     def _buckets(self) -> lmdb.Cursor:
         if self._bucket_cursor is None:
@@ -172,7 +175,9 @@ class Tables:
         self.txn.put(dk, record.pack(), db=self.db["docs"])
         if signature is not None:
             self.txn.put(dk, signature, db=self.db["sigs"])
-        if bucket_keys:
+        if bucket_keys and self._postings is not None:
+            self._postings.add(bucket_keys, docno)
+        elif bucket_keys:
             self._buckets().putmulti([(bk, dk) for bk in bucket_keys], dupdata=True)
         if shingle_set is not None:
             for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
@@ -193,8 +198,11 @@ class Tables:
         self.txn.delete(key, db=self.db["ids"])
         self.txn.delete(dk, db=self.db["docs"])
         self.txn.delete(dk, db=self.db["sigs"])
-        for bk in bucket_keys:
+        buffered = self._postings is not None and self._postings.discard(docno)
+        for bk in [] if buffered else bucket_keys:
             self.txn.delete(bk, dk, db=self.db["buckets"])
+            if self._postings is not None:
+                self._postings.stale.add(bk)
         cur = self.txn.cursor(db=self.db["sets"])
         while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
             cur.delete()
@@ -212,27 +220,99 @@ class Tables:
         return int.from_bytes(key[:8], "big"), docno_of(key[8:])
 
     # -- postings
-    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
-        """docno -> number of the given buckets it is in, reading at most the `cap`
-        newest postings of each bucket (hot buckets stay cheap).  The hot loop of
-        every query, hence the local bindings."""
+    def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
+        """Read the buckets of a whole batch up front and buffer the postings it adds,
+        both in key order (`flush_postings` writes the buffer).
+
+        B-tree work in key order walks each page once, while it is in cache; one
+        document at a time jumps all over the tree, and in a large index those jumps
+        are most of a document's cost.  `candidates` then answers from the read-ahead
+        and the buffer (this batch's documents, newer than anything stored); it reads
+        a bucket again only if a removal in this batch changed it."""
+        if not band_keys:
+            self._postings = _Postings({}, {}, set(), set())
+            return
+        flat = np.frombuffer(b"".join(band_keys), dtype=">u8")
+        unique, counts = np.unique(flat, return_counts=True)
+        keys = raw_keys(unique)
+        present = [bytes(k) for k, _ in self._buckets().getmulti(keys)]  # misses dropped
+        shared = unique[counts > 1]
+        # Documents none of whose keys is stored or shared with another document of
+        # the batch (most of them) have no candidates: found here in one numpy pass.
+        busy = np.isin(flat, np.union1d(shared, np.frombuffer(b"".join(present), ">u8")))
+        rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
+        self._postings = _Postings(
+            read_ahead={bk: self._newest(bk, cap) for bk in present},
+            added={bk: [] for bk in raw_keys(shared)},
+            rows=set(band_keys),
+            quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
+        )
+
+    def flush_postings(self) -> None:
+        """Write the buffered postings in key order and stop buffering."""
+        postings, self._postings = self._postings, None
+        if postings is None or not postings.docs:
+            return
+        docs = [(d, keys) for d, keys in postings.docs if d not in postings.dropped]
+        flat = np.frombuffer(b"".join(k for _, keys in docs for k in keys), dtype=">u8")
+        docnos = np.repeat(
+            np.array([d for d, _ in docs], dtype=np.uint64), [len(keys) for _, keys in docs]
+        )
+        order = np.lexsort((docnos, flat))
+        values = docnos[order].astype(">u8").view(np.uint8).reshape(-1, 8)
+        items = zip(
+            chunks(flat[order].tobytes(), 8),
+            chunks(values[:, 8 - DOCNO_BYTES :].tobytes(), DOCNO_BYTES),
+            strict=True,
+        )
+        self._buckets().putmulti(items, dupdata=True)
+
+    def _newest(self, bk: bytes, cap: int) -> list[int]:
+        """A bucket's stored postings, newest first, at most `cap` of them (a hot
+        bucket costs a cursor walk back from its last duplicate, not its size)."""
         cur = self._buckets()
-        set_key, count, from_bytes = cur.set_key, cur.count, int.from_bytes
+        if not cur.set_key(bk):
+            return []
+        from_bytes = int.from_bytes
+        if cur.count() <= cap:
+            out = [from_bytes(v, "big") for v in cur.iternext_dup(keys=False)]
+            out.reverse()
+            return out
+        cur.last_dup()
+        out = []
+        for n, value in enumerate(cur.iterprev_dup(keys=False)):
+            if n == cap:
+                break
+            out.append(from_bytes(value, "big"))
+        return out
+
+    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+        """docno -> number of the given buckets it is in, from at most the `cap`
+        newest postings of each bucket."""
         found: dict[int, int] = {}
         get = found.get
+        p = self._postings
+        row = b"".join(band_keys) if p is not None else b""
+        if p is not None and row in p.quiet:
+            return found
+        read_ahead = p is not None and row in p.rows
         for bk in band_keys:
-            if not set_key(bk):
-                continue
-            if count() <= cap:
-                for value in cur.iternext_dup(keys=False):
-                    d = from_bytes(value, "big")
-                    found[d] = get(d, 0) + 1
-                continue
-            cur.last_dup()
-            for n, value in enumerate(cur.iterprev_dup(keys=False)):
-                if n == cap:
-                    break
-                d = from_bytes(value, "big")
+            if p is None:
+                newest = self._newest(bk, cap)
+            else:
+                stored = (
+                    p.read_ahead.get(bk, _NONE)
+                    if read_ahead and not (p.stale and bk in p.stale)
+                    else self._newest(bk, cap)
+                )
+                added = p.added_to(bk, read_ahead)
+                if not added:
+                    newest = stored
+                elif len(added) >= cap:
+                    newest = added[-cap:]
+                else:
+                    newest = added + stored[: cap - len(added)]
+            for d in newest:
                 found[d] = get(d, 0) + 1
         return found
 
@@ -251,6 +331,68 @@ class Tables:
             pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
             out[name] = int(pages * st["psize"])
         return out
+
+
+_NONE: list[int] = []
+
+
+def chunks(raw: bytes, width: int) -> list[bytes]:
+    """`raw` cut into `width`-byte pieces (by numpy: several times faster than slicing)."""
+    out: list[bytes] = np.frombuffer(raw, dtype=f"V{width}").tolist()
+    return out
+
+
+def raw_keys(keys: npt.NDArray[np.uint64]) -> list[bytes]:
+    """uint64 band keys as the 8-byte big-endian keys of the buckets table."""
+    return chunks(keys.astype(">u8").tobytes(), 8)
+
+
+@dataclass
+class _Postings:
+    """The posting work of one batch (see `Tables.batch_postings`).
+
+    Only the keys that two documents of the batch share are tracked one by one
+    (`added`); the rest stay in per-document lists (`docs`) until they are sorted
+    and written.  A document prepared again inside the transaction (the engine
+    does that when it changed since `known` looked) is not one of the batch's
+    rows: its keys are tracked one by one, and its own query reads everything."""
+
+    read_ahead: dict[bytes, list[int]]  # stored postings, newest first, of present keys
+    added: dict[bytes, list[int]]  # buffered docnos, oldest first, of tracked keys
+    rows: set[bytes]  # each document's keys, joined: the rows read ahead
+    quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
+    docs: list[tuple[int, list[bytes]]] = field(default_factory=list)
+    buffered: set[int] = field(default_factory=set)
+    dropped: set[int] = field(default_factory=set)  # buffered, then removed
+    stale: set[bytes] = field(default_factory=set)  # stored postings removed since
+
+    def add(self, band_keys: list[bytes], docno: int) -> None:
+        self.docs.append((docno, band_keys))
+        self.buffered.add(docno)
+        added = self.added
+        if b"".join(band_keys) in self.rows:
+            for bk in band_keys:
+                if bk in added:
+                    added[bk].append(docno)
+            return
+        self.quiet.clear()  # an unforeseen document: every later query looks
+        for bk in band_keys:
+            added.setdefault(bk, []).append(docno)
+
+    def added_to(self, bk: bytes, batch_row: bool) -> list[int]:
+        """Buffered docnos of a key, oldest first."""
+        if batch_row:
+            docnos = self.added.get(bk, _NONE)
+        else:
+            docnos = [d for d, keys in self.docs if bk in keys]
+        return [d for d in docnos if d not in self.dropped] if self.dropped else docnos
+
+    def discard(self, docno: int) -> bool:
+        """Forget a buffered document's postings; False if it has none buffered."""
+        if docno in self.dropped or docno not in self.buffered:
+            return False
+        self.dropped.add(docno)
+        return True
 
 
 class Index:

@@ -213,6 +213,73 @@ def test_replacing_a_document_within_one_batch_leaves_no_stale_postings(index_di
         assert postings == 3 * dd.params.bands  # a, b and c, each once per band
 
 
+def stream_with_replacements(seed: int, n: int) -> list[Document]:
+    """Near-duplicate families sharing a template (hot buckets), exact copies, and ids
+    sent again with changed content -- soon after (often in the same batch) or later."""
+    rnd = random.Random(seed)
+    template = " ".join(words(rnd, 60))
+    texts: list[str] = []
+    docs: list[Document] = []
+    for i in range(n):
+        r = rnd.random()
+        if texts and r < 0.35:
+            text = edit(rnd, rnd.choice(texts), 0.01)
+        elif texts and r < 0.4:
+            text = rnd.choice(texts)
+        elif r < 0.6:
+            text = template + " " + " ".join(words(rnd, 15))
+        else:
+            text = " ".join(words(rnd, 80))
+        texts.append(text)
+        if docs and rnd.random() < 0.1:  # an id seen before, new content
+            doc_id = docs[max(0, len(docs) - rnd.choice([1, 2, 3, 50]))].id
+        else:
+            doc_id = f"d{i}"
+        docs.append(Document(doc_id, text))
+    return docs
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_verdicts_and_postings_do_not_depend_on_batching(tmp_path, seed: int) -> None:
+    """A batch reads its buckets ahead and buffers its postings (index.batch_postings);
+    one document per transaction does neither in effect.  Both must agree, also with
+    a candidate cap small enough that which postings count as "newest" matters."""
+    docs = stream_with_replacements(seed, 400)
+    runs, postings = [], []
+    for size in (1, 9, 400):
+        opts = EngineOptions(max_bucket_candidates=3)
+        with Deduplicator(tmp_path / f"b{size}", options=opts) as dd:
+            out: list[Verdict] = []
+            for i in range(0, len(docs), size):
+                out += dd.check_batch(docs[i : i + size])
+            runs.append(out)
+
+            def read(t):
+                cur = t.txn.cursor(db=t.db["buckets"])
+                return sorted((bytes(k), bytes(v)) for k, v in cur)
+
+            postings.append(dd.index.read(read))
+    assert runs[0] == runs[1] == runs[2]
+    assert postings[0] == postings[1] == postings[2]
+    assert 50 < sum(v.is_duplicate for v in runs[0]) < 350
+
+
+def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) -> None:
+    rnd = random.Random(12)
+    a, c = " ".join(words(rnd, 120)), " ".join(words(rnd, 120))
+    with Deduplicator(tmp_path / "i") as dd:
+        dd.check("x", a)
+        batch = [Document("x", a), Document("z", replace_words(a, 5))]
+        prepared = dd.preparer.prepare(batch, known=dd.known)
+        assert prepared.light == {0}
+        dd.check("x", c)  # another writer changes "x" before the batch applies
+        again_x, z = dd.apply(prepared)
+    # "x" is checked again with its batch text, outside the batch's read-ahead; the
+    # document after it in the same batch still finds it
+    assert again_x.verdict == "unique"
+    assert z.duplicate_of == "x"
+
+
 # ---------------------------------------------------------------- time window (--ttl)
 
 HOUR = 3_600_000

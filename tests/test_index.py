@@ -3,7 +3,7 @@ import pytest
 
 from streamdedup.engine import Deduplicator, Document
 from streamdedup.errors import IndexOpenError, ParameterMismatchError
-from streamdedup.index import Index, id_key
+from streamdedup.index import Index, Record, Tables, id_key
 
 
 def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
@@ -91,3 +91,55 @@ def test_full_durability_syncs_every_commit(index_dir) -> None:
         assert not dd.index.env.flags()["sync"]
         assert dd.check("a", "durable words in a durable document").verdict == "unique"
         assert dd.counters.replayed == 1
+
+
+def _record(docno: int) -> Record:
+    return Record(f"d{docno}", 0, None, f"d{docno}", None, False, b"%016d" % docno, None, None, 1)
+
+
+def test_batch_postings_answer_like_the_stored_buckets(tmp_path) -> None:
+    """Inside a batch, postings are read ahead and buffered (Tables.batch_postings);
+    every query must still see the `cap` newest postings of each bucket as if each
+    document had been written at once, removals included."""
+    hot, cold, other = b"H" * 8, b"C" * 8, b"O" * 8
+    index = Index(tmp_path / "i")
+
+    def put(t: Tables, docno: int, keys: list[bytes]) -> None:
+        t.put_document(docno, b"s%d" % docno, _record(docno), b"sig", keys, None, True)
+
+    def stored(t: Tables) -> None:
+        for d in range(5):
+            put(t, d, [hot])
+        put(t, 5, [cold])
+
+    index.write(stored)
+
+    row, cold_row = [hot, other], [cold, other]
+
+    def batch(t: Tables) -> list[set[int]]:
+        seen = []
+        # the rows of the batch's documents: 6, 7, one that only queries, another
+        t.batch_postings([b"".join(r) for r in (row, row, row, cold_row)], cap=3)
+        seen.append(set(t.candidates(row, 3)))  # read ahead: the stored newest
+        put(t, 6, row)
+        put(t, 7, row)
+        seen.append(set(t.candidates(row, 3)))  # buffered ones are the newest
+        t.remove_document(7, b"s7", row)  # a buffered document goes
+        t.remove_document(4, b"s4", [hot])  # and a stored one: read that bucket again
+        seen.append(set(t.candidates(row, 3)))
+        seen.append(set(t.candidates(cold_row, 3)))
+        put(t, 8, [b"X" * 8, cold])  # keys outside the read-ahead (prepared again)
+        seen.append(set(t.candidates(cold_row, 3)))
+        t.flush_postings()
+        seen.append(set(t.candidates([hot], 10)))  # written: plain reads again
+        return seen
+
+    assert index.write(batch) == [
+        {2, 3, 4},
+        {4, 6, 7},
+        {2, 3, 6},
+        {5, 6},
+        {5, 6, 8},
+        {0, 1, 2, 3, 6},
+    ]
+    index.close()

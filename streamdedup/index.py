@@ -19,7 +19,9 @@ Documents are numbered in arrival order; big-endian docnos make every posting li
 sorted oldest to newest, so "the newest N of a hot bucket" is a cursor walk from
 its last duplicate.  All of one batch happens in one write transaction (`Index.write`);
 a transaction that hits the map limit is aborted, the map doubled and the batch run
-again, so callers never see MapFullError.
+again, so callers never see MapFullError.  Within a batch the engine reads the
+buckets it needs ahead and writes its postings at the end, both in key order
+(`Tables.batch_postings`): in a large index that saves most of the page-hopping.
 """
 
 from __future__ import annotations

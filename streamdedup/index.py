@@ -174,9 +174,9 @@ class Tables:
         """Store a document; True if it became the owner of its content hash."""
         dk = docno_key(docno)
         self.txn.put(key, dk, db=self.db["ids"])
-        self.txn.put(dk, record.pack(), db=self.db["docs"])
+        self._put_last(dk, record.pack(), "docs")
         if signature is not None:
-            self.txn.put(dk, signature, db=self.db["sigs"])
+            self._put_last(dk, signature, "sigs")
         if bucket_keys and self._postings is not None:
             self._postings.add(bucket_keys, docno)
         elif bucket_keys:
@@ -184,7 +184,7 @@ class Tables:
         if shingle_set is not None:
             for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
                 chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
-                self.txn.put(chunk_key, shingle_set[i : i + SET_CHUNK], db=self.db["sets"])
+                self._put_last(chunk_key, shingle_set[i : i + SET_CHUNK], "sets")
         if record.timestamp_ms is not None:
             self.txn.put(expiry_key(record.timestamp_ms, docno), b"", db=self.db["expiry"])
         if register_content:  # the first document with this content stays its owner
@@ -192,6 +192,14 @@ class Tables:
                 self.txn.put(record.content_hash, dk, db=self.db["content"], overwrite=False)
             )
         return False
+
+    def _put_last(self, key: bytes, value: bytes, table: str) -> None:
+        """Put a key that is normally the table's largest (docnos only grow): LMDB's
+        append skips the search and fills pages to the brim, where an insert at the
+        end of a page would split it in half.  A restore writes in any order."""
+        db = self.db[table]
+        if not self.txn.put(key, value, db=db, append=True):
+            self.txn.put(key, value, db=db)
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
         """Forget a document entirely (its id, record, postings and content entry)."""

@@ -62,6 +62,9 @@ def fingerprint_sets(batch: ShingleBatch) -> FingerprintSets:
     return FingerprintSets((pairs & mask).astype(np.uint32), offsets)
 
 
+_LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
+
+
 def low_bytes(n: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Bytes per value for the low parts: Elias-Fano's log2(U/n) bits, rounded up to
     whole bytes so that low parts are plain byte columns (no bit packing)."""
@@ -71,31 +74,47 @@ def low_bytes(n: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 
 
 def encode_sets(sets: FingerprintSets) -> list[bytes]:
-    """Elias-Fano code of every document's set, vectorised over the batch."""
+    """Elias-Fano code of every document's set, vectorised over the batch; Python
+    only joins each document's three slices (header, low parts, upper half)."""
     counts = np.diff(sets.offsets)
     low = low_bytes(counts)
     n_docs, total = len(counts), len(sets.values)
     doc = np.repeat(np.arange(n_docs), counts)
     rank = np.arange(total) - sets.offsets[doc]
-    values = sets.values.astype(np.int64)
-    high = (values >> (8 * low[doc])) + rank  # position of each value's 1 bit
+    high = (sets.values.astype(np.int64) >> (8 * low[doc])) + rank  # each value's 1 bit
     last = sets.offsets[1:] - 1
     upper_bits = np.where(counts > 0, high[np.maximum(last, 0)] + 1 if total else 0, 0)
-    upper_bytes = (upper_bits + 7) // 8
-    byte_start = np.zeros(n_docs + 1, dtype=np.int64)
-    np.cumsum(upper_bytes, out=byte_start[1:])
-    bits = np.zeros(int(byte_start[-1]) * 8, dtype=np.uint8)
-    bits[byte_start[doc] * 8 + high] = 1
+    upper_start = _starts((upper_bits + 7) // 8)
+    bits = np.zeros(int(upper_start[-1]) * 8, dtype=np.uint8)
+    bits[upper_start[doc] * 8 + high] = 1
     upper = np.packbits(bits).tobytes()
-    low_cols = sets.values.astype("<u4").view(np.uint8).reshape(total, 4)
-    out = []
-    for i in range(n_docs):
-        a, b, lb = int(sets.offsets[i]), int(sets.offsets[i + 1]), int(low[i])
-        out.append(
-            _HEADER.pack(b - a, lb)
-            + low_cols[a:b, :lb].tobytes()
-            + upper[byte_start[i] : byte_start[i + 1]]
-        )
+    # Low parts: one byte string per width, holding the documents of that width in
+    # order; low_start[i] is where document i's part starts in its width's string.
+    lows: dict[int, bytes] = {}
+    low_start = np.zeros(n_docs + 1, dtype=np.int64)
+    for width in np.unique(low).tolist():
+        of_width = low == width
+        values = sets.values if of_width.all() else sets.values[of_width[doc]]
+        lows[width] = _low_parts(values, width)
+        low_start[np.flatnonzero(of_width)] = _starts(counts[of_width] * width)[:-1]
+    pack = _HEADER.pack
+    ls, us = low_start.tolist(), upper_start.tolist()
+    return [
+        pack(n, w) + lows[w][ls[i] : ls[i] + n * w] + upper[us[i] : us[i + 1]]
+        for i, (n, w) in enumerate(zip(counts.tolist(), low.tolist(), strict=True))
+    ]
+
+
+def _low_parts(values: Fingerprints, width: int) -> bytes:
+    """The low `width` bytes of each value, little-endian, back to back."""
+    if width in _LOW_VIEWS:  # a narrowing cast keeps the low bytes: a fast, plain copy
+        return values.astype(_LOW_VIEWS[width]).tobytes()
+    return values.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :width].tobytes()
+
+
+def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    out = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
     return out
 
 
@@ -103,9 +122,6 @@ def encode(values: Fingerprints) -> bytes:
     """Elias-Fano code of one sorted array of distinct fingerprints."""
     offsets = np.array([0, len(values)], dtype=np.int64)
     return encode_sets(FingerprintSets(values.astype(np.uint32), offsets))[0]
-
-
-_LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
 
 
 def decode(data: bytes) -> Fingerprints:

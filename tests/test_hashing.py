@@ -49,3 +49,9 @@ def test_power_table_does_not_keep_outsized_tables() -> None:
     assert len(pw) >= 5000
     assert int(pw[10]) * int(ipw[10]) % (1 << 64) == 1
     assert len(table.pw) <= 1000
+
+
+@given(st.integers(min_value=0, max_value=MASK64), st.integers(min_value=1, max_value=300))
+def test_power_table_holds_the_powers(base: int, n: int) -> None:
+    pw, _ = PowerTable(base | 1).get(n)
+    assert pw[:n].tolist() == [pow(base | 1, i, 1 << 64) for i in range(n)]

@@ -53,3 +53,14 @@ def test_jaccard_is_exact(a: np.ndarray, b: np.ndarray) -> None:
     sa, sb = set(a.tolist()), set(b.tolist())
     expected = len(sa & sb) / len(sa | sb) if sa and sb else 0.0
     assert jaccard(a, b) == expected
+
+
+def test_large_sets_use_narrow_low_parts_and_round_trip() -> None:
+    rng = np.random.default_rng(2)
+    big = np.unique(rng.integers(0, 1 << FINGERPRINT_BITS, 200_000)).astype(np.uint32)
+    small = np.array([3, 70_000], dtype=np.uint32)
+    values = np.concatenate([small, big, small])
+    offsets = np.array([0, 2, 2 + len(big), len(values)], dtype=np.int64)
+    blobs = encode_sets(FingerprintSets(values, offsets))
+    assert [b[4] for b in blobs] == [3, 1, 3]  # bytes per low part
+    assert [decode(b).tolist() for b in blobs] == [small.tolist(), big.tolist(), small.tolist()]

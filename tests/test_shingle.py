@@ -1,5 +1,8 @@
 """The batch shingler must give exactly the reference shingle sets."""
 
+import re
+
+import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -8,6 +11,7 @@ from streamdedup.errors import ConfigError
 from streamdedup.shingle import (
     Shingler,
     ShingleSpec,
+    WordTable,
     normalise,
     reference_hash,
     reference_shingles,
@@ -107,3 +111,13 @@ def test_bad_specs_are_refused(bad: str) -> None:
 
 def test_spec_round_trips() -> None:
     assert str(ShingleSpec.parse(" char:7 ")) == "char:7"
+
+
+def test_word_table_is_re_word_on_every_code_point() -> None:
+    table = WordTable()
+    cps = np.arange(0x110000, dtype=np.uint32)
+    got = np.zeros(len(cps), dtype=np.bool_)
+    table.lookup(cps[::-1].copy(), got)  # blocks built out of order
+    text = cps.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    words = {m.start() for m in re.finditer(r"\w", text)}
+    assert np.flatnonzero(got[::-1]).tolist() == sorted(words)

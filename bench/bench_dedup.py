@@ -2,8 +2,8 @@
 
 For each threshold it runs, each as its own process (timed end to end, reading
 JSON Lines and writing verdicts): streamdedup on one core (the default
-configuration), streamdedup with --workers 1 (one more process computing
-signatures), streamdedup with --verify signature,
+configuration), streamdedup with --workers 1 and 2 (more processes computing
+signatures; the machine has two cores), streamdedup with --verify signature,
 and datasketch (MinHash + MinHashLSH, query then insert).  It prints docs/s, peak
 memory, index bytes per document, precision and recall of `duplicate` verdicts
 against exact brute-force ground truth, and each speed as a ratio to datasketch.
@@ -150,6 +150,10 @@ def main() -> int:
             (
                 "streamdedup --workers 1 (2 cores)",
                 lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "1"]),
+            ),
+            (
+                "streamdedup --workers 2 (2 cores)",
+                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "2"]),
             ),
             (
                 "streamdedup --verify signature",

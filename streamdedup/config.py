@@ -5,10 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import ConfigError
+from .errors import ConfigError, IndexOpenError
 from .shingle import ShingleSpec
 
 Verify = Literal["exact", "signature"]
+
+# What an index's tables mean (hashing, fingerprints, signatures, layout).  Bumped
+# whenever a change would make an older index answer wrongly; such an index is
+# refused rather than misread.  1: fingerprints unseeded, signatures by bin minima
+# of separately mixed hashes (before 2026-11-23).  2: signatures from fingerprint sets.
+INDEX_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -32,10 +38,18 @@ class IndexParams:
             "rows": self.rows,
             "verify": self.verify,
             "seed": self.seed,
+            "format": INDEX_FORMAT,
         }
 
     @classmethod
     def from_record(cls, rec: dict[str, object]) -> IndexParams:
+        found = rec.get("format", 1)
+        if found != INDEX_FORMAT:
+            raise IndexOpenError(
+                f"this index has format {found}; this streamdedup reads format "
+                f"{INDEX_FORMAT} only. Rebuild it into a new directory (`streamdedup "
+                "replay --mode rebuild`, or `streamdedup dedup` over the same input)."
+            )
         verify = str(rec["verify"])
         if verify not in ("exact", "signature"):
             raise ConfigError(f"unknown verify mode {verify!r} stored in index")

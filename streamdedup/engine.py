@@ -30,10 +30,17 @@ import numpy.typing as npt
 from . import setcodec
 from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
-from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, expiry_key, id_key
+from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
 from .lsh import banding, tune
-from .shingle import Shingler, ShingleSpec, normalise
-from .signature import band_keys, estimate_jaccard, signatures
+from .shingle import Shingler, ShingleSpec, normalise, split_by_length
+from .signature import (
+    FingerprintSets,
+    Signatures,
+    band_keys,
+    estimate_jaccard,
+    fingerprint_sets,
+    signatures,
+)
 
 
 @dataclass(frozen=True)
@@ -151,8 +158,11 @@ class Prepared:
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
-    fingerprints: setcodec.FingerprintSets | None  # exact verification only
+    fingerprints: FingerprintSets | None  # exact verification only
     set_blobs: list[bytes] | None  # the same sets, encoded for the index
+
+
+SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
 
 
 class Preparer:
@@ -180,21 +190,35 @@ class Preparer:
         keys = [id_key(d.id) for d in docs]
         content = [_content_hash(t) for t in norm]
         light = known(keys, content) if known is not None and docs else set()
-        batch = self._shingler.batch([("" if i in light else t) for i, t in enumerate(norm)])
-        sigs = signatures(batch, p.num_perm, p.seed)
-        key_rows = _rows(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8"))
-        fps = setcodec.fingerprint_sets(batch) if p.verify == "exact" else None
+        texts = [("" if i in light else t) for i, t in enumerate(norm)]
+        exact = p.verify == "exact"
+        shingles: list[int] = []
+        sig_parts: list[Signatures] = []
+        set_parts: list[FingerprintSets] = []
+        blobs: list[bytes] = []
+        # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
+        # passes over arrays of a whole batch run at memory speed, several times slower.
+        for part in split_by_length([len(t) for t in texts], SUB_BATCH_CHARS):
+            batch = self._shingler.batch(texts[part])
+            sets = fingerprint_sets(batch, p.seed)
+            shingles += batch.counts.tolist()
+            sig_parts.append(signatures(sets, p.num_perm, p.seed))
+            if exact:
+                set_parts.append(sets)
+                blobs += setcodec.encode_sets(sets)
+        sigs = np.concatenate(sig_parts)
+        flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
         return Prepared(
             docs=list(docs),
             keys=keys,
             content=content,
             light=frozenset(light),
-            shingles=batch.counts.tolist(),
+            shingles=shingles,
             sigs=sigs,
             sig_bytes=_rows(sigs.astype("<u2")),
-            band_keys=[[row[j : j + 8] for j in range(0, len(row), 8)] for row in key_rows],
-            fingerprints=fps,
-            set_blobs=None if fps is None else setcodec.encode_sets(fps),
+            band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
+            fingerprints=FingerprintSets.concat(set_parts) if exact else None,
+            set_blobs=blobs if exact else None,
         )
 
 

@@ -1,12 +1,13 @@
 """Compact storage of shingle sets for exact verification.
 
-A document's shingle set is kept as the sorted, distinct top 24 bits of its shingle
-hashes ("fingerprints"), Elias-Fano coded with the low part rounded up to whole bytes:
-about 2.2 bytes per shingle for a typical 3 KB page, instead of 8.  Jaccard computed
-on fingerprints differs from Jaccard on shingles only through fingerprint collisions:
-for two documents of n shingles each, about n_only_a * n_only_b / 2**24 spurious
-matches, e.g. 2e-4 matches (a Jaccard shift below 1e-6) for two 500-shingle pages at
-J = 0.8.  Whole batches are fingerprinted and encoded with a few numpy calls.
+A document's shingle set is kept as its fingerprint set (`signature.fingerprint_sets`:
+the sorted, distinct top 24 bits of its seeded shingle hashes), Elias-Fano coded with
+the low part rounded up to whole bytes: about 2.2 bytes per shingle for a typical 3 KB
+page, instead of 8.  Jaccard computed on fingerprints differs from Jaccard on
+shingles only through fingerprint collisions: for two documents of n shingles each,
+about n_only_a * n_only_b / 2**24 spurious matches, e.g. 2e-4 matches (a Jaccard
+shift below 1e-6) for two 500-shingle pages at J = 0.8.  Whole batches are encoded
+with a few numpy calls.
 
 Layout: u32 n | u8 low_bytes | n low parts of low_bytes bytes each (little-endian)
 | bit-packed unary code of the high parts (Elias-Fano upper half).
@@ -15,53 +16,14 @@ Layout: u32 n | u8 low_bytes | n low parts of low_bytes bytes each (little-endia
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from .shingle import ShingleBatch
+from .signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
 
-Fingerprints = npt.NDArray[np.uint32]
-
-FINGERPRINT_BITS = 24
 _HEADER = struct.Struct("<IB")
-
-
-@dataclass(frozen=True)
-class FingerprintSets:
-    """Sorted distinct fingerprints of n documents: document i owns
-    values[offsets[i]:offsets[i+1]]."""
-
-    values: Fingerprints
-    offsets: npt.NDArray[np.int64]
-
-    def of(self, i: int) -> Fingerprints:
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-
-def fingerprint_sets(batch: ShingleBatch) -> FingerprintSets:
-    """One sort over (document, fingerprint) pairs for the whole batch."""
-    n = len(batch.offsets) - 1
-    shift = np.uint64(64 - FINGERPRINT_BITS)
-    pairs = (batch.doc_index().astype(np.uint64) << np.uint64(FINGERPRINT_BITS)) | (
-        batch.hashes >> shift
-    )
-    pairs.sort()
-    keep = np.ones(len(pairs), dtype=np.bool_)
-    np.not_equal(pairs[1:], pairs[:-1], out=keep[1:])
-    pairs = pairs[keep]
-    docs = (pairs >> np.uint64(FINGERPRINT_BITS)).astype(np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(docs, minlength=n), out=offsets[1:])
-    mask = np.uint64((1 << FINGERPRINT_BITS) - 1)
-    return FingerprintSets((pairs & mask).astype(np.uint32), offsets)
-
-
 _LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
 
 

@@ -21,7 +21,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -186,7 +186,49 @@ def _windows(
     return starts, ends, counts
 
 
-def _chunks(lengths: Sequence[int], budget: int) -> list[slice]:
+HORNER_MAX_K = 8  # up to here, k shifted multiply-adds beat prefix sums and gathers
+
+
+def _window_hashes(
+    values: npt.NDArray[np.unsignedinteger[Any]],
+    lengths: npt.NDArray[np.int64],
+    k: int,
+    table: PowerTable,
+) -> tuple[U64, npt.NDArray[np.int64]]:
+    """Finished hashes of all the windows `_windows` defines, and per-segment counts.
+
+    For small k, every k-window of the whole array is hashed by Horner's rule on
+    shifted views (contiguous passes, no gathers), then the windows that run across
+    a segment end are dropped; segments shorter than k are hashed on their own."""
+    if k > HORNER_MAX_K:
+        starts, ends, counts = _windows(lengths, k)
+        return finish_np(range_poly_hashes(values, starts, ends, table), ends - starts), counts
+    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+    n_full = max(len(values) - k + 1, 0)
+    full = values[:n_full].astype(np.uint64)
+    base = np.uint64(table.base)
+    for j in range(1, k):
+        full *= base
+        full += values[j : n_full + j]
+    ends = _offsets(lengths)[1:]
+    crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
+    keep = np.ones(n_full, dtype=np.bool_)
+    keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
+    full_hashes = finish_np(full[keep], np.full(int(keep.sum()), k, dtype=np.int64))
+    short = (lengths > 0) & (lengths < k)
+    if not short.any():
+        return full_hashes, counts
+    starts = ends[short] - lengths[short]
+    short_hashes = finish_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
+    is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
+    is_short[_offsets(counts)[:-1][short]] = True
+    out = np.empty(len(is_short), dtype=np.uint64)
+    out[is_short] = short_hashes
+    out[~is_short] = full_hashes
+    return out, counts
+
+
+def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
     """Split a batch into runs of documents holding at most `budget` characters each."""
     out: list[slice] = []
     first, used = 0, 0
@@ -212,7 +254,7 @@ class Shingler:
         """Shingle hashes for already-`normalise`d texts."""
         one = self._words if self.spec.kind == "word" else self._chars_batch
         lengths = [len(t) for t in normalised]
-        parts = [one(normalised[c]) for c in _chunks(lengths, CHUNK_CHARS)]
+        parts = [one(normalised[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
         if len(parts) == 1:
             return parts[0]
         counts = np.concatenate([p.counts for p in parts])
@@ -231,14 +273,12 @@ class Shingler:
         doc_end = _offsets(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
         # tokens never span documents: count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
-        starts, ends, counts = _windows(tok_count, self.spec.k)
-        hashes = finish_np(range_poly_hashes(tok_hash, starts, ends, self._tokens), ends - starts)
+        hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
         return ShingleBatch(hashes, _offsets(counts))
 
     def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
-        starts, ends, counts = _windows(lengths, self.spec.k)
         cps = _code_points("".join(flat))
-        hashes = finish_np(range_poly_hashes(cps, starts, ends, self._chars), ends - starts)
+        hashes, counts = _window_hashes(cps, lengths, self.spec.k, self._chars)
         return ShingleBatch(hashes, _offsets(counts))

@@ -1,19 +1,25 @@
-"""Shingle hashes -> MinHash signatures and LSH band keys.
+"""Shingle hashes -> fingerprint sets -> MinHash signatures and LSH band keys.
 
-Signatures use one-permutation hashing (Li, Owen & Zhang 2012) with optimal
-densification (Shrivastava 2017): each shingle is hashed once with a seeded mix, the
-high bits pick one of K bins and the low 32 bits are its rank; a bin keeps its minimum
-rank.  An empty bin borrows the value of the first non-empty bin on a fixed, seeded
-probe sequence, so P[sig_i(A) == sig_i(B)] = J(A, B) still holds.  That is K times
-less hashing than K independent permutations, and it runs over a whole batch at once.
+Each shingle hash is mixed with the index seed and cut to its top 24 bits, its
+"fingerprint"; a document's sorted distinct fingerprints are its fingerprint set,
+which exact verification stores (setcodec) and compares.  Its signature is
+one-permutation hashing (Li, Owen & Zhang 2012) over that set: fingerprints fall
+into K bins by their leading bits (bin = f * K >> 24, monotone), and each bin keeps
+its smallest -- in a sorted set, simply the first of the bin, so the one sort that
+builds the sets also builds the signatures.  An empty bin borrows the value of the
+first non-empty bin on a fixed, seeded probe sequence (optimal densification,
+Shrivastava 2017), so P[sig_i(A) == sig_i(B)] = J(A, B) still holds, for the
+fingerprint sets that exact verification measures.
 
-Stored signatures keep a 16-bit fingerprint of each bin's minimum (b-bit minwise
-hashing, Li & Koenig 2010): two unrelated minima agree by accident with probability
-2**-16, which `estimate_jaccard` corrects for.
+Stored signatures keep the low 16 bits of each bin's minimum (b-bit minwise
+hashing, Li & Koenig 2010): two different minima agree by accident with
+probability about 2**-16, which `estimate_jaccard` corrects for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -23,10 +29,38 @@ from .hashing import U64, fmix64, fmix64_np
 from .shingle import ShingleBatch
 
 Signatures = npt.NDArray[np.uint16]  # shape (n_docs, K)
+Fingerprints = npt.NDArray[np.uint32]
 
-_EMPTY = np.uint64(1 << 32)  # above every 32-bit rank
+FINGERPRINT_BITS = 24
+_EMPTY = np.uint64(1 << 32)  # above every fingerprint
 _PROBE_ROUNDS = 16  # probe sequence length, in multiples of K
 _FINGERPRINT_SPACE = 1 << 16
+
+
+@dataclass(frozen=True)
+class FingerprintSets:
+    """Sorted distinct fingerprints of n documents: document i owns
+    values[offsets[i]:offsets[i+1]]."""
+
+    values: Fingerprints
+    offsets: npt.NDArray[np.int64]
+
+    def of(self, i: int) -> Fingerprints:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def counts(self) -> npt.NDArray[np.int64]:
+        return np.diff(self.offsets)
+
+    @classmethod
+    def concat(cls, parts: Sequence[FingerprintSets]) -> FingerprintSets:
+        if len(parts) == 1:
+            return parts[0]
+        counts = np.concatenate([np.zeros(1, np.int64)] + [p.counts for p in parts])
+        return cls(np.concatenate([p.values for p in parts]), np.cumsum(counts))
 
 
 def seed_key(seed: int, purpose: int) -> int:
@@ -44,15 +78,36 @@ def probe_table(num_perm: int, seed: int) -> npt.NDArray[np.int64]:
     return (mixed % np.uint64(num_perm)).astype(np.int64)
 
 
-def signatures(batch: ShingleBatch, num_perm: int, seed: int) -> Signatures:
-    """One signature row per document; rows of documents without shingles are zero."""
+def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
+    """One sort over (document, fingerprint) pairs for the whole batch."""
     n = len(batch.offsets) - 1
-    ranked = fmix64_np(batch.hashes ^ np.uint64(seed_key(seed, 1)))
-    bins = ((ranked >> np.uint64(32)) % np.uint64(num_perm)).astype(np.int64)
+    mixed = fmix64_np(batch.hashes ^ np.uint64(seed_key(seed, 1)))
+    pairs = (batch.doc_index().astype(np.uint64) << np.uint64(FINGERPRINT_BITS)) | (
+        mixed >> np.uint64(64 - FINGERPRINT_BITS)
+    )
+    pairs.sort()
+    keep = np.ones(len(pairs), dtype=np.bool_)
+    np.not_equal(pairs[1:], pairs[:-1], out=keep[1:])
+    pairs = pairs[keep]
+    docs = (pairs >> np.uint64(FINGERPRINT_BITS)).astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(docs, minlength=n), out=offsets[1:])
+    mask = np.uint64((1 << FINGERPRINT_BITS) - 1)
+    return FingerprintSets((pairs & mask).astype(np.uint32), offsets)
+
+
+def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:
+    """One signature row per document; rows of documents without shingles are zero."""
+    n, counts = len(sets), sets.counts
+    values = sets.values.astype(np.uint64)
+    bins = (values * np.uint64(num_perm)) >> np.uint64(FINGERPRINT_BITS)
+    cell = np.repeat(np.arange(n, dtype=np.uint64) * np.uint64(num_perm), counts) + bins
+    first = np.ones(len(cell), dtype=np.bool_)  # the first, smallest, of each bin
+    np.not_equal(cell[1:], cell[:-1], out=first[1:])
     flat = np.full(n * num_perm, _EMPTY, dtype=np.uint64)
-    np.minimum.at(flat, batch.doc_index() * num_perm + bins, ranked & np.uint64(0xFFFFFFFF))
+    flat[cell[first]] = values[first]
     minima = flat.reshape(n, num_perm)
-    _densify(minima, batch.counts > 0, num_perm, seed)
+    _densify(minima, counts > 0, num_perm, seed)
     return (minima & np.uint64(0xFFFF)).astype(np.uint16)
 
 

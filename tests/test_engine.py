@@ -4,8 +4,9 @@ import random
 
 import pytest
 
-from streamdedup.config import EngineOptions
-from streamdedup.engine import Deduplicator, Document, Verdict
+from streamdedup import engine
+from streamdedup.config import EngineOptions, IndexParams
+from streamdedup.engine import Deduplicator, Document, Preparer, Verdict
 from streamdedup.report import index_stats
 from streamdedup.shingle import ShingleSpec, reference_shingles
 
@@ -262,6 +263,24 @@ def test_verdicts_and_postings_do_not_depend_on_batching(tmp_path, seed: int) ->
     assert runs[0] == runs[1] == runs[2]
     assert postings[0] == postings[1] == postings[2]
     assert 50 < sum(v.is_duplicate for v in runs[0]) < 350
+
+
+def test_preparation_does_not_depend_on_sub_batches(monkeypatch) -> None:
+    rnd = random.Random(4)
+    docs = [Document(i, " ".join(words(rnd, rnd.randint(0, 300)))) for i in range(60)]
+    docs[7] = Document(7, "")
+    preparer = Preparer(IndexParams())
+    whole = preparer.prepare(docs)
+    monkeypatch.setattr(engine, "SUB_BATCH_CHARS", 2000)  # a few documents each
+    parts = preparer.prepare(docs)
+    assert whole.shingles == parts.shingles and 0 in whole.shingles
+    assert whole.sig_bytes == parts.sig_bytes and whole.band_keys == parts.band_keys
+    assert whole.set_blobs == parts.set_blobs
+    assert whole.fingerprints is not None and parts.fingerprints is not None
+    assert all(
+        whole.fingerprints.of(i).tolist() == parts.fingerprints.of(i).tolist()
+        for i in range(len(docs))
+    )
 
 
 def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) -> None:

@@ -22,6 +22,20 @@ def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
         Deduplicator(index_dir, shingle="word:5")
 
 
+def test_an_index_of_another_format_is_refused_with_a_way_out(index_dir) -> None:
+    with Deduplicator(index_dir) as dd:
+        dd.check("a", "some words to index here and there")
+
+        def downgrade(t: Tables) -> None:
+            params = t.meta("params")
+            del params["format"]  # as written before formats were recorded
+            t.set_meta("params", params)
+
+        dd.index.write(downgrade)
+    with pytest.raises(IndexOpenError, match=r"format 1.*[Rr]ebuild"):
+        Deduplicator(index_dir)
+
+
 def test_map_grows_by_itself(index_dir) -> None:
     from streamdedup.config import EngineOptions
 

@@ -2,16 +2,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.setcodec import (
-    FINGERPRINT_BITS,
-    FingerprintSets,
-    decode,
-    encode,
-    encode_sets,
-    fingerprint_sets,
-    jaccard,
-)
-from streamdedup.shingle import ShingleBatch
+from streamdedup.setcodec import decode, encode, encode_sets, jaccard
+from streamdedup.signature import FINGERPRINT_BITS, FingerprintSets
 
 fingerprint = st.integers(0, (1 << FINGERPRINT_BITS) - 1)
 sets = st.lists(fingerprint, max_size=3000, unique=True).map(
@@ -34,18 +26,6 @@ def test_encoding_is_compact_for_typical_pages() -> None:
     rng = np.random.default_rng(1)
     values = np.unique(rng.integers(0, 1 << FINGERPRINT_BITS, 500)).astype(np.uint32)
     assert len(encode(values)) < 2.4 * len(values)
-
-
-@given(
-    st.lists(st.integers(0, 2**64 - 1), max_size=500),
-    st.lists(st.integers(0, 2**64 - 1), max_size=500),
-)
-def test_fingerprint_sets_are_sorted_distinct_top_bits(a: list[int], b: list[int]) -> None:
-    hashes = np.array(a + b, dtype=np.uint64)
-    batch = ShingleBatch(hashes, np.array([0, len(a), len(a) + len(b)], dtype=np.int64))
-    fps = fingerprint_sets(batch)
-    for i, src in enumerate((a, b)):
-        assert fps.of(i).tolist() == sorted({h >> (64 - FINGERPRINT_BITS) for h in src})
 
 
 @given(sets, sets)

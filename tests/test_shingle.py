@@ -46,9 +46,11 @@ specs = st.sampled_from(
         ShingleSpec("word", 1),
         ShingleSpec("word", 2),
         ShingleSpec("word", 5),
+        ShingleSpec("word", 9),  # above HORNER_MAX_K: prefix sums
         ShingleSpec("char", 1),
         ShingleSpec("char", 3),
         ShingleSpec("char", 5),
+        ShingleSpec("char", 12),
     ]
 )
 

@@ -4,9 +4,62 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from streamdedup.hashing import fmix64
 from streamdedup.shingle import ShingleBatch
-from streamdedup.signature import band_keys, estimate_jaccard, signatures
+from streamdedup.signature import (
+    FINGERPRINT_BITS,
+    band_keys,
+    estimate_jaccard,
+    fingerprint_sets,
+    seed_key,
+    signatures,
+)
+
+
+def sign(batch: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
+    return signatures(fingerprint_sets(batch, seed), num_perm, seed)
+
+
+def reference_fingerprints(hashes: list[int], seed: int) -> list[int]:
+    return sorted({fmix64(h ^ seed_key(seed, 1)) >> (64 - FINGERPRINT_BITS) for h in hashes})
+
+
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=500),
+    st.lists(st.integers(0, 2**64 - 1), max_size=500),
+    st.integers(0, 2**32),
+)
+def test_fingerprint_sets_are_sorted_distinct_top_bits_of_seeded_hashes(
+    a: list[int], b: list[int], seed: int
+) -> None:
+    hashes = np.array(a + b, dtype=np.uint64)
+    batch = ShingleBatch(hashes, np.array([0, len(a), len(a) + len(b)], dtype=np.int64))
+    fps = fingerprint_sets(batch, seed)
+    for i, src in enumerate((a, b)):
+        assert fps.of(i).tolist() == reference_fingerprints(src, seed)
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300), max_size=4),
+    st.sampled_from([16, 100, 128, 256]),
+)
+def test_each_filled_bin_holds_its_smallest_fingerprint(docs: list[list[int]], k: int) -> None:
+    """The definition, one document and one bin at a time; an empty bin holds the
+    value of some filled bin of the same document (densification)."""
+    offsets = np.cumsum([0] + [len(d) for d in docs])
+    batch = ShingleBatch(
+        np.array([h for d in docs for h in d], dtype=np.uint64), offsets.astype(np.int64)
+    )
+    sig = sign(batch, k, seed=5)
+    for row, hashes in zip(sig.tolist(), docs, strict=True):
+        bins: dict[int, int] = {}
+        for f in reference_fingerprints(hashes, 5):
+            bins.setdefault(f * k >> FINGERPRINT_BITS, f & 0xFFFF)
+        for i, value in enumerate(row):
+            assert value == bins[i] if i in bins else value in bins.values()
 
 
 def _pairs(rng: np.random.Generator, count: int, max_size: int) -> tuple[ShingleBatch, list[float]]:
@@ -32,7 +85,7 @@ def test_estimator_error_within_the_seed_bound(num_perm: int) -> None:
     """002_ea8a...: with n = 2 eps^-2 ln(2/delta) hashes, P(|est - J| >= eps) <= delta."""
     rng = np.random.default_rng(num_perm)
     batch, truth = _pairs(rng, 1500, 600)
-    sig = signatures(batch, num_perm, seed=7)
+    sig = sign(batch, num_perm, seed=7)
     est = np.array(
         [estimate_jaccard(sig[2 * i], sig[2 * i + 1][None, :])[0] for i in range(len(truth))]
     )
@@ -49,20 +102,20 @@ def test_estimator_error_within_the_seed_bound(num_perm: int) -> None:
 def test_tiny_sets_are_densified_consistently() -> None:
     hashes = np.array([11, 22, 11, 22, 33], dtype=np.uint64)
     batch = ShingleBatch(hashes, np.array([0, 2, 4, 5], dtype=np.int64))
-    sig = signatures(batch, 128, seed=3)
+    sig = sign(batch, 128, seed=3)
     assert (sig[0] == sig[1]).all()  # same set, same signature, every bin filled
     assert estimate_jaccard(sig[0], sig[2][None, :])[0] < 0.2
 
 
 def test_empty_documents_get_a_zero_row() -> None:
     batch = ShingleBatch(np.array([5], dtype=np.uint64), np.array([0, 0, 1], dtype=np.int64))
-    sig = signatures(batch, 64, seed=1)
+    sig = sign(batch, 64, seed=1)
     assert sig.shape == (2, 64) and not sig[0].any()
 
 
 def test_seed_changes_signatures_and_is_deterministic() -> None:
     batch = ShingleBatch(np.arange(1, 200, dtype=np.uint64), np.array([0, 199], dtype=np.int64))
-    a, b, c = (signatures(batch, 128, seed=s) for s in (1, 1, 2))
+    a, b, c = (sign(batch, 128, seed=s) for s in (1, 1, 2))
     assert (a == b).all() and not (a == c).all()
 
 

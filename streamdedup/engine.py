@@ -123,7 +123,7 @@ class Counters:
         self.expired += other.expired
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Change:
     """One change to the index, as the changelog carries it: a document stored
     (`record` set) or forgotten (`record` None)."""

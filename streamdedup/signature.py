@@ -148,7 +148,7 @@ def band_keys(sigs: Signatures, bands: int, rows: int, seed: int) -> U64:
 
 def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
     """Estimated Jaccard of `sig` (shape (K,)) against each row of `others`."""
-    agree = (others == sig).mean(axis=1)
+    agree = np.count_nonzero(others == sig, axis=1) / sig.shape[-1]
     accidental = 1.0 / _FINGERPRINT_SPACE
     out: npt.NDArray[np.float64] = np.clip((agree - accidental) / (1.0 - accidental), 0.0, 1.0)
     return out

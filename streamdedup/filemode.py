@@ -9,19 +9,17 @@ gives those documents their stored verdicts back.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 import orjson
 
-from .decode import Fields, Rejected, decode_json
-from .engine import Deduplicator, Document, Prepared, Preparer, Verdict
-
-Decoded = list[Document | Rejected]
+from .decode import Fields, Rejected
+from .engine import Deduplicator, Prepared, Verdict
+from .pool import Decoded, PreparePool, decode_and_prepare
 
 
 @dataclass
@@ -85,57 +83,6 @@ def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
-WORKER_TASK = 500  # lines per task sent to a worker process
-
-
-def _ready_batches(results: Any, batch_size: int) -> Iterator[list[tuple[Decoded, Prepared]]]:
-    """Group worker results into batches: up to `batch_size` lines, but never wait for
-    more while some are ready -- this process stays busy while the workers catch up."""
-    group: list[tuple[Decoded, Prepared]] = []
-    lines = 0
-    while True:
-        try:
-            part = results.next(timeout=0) if group else results.next()
-        except StopIteration:
-            break
-        except multiprocessing.TimeoutError:
-            yield group
-            group, lines = [], 0
-            continue
-        group.append(part)
-        lines += len(part[0])
-        if lines >= batch_size:
-            yield group
-            group, lines = [], 0
-    if group:
-        yield group
-
-
-def _decode_and_prepare(
-    preparer: Preparer,
-    fields: Fields,
-    lines: list[bytes],
-    known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
-) -> tuple[Decoded, Prepared]:
-    decoded: Decoded = [decode_json(raw, fields) for raw in lines]
-    docs = [d for d in decoded if isinstance(d, Document)]
-    return decoded, preparer.prepare(docs, known=known)
-
-
-# Worker-process state: set once per process by the pool initialiser.
-_worker: tuple[Preparer, Fields] | None = None
-
-
-def _init_worker(preparer: Preparer, fields: Fields) -> None:
-    global _worker
-    _worker = (preparer, fields)
-
-
-def _work(lines: list[bytes]) -> tuple[Decoded, Prepared]:
-    assert _worker is not None
-    return _decode_and_prepare(_worker[0], _worker[1], lines)
-
-
 def run_dedup(
     dedup: Deduplicator,
     source: IO[bytes],
@@ -152,15 +99,11 @@ def run_dedup(
     pool = None
     groups: Iterable[list[tuple[Decoded, Prepared]]]
     if workers > 0:
-        # Workers get small tasks so that they stay busy while this process applies
-        # whole batches; a batch is then several prepared tasks in one transaction.
-        tasks = read_lines(source, min(batch_size, WORKER_TASK))
-        ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
-        pool = ctx.Pool(workers, initializer=_init_worker, initargs=(dedup.preparer, fields))
-        groups = _ready_batches(pool.imap(_work, tasks, chunksize=1), batch_size)
+        pool = PreparePool(workers, dedup.preparer, fields, source)
+        groups = pool.groups(batch_size)
     else:
         tasks = read_lines(source, batch_size)
-        groups = ([_decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
+        groups = ([decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
     try:
         for group in groups:
             decoded = [item for d, _ in group for item in d]
@@ -187,7 +130,7 @@ def run_dedup(
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
-            pool.terminate()
+            pool.close()
     return summary
 
 

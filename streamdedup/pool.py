@@ -1,0 +1,176 @@
+"""Worker processes that decode and prepare file-mode input (`dedup --workers N`).
+
+The main process keeps the index transaction, the one part that cannot be split;
+the workers do everything before it.  The main thread talks to the workers over
+one pipe each, without helper threads: multiprocessing.Pool's task and result
+threads share the main process's GIL and cost it about a third of its time.
+
+Tasks are byte ranges of the input, cut at line ends, about `TASK_BYTES` each.
+When the input is a regular file a worker reads its range itself and a task
+message is a few bytes, so several can wait in each pipe (the workers never
+idle while this process applies a batch).  Other input (a pipe, stdin) travels
+in the message; a worker then gets its next task only after its last result has
+been read, since a worker blocked sending a result could otherwise hold up this
+process sending it a large task.  Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import stat
+from collections import deque
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from typing import IO, Any
+
+from .decode import Fields, Rejected, decode_json
+from .engine import Document, Prepared, Preparer
+from .errors import StreamDedupError
+
+Decoded = list[Document | Rejected]
+Part = tuple[Decoded, Prepared]
+
+TASK_BYTES = 1 << 20  # about 330 pages of 3 KB
+DEPTH = 3  # tasks in flight per worker when they are byte ranges of a file
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """The lines of a chunk cut at a line end, as `read_lines` yields them."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [line.rstrip(b"\r") for line in lines]
+
+
+def decode_and_prepare(
+    preparer: Preparer,
+    fields: Fields,
+    lines: list[bytes],
+    known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
+) -> Part:
+    decoded: Decoded = [decode_json(raw, fields) for raw in lines]
+    return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)], known)
+
+
+def _serve(conn: Connection, preparer: Preparer, fields: Fields, path: str | None) -> None:
+    """A worker's loop: a task in, its pickled result (or exception) out."""
+    fd = os.open(path, os.O_RDONLY) if path is not None else -1
+    try:
+        while (task := conn.recv()) is not None:
+            try:
+                data = os.pread(fd, task[1], task[0]) if path is not None else task
+                out: Any = decode_and_prepare(preparer, fields, split_lines(data))
+            except Exception as exc:  # reported to the main process, which raises it
+                out = exc
+            conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        pass  # the main process is stopping; it reports what happened
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _chunks(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """(offset, data) pieces of about TASK_BYTES, each ending at a line end (the last
+    one at the end of the input)."""
+    offset, carry = 0, b""
+    while block := source.read(TASK_BYTES):
+        data = carry + block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield offset, data[:cut]
+            offset += cut
+        carry = data[cut:]
+    if carry:
+        yield offset, carry
+
+
+def _file_path(source: IO[bytes]) -> str | None:
+    """The path of `source` if it is a regular file read from its start."""
+    name = getattr(source, "name", None)
+    try:
+        if isinstance(name, str) and source.tell() == 0:
+            return name if stat.S_ISREG(os.fstat(source.fileno()).st_mode) else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class PreparePool:
+    def __init__(self, workers: int, preparer: Preparer, fields: Fields, source: IO[bytes]):
+        self.source = source
+        self.path = _file_path(source)
+        ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
+        self.conns: list[Connection] = []
+        self.procs: list[Any] = []
+        for _ in range(workers):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(
+                target=_serve, args=(theirs, preparer, fields, self.path), daemon=True
+            )
+            proc.start()
+            theirs.close()
+            self.conns.append(mine)
+            self.procs.append(proc)
+
+    def groups(self, batch_size: int) -> Iterator[list[Part]]:
+        """Prepared parts in input order, grouped into batches of up to `batch_size`
+        lines -- but a batch never waits for more while some are ready, so this
+        process stays busy while the workers catch up."""
+        chunks = _chunks(self.source)
+        depth = DEPTH if self.path is not None else 1
+        pending: deque[Connection] = deque()  # one entry per task, in input order
+        load = dict.fromkeys(self.conns, 0)
+
+        def submit(conn: Connection) -> None:
+            while load[conn] < depth and (chunk := next(chunks, None)) is not None:
+                offset, data = chunk
+                conn.send((offset, len(data)) if self.path is not None else data)
+                pending.append(conn)
+                load[conn] += 1
+
+        for conn in self.conns:
+            submit(conn)
+        group: list[Part] = []
+        lines = 0
+        while pending:
+            conn = pending[0]
+            if group and not conn.poll():
+                yield group
+                group, lines = [], 0
+                continue
+            part = self._receive(conn)
+            pending.popleft()
+            load[conn] -= 1
+            submit(conn)
+            group.append(part)
+            lines += len(part[0])
+            if lines >= batch_size:
+                yield group
+                group, lines = [], 0
+        if group:
+            yield group
+
+    def _receive(self, conn: Connection) -> Part:
+        try:
+            out = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError) as exc:
+            raise StreamDedupError("a worker process died (out of memory?)") from exc
+        if isinstance(out, BaseException):
+            raise out
+        part: Part = out
+        return part
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.terminate()
+        for conn in self.conns:
+            conn.close()

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .shingle import offsets_of
 from .signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
 
 _HEADER = struct.Struct("<IB")
@@ -46,7 +47,7 @@ def encode_sets(sets: FingerprintSets) -> list[bytes]:
     high = (sets.values.astype(np.int64) >> (8 * low[doc])) + rank  # each value's 1 bit
     last = sets.offsets[1:] - 1
     upper_bits = np.where(counts > 0, high[np.maximum(last, 0)] + 1 if total else 0, 0)
-    upper_start = _starts((upper_bits + 7) // 8)
+    upper_start = offsets_of((upper_bits + 7) // 8)
     bits = np.zeros(int(upper_start[-1]) * 8, dtype=np.uint8)
     bits[upper_start[doc] * 8 + high] = 1
     upper = np.packbits(bits).tobytes()
@@ -58,7 +59,7 @@ def encode_sets(sets: FingerprintSets) -> list[bytes]:
         of_width = low == width
         values = sets.values if of_width.all() else sets.values[of_width[doc]]
         lows[width] = _low_parts(values, width)
-        low_start[np.flatnonzero(of_width)] = _starts(counts[of_width] * width)[:-1]
+        low_start[np.flatnonzero(of_width)] = offsets_of(counts[of_width] * width)[:-1]
     pack = _HEADER.pack
     ls, us = low_start.tolist(), upper_start.tolist()
     return [
@@ -72,12 +73,6 @@ def _low_parts(values: Fingerprints, width: int) -> bytes:
     if width in _LOW_VIEWS:  # a narrowing cast keeps the low bytes: a fast, plain copy
         return values.astype(_LOW_VIEWS[width]).tobytes()
     return values.astype("<u4").view(np.uint8).reshape(-1, 4)[:, :width].tobytes()
-
-
-def _starts(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    out = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
 
 
 def encode(values: Fingerprints) -> bytes:

@@ -164,7 +164,8 @@ class ShingleBatch:
         return self.hashes[self.offsets[i] : self.offsets[i + 1]]
 
 
-def _offsets(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each of n consecutive runs of these lengths starts, and the end (n + 1)."""
     out = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=out[1:])
     return out
@@ -180,8 +181,8 @@ def _windows(
     """
     counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
     seg = np.repeat(np.arange(len(lengths)), counts)
-    within = np.arange(len(seg)) - _offsets(counts)[seg]
-    starts = _offsets(lengths)[seg] + within
+    within = np.arange(len(seg)) - offsets_of(counts)[seg]
+    starts = offsets_of(lengths)[seg] + within
     ends = starts + np.minimum(k, lengths[seg])
     return starts, ends, counts
 
@@ -210,7 +211,7 @@ def _window_hashes(
     for j in range(1, k):
         full *= base
         full += values[j : n_full + j]
-    ends = _offsets(lengths)[1:]
+    ends = offsets_of(lengths)[1:]
     crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
@@ -221,7 +222,7 @@ def _window_hashes(
     starts = ends[short] - lengths[short]
     short_hashes = finish_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
     is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
-    is_short[_offsets(counts)[:-1][short]] = True
+    is_short[offsets_of(counts)[:-1][short]] = True
     out = np.empty(len(is_short), dtype=np.uint64)
     out[is_short] = short_hashes
     out[~is_short] = full_hashes
@@ -258,7 +259,7 @@ class Shingler:
         if len(parts) == 1:
             return parts[0]
         counts = np.concatenate([p.counts for p in parts])
-        return ShingleBatch(np.concatenate([p.hashes for p in parts]), _offsets(counts))
+        return ShingleBatch(np.concatenate([p.hashes for p in parts]), offsets_of(counts))
 
     def _words(self, texts: Sequence[str]) -> ShingleBatch:
         n = len(texts)
@@ -270,15 +271,15 @@ class Shingler:
         tok_hash = finish_np(
             range_poly_hashes(cps, tok_start, tok_end, self._chars), tok_end - tok_start
         )
-        doc_end = _offsets(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
+        doc_end = offsets_of(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
         # tokens never span documents: count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
         hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
-        return ShingleBatch(hashes, _offsets(counts))
+        return ShingleBatch(hashes, offsets_of(counts))
 
     def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
         cps = _code_points("".join(flat))
         hashes, counts = _window_hashes(cps, lengths, self.spec.k, self._chars)
-        return ShingleBatch(hashes, _offsets(counts))
+        return ShingleBatch(hashes, offsets_of(counts))

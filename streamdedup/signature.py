@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .hashing import U64, fmix64, fmix64_np
-from .shingle import ShingleBatch
+from .shingle import ShingleBatch, offsets_of
 
 Signatures = npt.NDArray[np.uint16]  # shape (n_docs, K)
 Fingerprints = npt.NDArray[np.uint32]
@@ -59,8 +59,8 @@ class FingerprintSets:
     def concat(cls, parts: Sequence[FingerprintSets]) -> FingerprintSets:
         if len(parts) == 1:
             return parts[0]
-        counts = np.concatenate([np.zeros(1, np.int64)] + [p.counts for p in parts])
-        return cls(np.concatenate([p.values for p in parts]), np.cumsum(counts))
+        counts = np.concatenate([p.counts for p in parts])
+        return cls(np.concatenate([p.values for p in parts]), offsets_of(counts))
 
 
 def seed_key(seed: int, purpose: int) -> int:
@@ -90,10 +90,10 @@ def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
     np.not_equal(pairs[1:], pairs[:-1], out=keep[1:])
     pairs = pairs[keep]
     docs = (pairs >> np.uint64(FINGERPRINT_BITS)).astype(np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(docs, minlength=n), out=offsets[1:])
     mask = np.uint64((1 << FINGERPRINT_BITS) - 1)
-    return FingerprintSets((pairs & mask).astype(np.uint32), offsets)
+    return FingerprintSets(
+        (pairs & mask).astype(np.uint32), offsets_of(np.bincount(docs, minlength=n))
+    )
 
 
 def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:

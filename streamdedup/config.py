@@ -14,7 +14,8 @@ Verify = Literal["exact", "signature"]
 # whenever a change would make an older index answer wrongly; such an index is
 # refused rather than misread.  1: fingerprints unseeded, signatures by bin minima
 # of separately mixed hashes (before 2026-11-23).  2: signatures from fingerprint sets.
-INDEX_FORMAT = 2
+# 3: word tokens hashed over their UTF-8 bytes (2026-11-23).
+INDEX_FORMAT = 3
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
 from .lsh import banding, tune
-from .shingle import Shingler, ShingleSpec, normalise, split_by_length
+from .shingle import Shingler, ShingleSpec, encode, normalise, split_by_length
 from .signature import (
     FingerprintSets,
     Signatures,
@@ -187,10 +187,13 @@ class Preparer:
         if self._shingler is None:
             self._shingler = Shingler(p.shingle)
         norm = [normalise(d.text) for d in docs]
+        raw = [encode(t) for t in norm]
         keys = [id_key(d.id) for d in docs]
-        content = [_content_hash(t) for t in norm]
+        content = [_content_hash(r) for r in raw]
         light = known(keys, content) if known is not None and docs else set()
-        texts = [("" if i in light else t) for i, t in enumerate(norm)]
+        if light:
+            norm = [("" if i in light else t) for i, t in enumerate(norm)]
+            raw = [(b"" if i in light else r) for i, r in enumerate(raw)]
         exact = p.verify == "exact"
         shingles: list[int] = []
         sig_parts: list[Signatures] = []
@@ -198,8 +201,8 @@ class Preparer:
         blobs: list[bytes] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
-        for part in split_by_length([len(t) for t in texts], SUB_BATCH_CHARS):
-            batch = self._shingler.batch(texts[part])
+        for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
+            batch = self._shingler.batch(norm[part], raw[part])
             sets = fingerprint_sets(batch, p.seed)
             shingles += batch.counts.tolist()
             sig_parts.append(signatures(sets, p.num_perm, p.seed))
@@ -235,8 +238,9 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
     return [k.to_bytes(8, "big") for k in keys.tolist()]
 
 
-def _content_hash(normalised: str) -> bytes:
-    return hashlib.blake2b(normalised.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+def _content_hash(encoded: bytes) -> bytes:
+    """Of the `encode`d normalised text."""
+    return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
 def resolve_params(

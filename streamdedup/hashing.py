@@ -51,13 +51,24 @@ def poly_hash(values: list[int], base: int) -> int:
     return acc
 
 
+def salted(poly: int, length: int) -> int:
+    """A polynomial value with its length folded in, so that prefixes differ.  Not
+    yet mixed: whoever uses it as a hash mixes it (`finish`, or the fingerprint's
+    seeded mix, which is a bijection and so keeps every distinction)."""
+    return (poly + length * LENGTH_SALT) & MASK64
+
+
+def salted_np(poly: U64, length: npt.NDArray[np.int64]) -> U64:
+    return poly + length.astype(np.uint64) * np.uint64(LENGTH_SALT)
+
+
 def finish(poly: int, length: int) -> int:
-    """Turn a polynomial value into a well-mixed hash; the length separates prefixes."""
-    return fmix64(poly + length * LENGTH_SALT)
+    """A well-mixed hash of a polynomial value and its length."""
+    return fmix64(salted(poly, length))
 
 
 def finish_np(poly: U64, length: npt.NDArray[np.int64]) -> U64:
-    return fmix64_np(poly + length.astype(np.uint64) * np.uint64(LENGTH_SALT))
+    return fmix64_np(salted_np(poly, length))
 
 
 class PowerTable:

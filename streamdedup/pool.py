@@ -3,7 +3,9 @@
 The main process keeps the index transaction, the one part that cannot be split;
 the workers do everything before it.  The main thread talks to the workers over
 one pipe each, without helper threads: multiprocessing.Pool's task and result
-threads share the main process's GIL and cost it about a third of its time.
+threads share the main process's GIL and cost it about a third of its time.  A
+worker, by contrast, sends its results from a thread of its own, so it goes on
+preparing while the main process applies a batch and is not reading.
 
 Tasks are byte ranges of the input, cut at line ends, about `TASK_BYTES` each.
 When the input is a regular file a worker reads its range itself and a task
@@ -20,7 +22,9 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import queue
 import stat
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
@@ -34,7 +38,7 @@ Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
 
 TASK_BYTES = 1 << 20  # about 330 pages of 3 KB
-DEPTH = 3  # tasks in flight per worker when they are byte ranges of a file
+DEPTH = 8  # tasks in flight per worker when they are byte ranges of a file
 
 
 def split_lines(data: bytes) -> list[bytes]:
@@ -56,8 +60,14 @@ def decode_and_prepare(
 
 
 def _serve(conn: Connection, preparer: Preparer, fields: Fields, path: str | None) -> None:
-    """A worker's loop: a task in, its pickled result (or exception) out."""
+    """A worker's loop: a task in, its pickled result (or exception) out.
+
+    Results leave through a sender thread, so the worker goes on to its next task
+    while the main process is busy applying a batch and not yet reading."""
     fd = os.open(path, os.O_RDONLY) if path is not None else -1
+    outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_all, args=(conn, outbox), daemon=True)
+    sender.start()
     try:
         while (task := conn.recv()) is not None:
             try:
@@ -65,12 +75,20 @@ def _serve(conn: Connection, preparer: Preparer, fields: Fields, path: str | Non
                 out: Any = decode_and_prepare(preparer, fields, split_lines(data))
             except Exception as exc:  # reported to the main process, which raises it
                 out = exc
-            conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+            outbox.put(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
         pass  # the main process is stopping; it reports what happened
     finally:
+        outbox.put(None)
+        sender.join(timeout=5)
         if fd >= 0:
             os.close(fd)
+
+
+def _send_all(conn: Connection, outbox: queue.SimpleQueue[bytes | None]) -> None:
+    with contextlib.suppress(OSError):  # the main process is gone or stopping
+        while (message := outbox.get()) is not None:
+            conn.send_bytes(message)
 
 
 def _chunks(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:

@@ -4,11 +4,12 @@ Two implementations of one definition:
 
 * `reference_shingles` / `reference_hash`: plain Python, one shingle string at a time.
   It is the specification made executable and is what the tests compare against.
-* `Shingler.batch`: the production path.  It concatenates a whole batch of documents
-  into one UTF-32 code-point array and finds tokens, token hashes and shingle hashes
-  with a handful of numpy operations per batch -- no Python work per token or shingle.
-  `\\w` is reproduced exactly by a lookup table over all code points, built from
-  Python's own regex engine block by block as text needs them.
+* `Shingler.batch`: the production path.  It joins a whole batch of documents into
+  one byte string and finds tokens, token hashes and shingle hashes with a handful
+  of numpy operations per batch -- no Python work per token or shingle.  `word`
+  shingling reads UTF-8 bytes: `\\w` is one `bytes.translate` for ASCII and a
+  lookup table taken from Python's own regex engine for the rest, and most tokens'
+  hashes come from one 8-byte read each.  `char` shingling reads code points.
 
 A shingle's hash depends only on the shingle string: for `word:k` it is a polynomial
 over the hashes of the shingle's tokens (a shingle splits back into its tokens on the
@@ -29,6 +30,8 @@ import numpy.typing as npt
 from .errors import ConfigError
 from .hashing import (
     CHAR_BASE,
+    LENGTH_SALT,
+    MASK64,
     TOKEN_BASE,
     U64,
     PowerTable,
@@ -36,6 +39,8 @@ from .hashing import (
     finish_np,
     poly_hash,
     range_poly_hashes,
+    salted,
+    salted_np,
 )
 
 _WORD = re.compile(r"\w+")
@@ -87,43 +92,72 @@ def reference_shingles(text: str, spec: ShingleSpec) -> set[str]:
     return {flat[i : i + spec.k] for i in range(len(flat) - spec.k + 1)}
 
 
-def _string_hash(s: str) -> int:
-    return finish(poly_hash([ord(c) for c in s], CHAR_BASE), len(s))
+def reference_token_hash(token: str) -> int:
+    """A word token's hash: a polynomial over its UTF-8 bytes read as little-endian
+    8-byte chunks, which the batch path reads straight out of the text's bytes."""
+    raw = token.encode("utf-8", "surrogatepass")
+    chunks = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, len(raw), 8)]
+    return finish(poly_hash(chunks, CHAR_BASE), len(raw))
 
 
 def reference_hash(shingle: str, spec: ShingleSpec) -> int:
-    """The 64-bit hash of one shingle string."""
+    """The 64-bit hash of one shingle string: a polynomial over its code points
+    (`char`) or its tokens' hashes (`word`), salted with its length.  It is left
+    unmixed because the fingerprint's seeded mix (signature.py) follows."""
     if spec.kind == "char":
-        return _string_hash(shingle)
+        return salted(poly_hash([ord(c) for c in shingle], CHAR_BASE), len(shingle))
     tokens = shingle.split(" ")
-    return finish(poly_hash([_string_hash(t) for t in tokens], TOKEN_BASE), len(tokens))
+    return salted(poly_hash([reference_token_hash(t) for t in tokens], TOKEN_BASE), len(tokens))
 
 
 # --------------------------------------------------------------------------- batch path
 
 
 _BLOCK_BITS = 12  # the table grows in blocks of 4096 code points
+_PAD = bytes(8)  # after the text, so that an 8-byte read at any of its bytes stays inside
+_BYTE_MASKS = np.array([(1 << (8 * m)) - 1 for m in range(9)], dtype=np.uint64)
 
 
 class WordTable:
-    """is_word[cp], taken from `re`'s own `\\w` (surrogates too), built up to the
-    highest code point seen so far: the whole table costs 0.2 s at every start, and
-    text rarely goes past the first few blocks."""
+    """`\\w`, exactly as `re` has it, for every byte of UTF-8 text.
+
+    ASCII bytes are classified by one `bytes.translate`; the bytes of the (usually
+    few) other characters are decoded back to code points and looked up in
+    is_word[cp], a table taken from `re` itself and built only up to the highest
+    code point seen so far (the whole table costs 0.2 s, and text rarely goes past
+    the first few blocks)."""
 
     def __init__(self) -> None:
         self.is_word = np.zeros(0, dtype=np.bool_)
         self._grow(0)
-        self._ascii = self.is_word[:256].astype(np.uint8).tobytes()  # a bytes.translate table
+        # ASCII -> 0/1 (is it \w), any byte of a non-ASCII character -> 2
+        self._utf8 = self.is_word[:128].astype(np.uint8).tobytes() + b"\x02" * 128
 
-    def lookup(
-        self, cps: npt.NDArray[np.uint8] | npt.NDArray[np.uint32], out: npt.NDArray[np.bool_]
-    ) -> None:
-        if cps.dtype == np.uint8:  # ASCII: bytes.translate beats np.take fourfold
-            out[:] = np.frombuffer(cps.tobytes().translate(self._ascii), dtype=np.bool_)
-            return
-        if len(cps):
-            self._grow(int(cps.max()))
-        np.take(self.is_word, cps, out=out)
+    def classify(self, data: bytes) -> npt.NDArray[np.bool_]:
+        """is_word of the character each byte of `data` (well-formed UTF-8, lone
+        surrogates allowed) belongs to."""
+        marks = data.translate(self._utf8)
+        if data.isascii():
+            return np.frombuffer(marks, dtype=np.bool_)
+        out = np.frombuffer(bytearray(marks), dtype=np.uint8)
+        raw = np.frombuffer(data + _PAD, dtype=np.uint8)
+        high = np.flatnonzero(out == 2)
+        is_lead = (raw[high] & 0xC0) != 0x80
+        lead = high[is_lead]
+        b0 = raw[lead].astype(np.uint32)
+        b1, b2, b3 = ((raw[lead + j] & 0x3F).astype(np.uint32) for j in (1, 2, 3))
+        cps = np.where(
+            b0 < 0xE0,
+            ((b0 & 0x1F) << 6) | b1,
+            np.where(
+                b0 < 0xF0,
+                ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
+                ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
+            ),
+        )
+        self._grow(int(cps.max()))
+        out[high] = self.is_word[cps][np.cumsum(is_lead) - 1]
+        return out.view(np.bool_)
 
     def _grow(self, code_point: int) -> None:
         lo = len(self.is_word)
@@ -141,6 +175,11 @@ def _code_points(text: str) -> npt.NDArray[np.uint8] | npt.NDArray[np.uint32]:
     if text.isascii():
         return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def encode(text: str) -> bytes:
+    """The UTF-8 bytes word shingling reads (lone surrogates pass through)."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 @dataclass(frozen=True)
@@ -196,14 +235,15 @@ def _window_hashes(
     k: int,
     table: PowerTable,
 ) -> tuple[U64, npt.NDArray[np.int64]]:
-    """Finished hashes of all the windows `_windows` defines, and per-segment counts.
+    """Salted polynomial hashes of all the windows `_windows` defines, and
+    per-segment counts.
 
     For small k, every k-window of the whole array is hashed by Horner's rule on
     shifted views (contiguous passes, no gathers), then the windows that run across
     a segment end are dropped; segments shorter than k are hashed on their own."""
     if k > HORNER_MAX_K:
         starts, ends, counts = _windows(lengths, k)
-        return finish_np(range_poly_hashes(values, starts, ends, table), ends - starts), counts
+        return salted_np(range_poly_hashes(values, starts, ends, table), ends - starts), counts
     counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
     n_full = max(len(values) - k + 1, 0)
     full = values[:n_full].astype(np.uint64)
@@ -215,12 +255,13 @@ def _window_hashes(
     crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
-    full_hashes = finish_np(full[keep], np.full(int(keep.sum()), k, dtype=np.int64))
+    full_hashes = full[keep]
+    full_hashes += np.uint64((k * LENGTH_SALT) & MASK64)
     short = (lengths > 0) & (lengths < k)
     if not short.any():
         return full_hashes, counts
     starts = ends[short] - lengths[short]
-    short_hashes = finish_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
+    short_hashes = salted_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
     is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
     is_short[offsets_of(counts)[:-1][short]] = True
     out = np.empty(len(is_short), dtype=np.uint64)
@@ -251,31 +292,57 @@ class Shingler:
         self._tokens = PowerTable(TOKEN_BASE)
         self._word = WordTable()
 
-    def batch(self, normalised: Sequence[str]) -> ShingleBatch:
-        """Shingle hashes for already-`normalise`d texts."""
-        one = self._words if self.spec.kind == "word" else self._chars_batch
-        lengths = [len(t) for t in normalised]
-        parts = [one(normalised[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
+    def batch(
+        self, normalised: Sequence[str], encoded: Sequence[bytes] | None = None
+    ) -> ShingleBatch:
+        """Shingle hashes for already-`normalise`d texts; `encoded`, their `encode`d
+        bytes, if the caller has them already (word shingling reads those)."""
+        if self.spec.kind == "char":
+            units: Sequence[str] | Sequence[bytes] = normalised
+        else:
+            units = [encode(t) for t in normalised] if encoded is None else encoded
+        lengths = [len(u) for u in units]
+        parts = [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
         if len(parts) == 1:
             return parts[0]
         counts = np.concatenate([p.counts for p in parts])
         return ShingleBatch(np.concatenate([p.hashes for p in parts]), offsets_of(counts))
 
-    def _words(self, texts: Sequence[str]) -> ShingleBatch:
-        n = len(texts)
-        cps = _code_points(_SEPARATOR.join(texts))
-        is_word = np.zeros(len(cps) + 2, dtype=np.bool_)
-        self._word.lookup(cps, is_word[1:-1])
-        bounds = np.flatnonzero(is_word[1:] != is_word[:-1])  # token start, end, ...
+    def _one(self, units: Sequence[str] | Sequence[bytes]) -> ShingleBatch:
+        if self.spec.kind == "char":
+            return self._chars_batch(units)  # type: ignore[arg-type]
+        return self._words(units)  # type: ignore[arg-type]
+
+    def _words(self, encoded: Sequence[bytes]) -> ShingleBatch:
+        # documents between NUL separators (not \w, so no token spans two of them),
+        # one before the first so that every token start is a rising edge
+        data = b"\x00" + b"\x00".join([*encoded, _PAD])
+        is_word = self._word.classify(data)
+        bounds = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1  # token start, end, ...
         tok_start, tok_end = bounds[0::2], bounds[1::2]
-        tok_hash = finish_np(
-            range_poly_hashes(cps, tok_start, tok_end, self._chars), tok_end - tok_start
-        )
-        doc_end = offsets_of(np.fromiter(map(len, texts), np.int64, n) + 1)[1:]
-        # tokens never span documents: count token starts before each document's end
+        tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start)
+        doc_end = offsets_of(np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1)[1:]
+        # count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
         hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
         return ShingleBatch(hashes, offsets_of(counts))
+
+    def _token_hashes(
+        self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+    ) -> U64:
+        """`reference_token_hash` of every token: most fit in one 8-byte read of
+        the text (an unaligned view of it); longer ones read all their chunks."""
+        words8: U64 = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+        poly = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
+        long = np.flatnonzero(length > 8)
+        if len(long):
+            n_chunks = (length[long] + 7) >> 3
+            bounds = offsets_of(n_chunks)
+            within = np.arange(bounds[-1]) - np.repeat(bounds[:-1], n_chunks)
+            chunks = words8[np.repeat(start[long], n_chunks) + 8 * within]
+            chunks[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 8 * (n_chunks - 1)]
+            poly[long] = range_poly_hashes(chunks, bounds[:-1], bounds[1:], self._chars)
+        return finish_np(poly, length)
 
     def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]

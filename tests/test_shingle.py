@@ -116,10 +116,20 @@ def test_spec_round_trips() -> None:
 
 
 def test_word_table_is_re_word_on_every_code_point() -> None:
-    table = WordTable()
-    cps = np.arange(0x110000, dtype=np.uint32)
-    got = np.zeros(len(cps), dtype=np.bool_)
-    table.lookup(cps[::-1].copy(), got)  # blocks built out of order
-    text = cps.astype("<u4").tobytes().decode("utf-32-le", "surrogatepass")
-    words = {m.start() for m in re.finditer(r"\w", text)}
-    assert np.flatnonzero(got[::-1]).tolist() == sorted(words)
+    """Every byte of every character, surrogates included, gets `re`'s \\w of its
+    character; the code points come highest first, so the table grows out of order."""
+    text = np.arange(0x10FFFF, -1, -1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass")
+    got = WordTable().classify(data)
+    raw = np.frombuffer(data, dtype=np.uint8)
+    sizes = np.array([len(c.encode("utf-8", "surrogatepass")) for c in text])
+    expected = np.zeros(len(text), dtype=np.bool_)
+    expected[[m.start() for m in re.finditer(r"\w", text)]] = True
+    assert np.array_equal(got, np.repeat(expected, sizes))
+    assert np.count_nonzero((raw & 0xC0) != 0x80) == len(text)  # one lead byte each
+
+
+def test_long_tokens_read_all_their_chunks() -> None:
+    words = ["a" * n for n in range(1, 40)] + ["\u00e9" * 9, "x" * 1000 + "y", "x" * 1001]
+    _check([" ".join(words), " ".join(reversed(words))], ShingleSpec("word", 1))
+    _check([" ".join(words)], ShingleSpec("word", 3))

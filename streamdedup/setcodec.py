@@ -55,7 +55,7 @@ def encode_sets(sets: FingerprintSets) -> list[bytes]:
     # order; low_start[i] is where document i's part starts in its width's string.
     lows: dict[int, bytes] = {}
     low_start = np.zeros(n_docs + 1, dtype=np.int64)
-    for width in np.unique(low).tolist():
+    for width in np.flatnonzero(np.bincount(low)).tolist():
         of_width = low == width
         values = sets.values if of_width.all() else sets.values[of_width[doc]]
         lows[width] = _low_parts(values, width)

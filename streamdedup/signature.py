@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -32,7 +33,10 @@ Signatures = npt.NDArray[np.uint16]  # shape (n_docs, K)
 Fingerprints = npt.NDArray[np.uint32]
 
 FINGERPRINT_BITS = 24
-_EMPTY = np.uint64(1 << 32)  # above every fingerprint
+_FINGERPRINT_MASK = (1 << FINGERPRINT_BITS) - 1
+_TOP = np.uint64(64 - FINGERPRINT_BITS)  # the fingerprint is the top bits
+_EMPTY = np.uint32(0xFFFF0000)  # above every fingerprint, and 0 in the 16 bits kept
+_NARROW_DOCS = 1 << (32 - FINGERPRINT_BITS)  # batches this small sort 32-bit pairs
 _PROBE_ROUNDS = 16  # probe sequence length, in multiples of K
 _FINGERPRINT_SPACE = 1 << 16
 
@@ -79,59 +83,65 @@ def probe_table(num_perm: int, seed: int) -> npt.NDArray[np.int64]:
 
 
 def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
-    """One sort over (document, fingerprint) pairs for the whole batch."""
+    """One sort over (document, fingerprint) pairs for the whole batch; 32-bit
+    pairs, which sort twice as fast, when the batch's document numbers fit."""
     n = len(batch.offsets) - 1
     mixed = fmix64_np(batch.hashes ^ np.uint64(seed_key(seed, 1)))
-    pairs = (batch.doc_index().astype(np.uint64) << np.uint64(FINGERPRINT_BITS)) | (
-        mixed >> np.uint64(64 - FINGERPRINT_BITS)
-    )
+    kind = np.dtype(np.uint32 if n <= _NARROW_DOCS else np.uint64)
+    pairs: npt.NDArray[np.unsignedinteger[Any]] = (mixed >> _TOP).astype(kind)
+    pairs |= np.repeat(np.arange(n, dtype=kind) << FINGERPRINT_BITS, batch.counts)
     pairs.sort()
     keep = np.ones(len(pairs), dtype=np.bool_)
     np.not_equal(pairs[1:], pairs[:-1], out=keep[1:])
     pairs = pairs[keep]
-    docs = (pairs >> np.uint64(FINGERPRINT_BITS)).astype(np.int64)
-    mask = np.uint64((1 << FINGERPRINT_BITS) - 1)
-    return FingerprintSets(
-        (pairs & mask).astype(np.uint32), offsets_of(np.bincount(docs, minlength=n))
-    )
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[:-1] = np.searchsorted(pairs, np.arange(n, dtype=kind) << FINGERPRINT_BITS)
+    offsets[-1] = len(pairs)
+    return FingerprintSets((pairs & _FINGERPRINT_MASK).astype(np.uint32), offsets)
 
 
 def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:
     """One signature row per document; rows of documents without shingles are zero."""
-    n, counts = len(sets), sets.counts
-    values = sets.values.astype(np.uint64)
-    bins = (values * np.uint64(num_perm)) >> np.uint64(FINGERPRINT_BITS)
-    cell = np.repeat(np.arange(n, dtype=np.uint64) * np.uint64(num_perm), counts) + bins
+    n, counts, values = len(sets), sets.counts, sets.values
+    cell = (values.astype(np.int64) * num_perm) >> FINGERPRINT_BITS  # the bin ...
+    cell += np.repeat(np.arange(0, n * num_perm, num_perm, dtype=np.int64), counts)  # ... its row
     first = np.ones(len(cell), dtype=np.bool_)  # the first, smallest, of each bin
     np.not_equal(cell[1:], cell[:-1], out=first[1:])
-    flat = np.full(n * num_perm, _EMPTY, dtype=np.uint64)
-    flat[cell[first]] = values[first]
-    minima = flat.reshape(n, num_perm)
+    at = np.flatnonzero(first)
+    minima = np.full((n, num_perm), _EMPTY, dtype=np.uint32)
+    minima.ravel()[cell[at]] = values[at]
     _densify(minima, counts > 0, num_perm, seed)
-    return (minima & np.uint64(0xFFFF)).astype(np.uint16)
+    return minima.astype(np.uint16)  # the low 16 bits
 
 
-def _densify(minima: U64, has_shingles: npt.NDArray[np.bool_], num_perm: int, seed: int) -> None:
+def _densify(
+    minima: Fingerprints, has_shingles: npt.NDArray[np.bool_], num_perm: int, seed: int
+) -> None:
     """Fill empty bins in place from their probe sequences (documents with shingles only)."""
-    empty = (minima == _EMPTY) & has_shingles[:, None]
+    empty = minima == _EMPTY
+    empty[~has_shingles] = False
     docs, bins = np.nonzero(empty)
     if len(docs) == 0:
         return
-    filled = ~empty & has_shingles[:, None]
+    filled = (~empty).ravel()
+    filled[np.repeat(~has_shingles, num_perm)] = False
     probes = probe_table(num_perm, seed)
+    rows = docs * num_perm
     source = np.full(len(docs), -1, dtype=np.int64)
     pending = np.arange(len(docs))
-    step = 32
+    step = 4  # a probe finds a filled bin 98% of the time at 500 shingles
     for t0 in range(0, probes.shape[1], step):
         cand = probes[bins[pending], t0 : t0 + step]  # (pending, step) bin numbers
-        hit = filled[docs[pending][:, None], cand]
-        found = hit.any(axis=1)
-        source[pending[found]] = cand[found, hit[found].argmax(axis=1)]
+        hit = filled[rows[pending][:, None] + cand]
+        first = hit.argmax(axis=1)  # the first filled candidate, or 0 if none is
+        chosen = cand[np.arange(len(cand)), first]
+        found = hit[np.arange(len(cand)), first]
+        source[pending[found]] = chosen[found]
         pending = pending[~found]
         if len(pending) == 0:
             break
     if len(pending):  # astronomically rare: fall back to the first filled bin
-        source[pending] = filled[docs[pending]].argmax(axis=1)
+        source[pending] = filled.reshape(minima.shape)[docs[pending]].argmax(axis=1)
     minima[docs, bins] = minima[docs, source]
 
 

@@ -42,6 +42,26 @@ def test_fingerprint_sets_are_sorted_distinct_top_bits_of_seeded_hashes(
         assert fps.of(i).tolist() == reference_fingerprints(src, seed)
 
 
+@pytest.mark.parametrize("n_docs", [1, 255, 256, 257, 600])
+def test_small_and_large_batches_give_the_same_sets_and_signatures(n_docs: int) -> None:
+    """Batches of up to 256 documents sort 32-bit pairs, larger ones 64-bit pairs;
+    a document's set and signature must not depend on which."""
+    rng = np.random.default_rng(n_docs)
+    counts = rng.integers(0, 40, size=n_docs)
+    counts[::7] = 0  # documents without shingles in between
+    hashes = rng.integers(0, 2**63, size=int(counts.sum())).astype(np.uint64) * np.uint64(3)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    whole = fingerprint_sets(ShingleBatch(hashes, offsets), 9)
+    sigs = signatures(whole, 64, 9)
+    for i in range(n_docs):
+        one = ShingleBatch(hashes[offsets[i] : offsets[i + 1]], np.array([0, counts[i]]))
+        alone = fingerprint_sets(one, 9)
+        assert whole.of(i).tolist() == alone.of(0).tolist()
+        assert whole.of(i).tolist() == reference_fingerprints(one.hashes.tolist(), 9)
+        assert sigs[i].tolist() == signatures(alone, 64, 9)[0].tolist()
+        assert (sigs[i] == 0).all() == (counts[i] == 0)
+
+
 @given(
     st.lists(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=300), max_size=4),
     st.sampled_from([16, 100, 128, 256]),

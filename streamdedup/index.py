@@ -243,14 +243,14 @@ class Tables:
         if not band_keys:
             self._postings = _Postings({}, {}, set(), set())
             return
-        flat = np.frombuffer(b"".join(band_keys), dtype=">u8")
+        flat = native_keys(b"".join(band_keys))
         unique, counts = np.unique(flat, return_counts=True)
         keys = raw_keys(unique)
         present = [bytes(k) for k, _ in self._buckets().getmulti(keys)]  # misses dropped
         shared = unique[counts > 1]
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in one numpy pass.
-        busy = np.isin(flat, np.union1d(shared, np.frombuffer(b"".join(present), ">u8")))
+        busy = np.isin(flat, np.union1d(shared, native_keys(b"".join(present))))
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
         self._postings = _Postings(
             read_ahead={bk: self._newest(bk, cap) for bk in present},
@@ -264,15 +264,17 @@ class Tables:
         postings, self._postings = self._postings, None
         if postings is None or not postings.docs:
             return
-        docs = [(d, keys) for d, keys in postings.docs if d not in postings.dropped]
-        flat = np.frombuffer(b"".join(k for _, keys in docs for k in keys), dtype=">u8")
+        docs = postings.docs
+        if postings.dropped:
+            docs = [(d, row) for d, row in docs if d not in postings.dropped]
+        flat = native_keys(b"".join([row for _, row in docs]))
         docnos = np.repeat(
-            np.array([d for d, _ in docs], dtype=np.uint64), [len(keys) for _, keys in docs]
+            np.array([d for d, _ in docs], dtype=np.uint64), [len(row) // 8 for _, row in docs]
         )
-        order = np.lexsort((docnos, flat))
+        order = np.argsort(flat, kind="stable")  # docnos ascend already
         values = docnos[order].astype(">u8").view(np.uint8).reshape(-1, 8)
         items = zip(
-            chunks(flat[order].tobytes(), 8),
+            raw_keys(flat[order]),
             chunks(values[:, 8 - DOCNO_BYTES :].tobytes(), DOCNO_BYTES),
             strict=True,
         )
@@ -347,10 +349,24 @@ class Tables:
 _NONE: list[int] = []
 
 
+def _has_key(row: bytes, bk: bytes) -> bool:
+    """Is `bk` one of the 8-byte keys joined in `row`?"""
+    at = row.find(bk)
+    while at >= 0 and at % 8:
+        at = row.find(bk, at + 1)
+    return at >= 0
+
+
 def chunks(raw: bytes, width: int) -> list[bytes]:
     """`raw` cut into `width`-byte pieces (by numpy: several times faster than slicing)."""
     out: list[bytes] = np.frombuffer(raw, dtype=f"V{width}").tolist()
     return out
+
+
+def native_keys(raw: bytes) -> npt.NDArray[np.uint64]:
+    """Band keys stored big-endian, as native integers (numpy sorts those several
+    times faster than a byte-swapped dtype)."""
+    return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
 
 
 def raw_keys(keys: npt.NDArray[np.uint64]) -> list[bytes]:
@@ -372,19 +388,21 @@ class _Postings:
     added: dict[bytes, list[int]]  # buffered docnos, oldest first, of tracked keys
     rows: set[bytes]  # each document's keys, joined: the rows read ahead
     quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
-    docs: list[tuple[int, list[bytes]]] = field(default_factory=list)
+    docs: list[tuple[int, bytes]] = field(default_factory=list)  # docno, joined keys
     buffered: set[int] = field(default_factory=set)
     dropped: set[int] = field(default_factory=set)  # buffered, then removed
     stale: set[bytes] = field(default_factory=set)  # stored postings removed since
 
     def add(self, band_keys: list[bytes], docno: int) -> None:
-        self.docs.append((docno, band_keys))
+        row = b"".join(band_keys)
+        self.docs.append((docno, row))
         self.buffered.add(docno)
         added = self.added
-        if b"".join(band_keys) in self.rows:
-            for bk in band_keys:
-                if bk in added:
-                    added[bk].append(docno)
+        if row in self.rows:
+            if row not in self.quiet:  # a quiet row shares no key
+                for bk in band_keys:
+                    if bk in added:
+                        added[bk].append(docno)
             return
         self.quiet.clear()  # an unforeseen document: every later query looks
         for bk in band_keys:
@@ -395,7 +413,7 @@ class _Postings:
         if batch_row:
             docnos = self.added.get(bk, _NONE)
         else:
-            docnos = [d for d, keys in self.docs if bk in keys]
+            docnos = [d for d, row in self.docs if _has_key(row, bk)]
         return [d for d in docnos if d not in self.dropped] if self.dropped else docnos
 
     def discard(self, docno: int) -> bool:

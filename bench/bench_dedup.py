@@ -9,8 +9,9 @@ memory, index bytes per document, precision and recall of `duplicate` verdicts
 against exact brute-force ground truth, and each speed as a ratio to datasketch.
 
 Every contender runs --repeat times (default 3), each run its own process on a
-fresh index; the fastest run counts, as with timeit, since on a shared machine
-noise only ever adds time.  All runs are printed.
+fresh index, round robin (all contenders once, then again); the fastest run
+counts, as with timeit, since on a shared machine noise only ever adds time.
+All runs are printed.
 
     python bench/bench_dedup.py --docs 20000            # about 6 minutes
 """
@@ -177,21 +178,27 @@ def main() -> int:
                     lambda tmp, t=t: run_datasketch(corpus, tmp, t, args.docs),
                 )
             )
-        rows = []
-        for name, fn in contenders:
-            runs = []
-            for _ in range(args.repeat):  # each run from scratch: a fresh index
-                with tempfile.TemporaryDirectory(prefix="bench-") as d:
+        # Round robin -- every contender once, then again -- so that a slow spell of
+        # the machine falls on all of them alike rather than on one contender's runs.
+        runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
+        last: dict[str, tuple[dict[str, Any], float, float]] = {}
+        for _ in range(args.repeat):
+            for name, fn in contenders:
+                with tempfile.TemporaryDirectory(prefix="bench-") as d:  # a fresh index
                     m = fn(Path(d))
                     p, r = accuracy(m["verdicts"], truth)
-                runs.append(m["seconds"])
+                runs[name].append(m["seconds"])
+                last[name] = (m, p, r)
+        rows = []
+        for name, _ in contenders:
+            m, p, r = last[name]
             rows.append(
                 {
                     "threshold": t,
                     "name": name,
-                    "docs_per_s": args.docs / min(runs),
-                    "seconds": min(runs),
-                    "all_seconds": runs,
+                    "docs_per_s": args.docs / min(runs[name]),
+                    "seconds": min(runs[name]),
+                    "all_seconds": runs[name],
                     "peak_rss_mb": m["rss_kb"] / 1024,
                     "bytes_per_doc": m["bytes_per_doc"],
                     "file_bytes_per_doc": m["file_bytes_per_doc"],
@@ -199,7 +206,7 @@ def main() -> int:
                     "recall": r,
                 }
             )
-            every = ", ".join(f"{args.docs / x:,.0f}" for x in runs)
+            every = ", ".join(f"{args.docs / x:,.0f}" for x in runs[name])
             print(f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  (runs: {every})", flush=True)
         base = next((x["docs_per_s"] for x in rows if x["name"].startswith("datasketch")), None)
         print(

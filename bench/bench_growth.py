@@ -36,6 +36,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--index", help="index directory (default: a temporary one)")
+    ap.add_argument("--batch-size", type=int, default=8000, help="documents per transaction")
     args = ap.parse_args()
     checkpoints = [c for c in (10_000, 100_000, 1_000_000) if c + WINDOW <= args.docs + WINDOW]
     tmp = tempfile.TemporaryDirectory(prefix="growth-")
@@ -55,7 +56,7 @@ def main() -> int:
             if chunk.getbuffer().nbytes == 0:
                 break
             t0 = time.perf_counter()
-            summary = run_dedup(dd, chunk, io.BytesIO(), Fields())
+            summary = run_dedup(dd, chunk, io.BytesIO(), Fields(), batch_size=args.batch_size)
             rate = summary.lines / (time.perf_counter() - t0)
             if any(done <= c < done + WINDOW for c in checkpoints) or done == 0:
                 curve.append(

@@ -30,8 +30,6 @@ import numpy.typing as npt
 from .errors import ConfigError
 from .hashing import (
     CHAR_BASE,
-    LENGTH_SALT,
-    MASK64,
     TOKEN_BASE,
     U64,
     PowerTable,
@@ -44,7 +42,7 @@ from .hashing import (
 )
 
 _WORD = re.compile(r"\w+")
-_SEPARATOR = "\x00"  # not matched by \w, so tokens never span two documents
+_SEPARATOR = b"\x00"  # not matched by \w, so tokens never span two documents
 _MAX_UNICODE = 0x110000
 CHUNK_CHARS = 1 << 21  # bounds the power tables a batch needs
 
@@ -95,7 +93,7 @@ def reference_shingles(text: str, spec: ShingleSpec) -> set[str]:
 def reference_token_hash(token: str) -> int:
     """A word token's hash: a polynomial over its UTF-8 bytes read as little-endian
     8-byte chunks, which the batch path reads straight out of the text's bytes."""
-    raw = token.encode("utf-8", "surrogatepass")
+    raw = encode(token)
     chunks = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, len(raw), 8)]
     return finish(poly_hash(chunks, CHAR_BASE), len(raw))
 
@@ -140,12 +138,14 @@ class WordTable:
         if data.isascii():
             return np.frombuffer(marks, dtype=np.bool_)
         out = np.frombuffer(bytearray(marks), dtype=np.uint8)
-        raw = np.frombuffer(data + _PAD, dtype=np.uint8)
+        raw = np.frombuffer(data, dtype=np.uint8)
         high = np.flatnonzero(out == 2)
         is_lead = (raw[high] & 0xC0) != 0x80
         lead = high[is_lead]
         b0 = raw[lead].astype(np.uint32)
-        b1, b2, b3 = ((raw[lead + j] & 0x3F).astype(np.uint32) for j in (1, 2, 3))
+        # the bytes after each lead (clipped at the end: a short character ignores them)
+        last = len(raw) - 1
+        b1, b2, b3 = ((raw[np.minimum(lead + j, last)] & 0x3F).astype(np.uint32) for j in (1, 2, 3))
         cps = np.where(
             b0 < 0xE0,
             ((b0 & 0x1F) << 6) | b1,
@@ -196,11 +196,15 @@ class ShingleBatch:
     def counts(self) -> npt.NDArray[np.int64]:
         return np.diff(self.offsets)
 
-    def doc_index(self) -> npt.NDArray[np.int64]:
-        return np.repeat(np.arange(len(self.offsets) - 1), self.counts)
-
     def of(self, i: int) -> U64:
         return self.hashes[self.offsets[i] : self.offsets[i + 1]]
+
+    @classmethod
+    def concat(cls, parts: Sequence[ShingleBatch]) -> ShingleBatch:
+        if len(parts) == 1:
+            return parts[0]
+        counts = np.concatenate([p.counts for p in parts])
+        return cls(np.concatenate([p.hashes for p in parts]), offsets_of(counts))
 
 
 def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -256,7 +260,7 @@ def _window_hashes(
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
     full_hashes = full[keep]
-    full_hashes += np.uint64((k * LENGTH_SALT) & MASK64)
+    full_hashes += np.uint64(salted(0, k))
     short = (lengths > 0) & (lengths < k)
     if not short.any():
         return full_hashes, counts
@@ -302,11 +306,9 @@ class Shingler:
         else:
             units = [encode(t) for t in normalised] if encoded is None else encoded
         lengths = [len(u) for u in units]
-        parts = [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
-        if len(parts) == 1:
-            return parts[0]
-        counts = np.concatenate([p.counts for p in parts])
-        return ShingleBatch(np.concatenate([p.hashes for p in parts]), offsets_of(counts))
+        return ShingleBatch.concat(
+            [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
+        )
 
     def _one(self, units: Sequence[str] | Sequence[bytes]) -> ShingleBatch:
         if self.spec.kind == "char":
@@ -316,7 +318,7 @@ class Shingler:
     def _words(self, encoded: Sequence[bytes]) -> ShingleBatch:
         # documents between NUL separators (not \w, so no token spans two of them),
         # one before the first so that every token start is a rising edge
-        data = b"\x00" + b"\x00".join([*encoded, _PAD])
+        data = _SEPARATOR + _SEPARATOR.join([*encoded, _PAD])
         is_word = self._word.classify(data)
         bounds = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1  # token start, end, ...
         tok_start, tok_end = bounds[0::2], bounds[1::2]

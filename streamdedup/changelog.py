@@ -24,7 +24,7 @@ import numpy as np
 from .config import IndexParams
 from .engine import Change, Verdict
 from .errors import IndexOpenError
-from .index import Index, Record, Tables, docno_key
+from .index import Index, Record, Tables, docno_key, docno_of
 from .signature import band_keys
 
 log = logging.getLogger("streamdedup.changelog")
@@ -144,14 +144,9 @@ def _posting_chunk(
     if not docnos:
         return None
     sigs = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
-    raw = band_keys(sigs, params.bands, params.rows, params.seed).astype(">u8").tobytes()
-    width = params.bands * 8
-    pairs = [
-        (raw[i * width + j : i * width + j + 8], dk)
-        for i, dk in enumerate(docnos)
-        for j in range(0, width, 8)
-    ]
-    t.txn.cursor(db=t.db["buckets"]).putmulti(pairs, dupdata=True)
+    keys = band_keys(sigs, params.bands, params.rows, params.seed).reshape(-1)
+    numbers = np.array([docno_of(dk) for dk in docnos], dtype=np.uint64)
+    t.postings.add(keys.astype(np.uint64), np.repeat(numbers, params.bands))
     return docnos[-1]
 
 

@@ -15,7 +15,7 @@ Verify = Literal["exact", "signature"]
 # refused rather than misread.  1: fingerprints unseeded, signatures by bin minima
 # of separately mixed hashes (before 2026-11-23).  2: signatures from fingerprint sets.
 # 3: word tokens hashed over their UTF-8 bytes (2026-11-23).
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 
 
 @dataclass(frozen=True)

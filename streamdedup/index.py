@@ -11,17 +11,16 @@ docs        docno                      msgpack record: id, verdict, links, hashe
 sigs        docno                      signature: K little-endian uint16
 sets        docno + chunk number       Elias-Fano coded shingle fingerprints
 content     normalised-content hash    docno of the first document with it
-buckets     band key (8 bytes)         docno, dupsort + dupfixed (a posting list)
+postings    partition + level          a sorted run of band postings (postings.py)
 expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 ==========  =========================  ============================================
 
-Documents are numbered in arrival order; big-endian docnos make every posting list
-sorted oldest to newest, so "the newest N of a hot bucket" is a cursor walk from
-its last duplicate.  All of one batch happens in one write transaction (`Index.write`);
-a transaction that hits the map limit is aborted, the map doubled and the batch run
-again, so callers never see MapFullError.  Within a batch the engine reads the
-buckets it needs ahead and writes its postings at the end, both in key order
-(`Tables.batch_postings`): in a large index that saves most of the page-hopping.
+Documents are numbered in arrival order, so "the newest N of a hot bucket" are the
+largest docnos among its postings.  All of one batch happens in one write transaction
+(`Index.write`); a transaction that hits the map limit is aborted, the map doubled
+and the batch run again, so callers never see MapFullError.  Within a batch the engine reads the
+buckets it needs ahead and writes its postings at the end, a whole batch at once
+(`Tables.batch_postings`).
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .errors import IndexOpenError
+from .postings import Postings
 
 T = TypeVar("T")
 DocId = str | int
@@ -118,13 +118,12 @@ class Tables:
     def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
         self.txn = txn
         self.db = dbs
-        self._bucket_cursor: lmdb.Cursor | None = None
+        self.postings = Postings(txn, dbs["postings"])
         self._postings: _Postings | None = None
 
-    def _buckets(self) -> lmdb.Cursor:
-        if self._bucket_cursor is None:
-            self._bucket_cursor = self.txn.cursor(db=self.db["buckets"])
-        return self._bucket_cursor
+    def finish(self) -> None:
+        """Before the transaction commits."""
+        self.postings.finish(live_docs=self.count("sigs"))
 
     # -- meta
     def meta(self, name: str) -> Any:
@@ -181,7 +180,8 @@ class Tables:
         if bucket_keys and self._postings is not None:
             self._postings.add(bucket_keys, docno)
         elif bucket_keys:
-            self._buckets().putmulti([(bk, dk) for bk in bucket_keys], dupdata=True)
+            keys = native_keys(b"".join(bucket_keys))
+            self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
         if shingle_set is not None:
             for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
                 chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
@@ -210,10 +210,10 @@ class Tables:
         self.txn.delete(dk, db=self.db["docs"])
         self.txn.delete(dk, db=self.db["sigs"])
         buffered = self._postings is not None and self._postings.discard(docno)
-        for bk in [] if buffered else bucket_keys:
-            self.txn.delete(bk, dk, db=self.db["buckets"])
+        if bucket_keys and not buffered:
+            self.postings.remove(docno)
             if self._postings is not None:
-                self._postings.stale.add(bk)
+                self._postings.stale.update(bucket_keys)
         cur = self.txn.cursor(db=self.db["sets"])
         while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
             cur.delete()
@@ -245,15 +245,15 @@ class Tables:
             return
         flat = native_keys(b"".join(band_keys))
         unique, counts = np.unique(flat, return_counts=True)
-        keys = raw_keys(unique)
-        present = [bytes(k) for k, _ in self._buckets().getmulti(keys)]  # misses dropped
+        stored = self.postings.lookup(unique, cap)
         shared = unique[counts > 1]
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in one numpy pass.
-        busy = np.isin(flat, np.union1d(shared, native_keys(b"".join(present))))
+        present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+        busy = np.isin(flat, np.union1d(shared, present))
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
         self._postings = _Postings(
-            read_ahead={bk: self._newest(bk, cap) for bk in present},
+            read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
             added={bk: [] for bk in raw_keys(shared)},
             rows=set(band_keys),
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
@@ -271,33 +271,12 @@ class Tables:
         docnos = np.repeat(
             np.array([d for d, _ in docs], dtype=np.uint64), [len(row) // 8 for _, row in docs]
         )
-        order = np.argsort(flat, kind="stable")  # docnos ascend already
-        values = docnos[order].astype(">u8").view(np.uint8).reshape(-1, 8)
-        items = zip(
-            raw_keys(flat[order]),
-            chunks(values[:, 8 - DOCNO_BYTES :].tobytes(), DOCNO_BYTES),
-            strict=True,
-        )
-        self._buckets().putmulti(items, dupdata=True)
+        self.postings.add(flat, docnos)  # docnos ascend already
 
     def _newest(self, bk: bytes, cap: int) -> list[int]:
-        """A bucket's stored postings, newest first, at most `cap` of them (a hot
-        bucket costs a cursor walk back from its last duplicate, not its size)."""
-        cur = self._buckets()
-        if not cur.set_key(bk):
-            return []
-        from_bytes = int.from_bytes
-        if cur.count() <= cap:
-            out = [from_bytes(v, "big") for v in cur.iternext_dup(keys=False)]
-            out.reverse()
-            return out
-        cur.last_dup()
-        out = []
-        for n, value in enumerate(cur.iterprev_dup(keys=False)):
-            if n == cap:
-                break
-            out.append(from_bytes(value, "big"))
-        return out
+        """A bucket's stored postings, newest first, at most `cap` of them."""
+        key = int.from_bytes(bk, "big")
+        return self.postings.lookup(np.array([key], dtype=np.uint64), cap).get(key, [])
 
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
         """docno -> number of the given buckets it is in, from at most the `cap`
@@ -330,9 +309,7 @@ class Tables:
         return found
 
     def bucket_sizes(self) -> Iterator[int]:
-        cur = self.txn.cursor(db=self.db["buckets"])
-        for _ in cur.iternext_nodup(keys=True, values=False):
-            yield cur.count()
+        return self.postings.sizes()
 
     def count(self, table: str) -> int:
         return int(self.txn.stat(self.db[table])["entries"])
@@ -427,7 +404,7 @@ class _Postings:
 class Index:
     """One LMDB environment in a directory.  Open it after fork, never before."""
 
-    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content", "expiry")
+    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content", "expiry", "postings")
 
     def __init__(
         self,
@@ -451,7 +428,7 @@ class Index:
                 # dirtied all over by every batch once it is larger than a batch).
                 writemap=not readonly,
                 sync=durability == "full",
-                max_dbs=len(self.TABLES) + 1,
+                max_dbs=len(self.TABLES),
                 readonly=readonly,
                 max_readers=256,
             )
@@ -461,9 +438,6 @@ class Index:
         try:
             for name in self.TABLES:
                 self.dbs[name] = self.env.open_db(name.encode(), create=not readonly)
-            self.dbs["buckets"] = self.env.open_db(
-                b"buckets", dupsort=True, dupfixed=True, create=not readonly
-            )
         except lmdb.Error as exc:
             self.env.close()
             raise IndexOpenError(f"{self.path} is not a streamdedup index: {exc}") from exc
@@ -475,8 +449,11 @@ class Index:
         """
         while True:
             try:
-                with self.env.begin(write=True) as txn:
-                    return fn(Tables(txn, self.dbs))
+                with self.env.begin(write=True, buffers=True) as txn:
+                    tables = Tables(txn, self.dbs)
+                    result = fn(tables)
+                    tables.finish()
+                    return result
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
             except lmdb.MapResizedError:
@@ -485,7 +462,7 @@ class Index:
     def read(self, fn: Callable[[Tables], T]) -> T:
         while True:
             try:
-                with self.env.begin() as txn:
+                with self.env.begin(buffers=True) as txn:
                     return fn(Tables(txn, self.dbs))
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)

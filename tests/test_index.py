@@ -91,7 +91,7 @@ def test_lmdb_is_a_real_environment_on_disk(index_dir) -> None:
     with env.begin() as txn:
         names = {k for k, _ in txn.cursor()}
     env.close()
-    assert {b"buckets", b"docs", b"ids", b"meta", b"sigs"} <= names
+    assert {b"postings", b"docs", b"ids", b"meta", b"sigs"} <= names
 
 
 def test_full_durability_syncs_every_commit(index_dir) -> None:

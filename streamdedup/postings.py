@@ -1,0 +1,317 @@
+"""Band postings (band key -> documents) as sorted runs: a small log-structured
+merge tree kept inside LMDB.
+
+A B-tree with one entry per posting costs a descent and a page copy per insert,
+and once the table outgrows the caches every batch dirties most of its pages: the
+index slowed down by half between 10,000 and 1,000,000 documents.  Here the
+postings of a key partition (the key's top byte) live in a few runs, each one
+LMDB value holding sorted keys and their docnos as two little-endian uint64
+arrays.  A batch's new postings merge into the partition's level-0 run; a run that
+outgrows its level (about BASE * GROWTH**level postings) merges into the next one.  Each
+posting is thus rewritten a handful of times by numpy, never inserted one by one,
+and lookups are `searchsorted` over zero-copy views of the runs.
+
+Runs are ordered by (key, docno), so the newest postings of a key are the tails of
+its slices.  Removed documents are not cut out of the runs at once: their docnos
+join a sorted "dead" array that lookups filter by, and the runs are purged of them
+when the dead outnumber a quarter of the live documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import lmdb
+import numpy as np
+import numpy.typing as npt
+
+U64 = npt.NDArray[np.uint64]
+
+PARTITIONS = 256  # by the top byte of the band key
+BASE = 2048  # postings a level-0 run holds before it merges into level 1
+GROWTH = 8
+PURGE_MIN = 256  # dead documents tolerated before a purge, however small the index
+_DEAD = b"\xff\xff\xff\xff"  # the dead array's key; run keys are 2 bytes
+_LE = np.dtype("<u8")
+
+
+def capacity(part: int, level: int) -> int:
+    """Postings a run may hold before it merges into the next level.  Partitions
+    fill at the same pace, so equal capacities would have all of them merge in the
+    same batch (one slow batch in many); staggered ones spread the merges out."""
+    return BASE * GROWTH**level * (16 + part % 16) // 16
+
+
+def run_key(part: int, level: int) -> bytes:
+    return bytes((part, level))
+
+
+def unpack(raw: Any) -> tuple[U64, U64]:
+    """A run's keys and docnos, as views of `raw` (no copy)."""
+    n = len(raw) // 16
+    keys: U64 = np.frombuffer(raw, dtype=_LE, count=n)
+    docnos: U64 = np.frombuffer(raw, dtype=_LE, count=n, offset=8 * n)
+    return keys, docnos
+
+
+def pack(keys: U64, docnos: U64) -> bytes:
+    return np.concatenate([keys, docnos]).astype(_LE, copy=False).tobytes()
+
+
+def merge(older: tuple[U64, U64], newer: tuple[U64, U64]) -> tuple[U64, U64]:
+    """Two runs as one, ordered by (key, docno).
+
+    The stable sort of the concatenation is a linear merge of two sorted runs, and
+    it keeps the older run's postings first within a key; documents restored from a
+    changelog arrive in any order, and for those a full sort puts docnos right."""
+    keys = np.concatenate([older[0], newer[0]])
+    docnos = np.concatenate([older[1], newer[1]])
+    order = np.argsort(keys, kind="stable")
+    keys, docnos = keys[order], docnos[order]
+    if np.any((keys[1:] == keys[:-1]) & (docnos[1:] < docnos[:-1])):
+        order = np.lexsort((docnos, keys))
+        keys, docnos = keys[order], docnos[order]
+    return keys, docnos
+
+
+class Postings:
+    """The postings, inside one transaction (whose buffers must be zero-copy views:
+    `Index` opens every transaction with buffers=True)."""
+
+    def __init__(self, txn: lmdb.Transaction, db: Any) -> None:
+        self.txn = txn
+        self.db = db
+        self._stored_dead: U64 | None = None
+        self.removed: set[int] = set()  # dead since this transaction began
+        self._removed_sorted: U64 | None = None
+
+    # -- reading
+    def runs(self, part: int | None = None) -> Iterator[tuple[int, int, tuple[U64, U64]]]:
+        """(partition, level, run) of one partition, or of all in partition order."""
+        cur = self.txn.cursor(db=self.db)
+        found = cur.set_range(bytes((part,))) if part is not None else cur.first()
+        while found:
+            key = cur.key()
+            if len(key) == 2:
+                if part is not None and key[0] != part:
+                    return
+                yield key[0], key[1], unpack(cur.value())
+            found = cur.next()
+
+    def dead(self) -> U64:
+        """Docnos removed before this transaction, sorted (a copy: a view could move
+        under a later write)."""
+        if self._stored_dead is None:
+            raw = self.txn.get(_DEAD, db=self.db)
+            self._stored_dead = np.frombuffer(bytes(raw or b""), dtype=_LE)
+        return self._stored_dead
+
+    def _alive(self, docnos: U64) -> npt.NDArray[np.bool_]:
+        alive = _not_in(docnos, self.dead())
+        if self.removed:
+            if self._removed_sorted is None:
+                self._removed_sorted = np.sort(np.fromiter(self.removed, dtype=np.uint64))
+            alive &= _not_in(docnos, self._removed_sorted)
+        return alive
+
+    def lookup(self, keys: U64, cap: int) -> dict[int, list[int]]:
+        """key -> its newest `cap` live docnos, newest first, for the keys (sorted,
+        unique) that have any."""
+        if not len(keys):
+            return {}
+        parts = (keys >> np.uint64(56)).astype(np.int64)
+        q_idx: list[npt.NDArray[np.int64]] = []
+        starts: list[npt.NDArray[np.int64]] = []
+        ends: list[npt.NDArray[np.int64]] = []
+        sources: list[U64] = []
+        hot: list[npt.NDArray[np.int64]] = []  # keys with more than `cap` in a run
+        bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1))
+        for part, _, (rk, rd) in self._runs_of(np.unique(parts).tolist()):
+            a, b = int(bounds[part]), int(bounds[part + 1])
+            lo = np.searchsorted(rk, keys[a:b], "left")
+            hi = np.searchsorted(rk, keys[a:b], "right")
+            hit = np.nonzero(hi > lo)[0]
+            if len(hit):
+                q_idx.append(hit + a)
+                # the newest `cap` of each slice; more only if dead ones are among them
+                starts.append(np.maximum(lo[hit], hi[hit] - cap))
+                ends.append(hi[hit])
+                sources.append(rd)
+                hot.append(hit[hi[hit] - lo[hit] > cap] + a)
+        if not q_idx:
+            return {}
+        out = self._gather(q_idx, starts, ends, sources, cap)
+        for q in np.unique(np.concatenate(hot)).tolist():
+            # dead among a hot key's newest: the under-filled ones look further back
+            if len(out.get(q, ())) < cap:
+                out.update(self._full(int(keys[q]), q, cap))
+        return {int(keys[q]): v for q, v in out.items()}
+
+    def _runs_of(self, parts: list[int]) -> Iterator[tuple[int, int, tuple[U64, U64]]]:
+        if len(parts) > PARTITIONS // 4:  # most of them: one walk over the table
+            wanted = set(parts)
+            for part, level, run in self.runs():
+                if part in wanted:
+                    yield part, level, run
+        else:
+            for part in parts:
+                yield from self.runs(part)
+
+    def _gather(
+        self,
+        q_idx: list[npt.NDArray[np.int64]],
+        starts: list[npt.NDArray[np.int64]],
+        ends: list[npt.NDArray[np.int64]],
+        sources: list[U64],
+        cap: int,
+    ) -> dict[int, list[int]]:
+        """query index -> newest live docnos, from the given slices of the runs."""
+        lengths = [e - s for s, e in zip(starts, ends, strict=True)]
+        counts = np.concatenate(lengths)
+        query = np.repeat(np.concatenate(q_idx), counts)
+        docnos = np.concatenate(
+            [
+                src[np.repeat(s, n) + _ramp(n)]
+                for src, s, n in zip(sources, starts, lengths, strict=True)
+            ]
+        )
+        alive = self._alive(docnos)
+        query, docnos = query[alive], docnos[alive]
+        order = np.lexsort((-docnos.astype(np.int64), query))  # per key, newest first
+        query, docnos = query[order], docnos[order]
+        first = _group_starts(query)
+        rank = np.arange(len(query)) - np.repeat(first, np.diff(np.r_[first, len(query)]))
+        keep = rank < cap
+        query, docnos = query[keep], docnos[keep]
+        flat = docnos.tolist()
+        first = _group_starts(query)
+        edges = np.r_[first, len(flat)].tolist()
+        return {q: flat[edges[j] : edges[j + 1]] for j, q in enumerate(query[first].tolist())}
+
+    def _full(self, key: int, q: int, cap: int) -> dict[int, list[int]]:
+        """One key's newest live postings from whole slices (a hot key, dead ones)."""
+        needle = np.array([key], dtype=np.uint64)
+        slices = []
+        for _, _, (rk, rd) in self.runs(key >> 56):
+            lo = np.searchsorted(rk, needle, "left")[0]
+            hi = np.searchsorted(rk, needle, "right")[0]
+            slices.append(rd[lo:hi])
+        d = np.concatenate(slices) if slices else np.empty(0, dtype=np.uint64)
+        d = np.sort(d[self._alive(d)])[::-1]
+        return {q: d[:cap].tolist()} if len(d) else {}
+
+    # -- writing
+    def add(self, keys: U64, docnos: U64) -> None:
+        """Add postings (any order; docnos of a key ascending if given in order)."""
+        if not len(keys):
+            return
+        order = np.argsort(keys, kind="stable")
+        keys, docnos = keys[order], docnos[order]
+        parts = (keys >> np.uint64(56)).astype(np.int64)
+        bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1)).tolist()
+        for part in np.unique(parts).tolist():
+            a, b = bounds[part], bounds[part + 1]
+            self._merge_into(part, (keys[a:b], docnos[a:b]))
+
+    def _merge_into(self, part: int, run: tuple[U64, U64]) -> None:
+        # Each level is read just before it is merged (a copy is made then), never
+        # held across a write: a write may move the values on its page.
+        level = 0
+        while True:
+            raw = self.txn.get(run_key(part, level), db=self.db)
+            if raw is not None:
+                run = merge(unpack(raw), run)
+            if len(run[0]) <= capacity(part, level) or level == 255:
+                self.txn.put(run_key(part, level), pack(*run), db=self.db)
+                return
+            if raw is not None:
+                self.txn.delete(run_key(part, level), db=self.db)
+            level += 1
+
+    def remove(self, docno: int) -> None:
+        self.removed.add(docno)
+        self._removed_sorted = None
+
+    def finish(self, live_docs: int) -> None:
+        """At the end of a write transaction: store the new dead, purge if they are many."""
+        if not self.removed:
+            return
+        dead = np.union1d(self.dead(), np.fromiter(self.removed, dtype=np.uint64))
+        self.removed = set()
+        self._removed_sorted = None
+        if len(dead) > max(PURGE_MIN, live_docs // 4):
+            self._purge(dead)
+            dead = dead[:0]
+        self.txn.put(_DEAD, dead.astype(_LE).tobytes(), db=self.db)
+        self._stored_dead = None
+
+    def _purge(self, dead: U64) -> None:
+        for key in list(self._run_keys()):
+            rk, rd = unpack(self.txn.get(key, db=self.db))
+            alive = ~np.isin(rd, dead)
+            if alive.all():
+                continue
+            if alive.any():
+                self.txn.put(key, pack(rk[alive], rd[alive]), db=self.db)
+            else:
+                self.txn.delete(key, db=self.db)
+
+    def _run_keys(self) -> Iterator[bytes]:
+        for key in self.txn.cursor(db=self.db).iternext(keys=True, values=False):
+            if len(key) == 2:
+                yield bytes(key)
+
+    # -- statistics
+    def sizes(self) -> Iterator[int]:
+        """The number of live postings of every non-empty bucket."""
+        for part in range(PARTITIONS):
+            pairs = self.pairs(part)
+            if len(pairs[0]):
+                yield from np.unique(pairs[0], return_counts=True)[1].tolist()
+
+    def pairs(self, part: int) -> tuple[U64, U64]:
+        """A partition's live postings, ordered by (key, docno)."""
+        keys: U64 = np.empty(0, dtype=np.uint64)
+        docnos: U64 = np.empty(0, dtype=np.uint64)
+        for _, _, run in self.runs(part):
+            keys, docnos = merge((keys, docnos), (run[0].copy(), run[1].copy()))
+        alive = self._alive(docnos)
+        return keys[alive], docnos[alive]
+
+    def live(self) -> list[tuple[int, int]]:
+        """Every live (key, docno), in order: what two indexes must agree on."""
+        out: list[tuple[int, int]] = []
+        for part in range(PARTITIONS):
+            keys, docnos = self.pairs(part)
+            out += zip(keys.tolist(), docnos.tolist(), strict=True)
+        return out
+
+    def stored(self) -> int:
+        """Postings held in the runs, dead ones included (what the disk holds)."""
+        return sum(len(run[0]) for _, _, run in self.runs())
+
+
+def _group_starts(sorted_values: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
+    """Where each run of equal values begins."""
+    if not len(sorted_values):
+        return np.empty(0, dtype=np.intp)
+    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+
+
+def _not_in(values: U64, sorted_set: U64) -> npt.NDArray[np.bool_]:
+    if not len(sorted_set):
+        return np.ones(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_set, values), len(sorted_set) - 1)
+    out: npt.NDArray[np.bool_] = sorted_set[at] != values
+    return out
+
+
+def _ramp(lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """0..n-1 for each n in `lengths`, concatenated."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    out: npt.NDArray[np.int64] = np.arange(total) - np.repeat(ends - lengths, lengths)
+    return out

@@ -40,7 +40,8 @@ def capacity(part: int, level: int) -> int:
     """Postings a run may hold before it merges into the next level.  Partitions
     fill at the same pace, so equal capacities would have all of them merge in the
     same batch (one slow batch in many); staggered ones spread the merges out."""
-    return BASE * GROWTH**level * (16 + part % 16) // 16
+    scale: int = GROWTH**level
+    return BASE * scale * (16 + part % 16) // 16
 
 
 def run_key(part: int, level: int) -> bytes:

@@ -11,7 +11,6 @@ re-emissions), generated ahead of each window so that generation is not timed.
 from __future__ import annotations
 
 import argparse
-import gc
 import io
 import json
 import resource
@@ -56,10 +55,6 @@ def main() -> int:
             )
             if chunk.getbuffer().nbytes == 0:
                 break
-            # The generator keeps the last 100,000 documents to re-emit from: tens of
-            # thousands of Python objects a worker would not hold, which the garbage
-            # collector would scan again and again inside the timed window.
-            gc.freeze()
             t0 = time.perf_counter()
             summary = run_dedup(dd, chunk, io.BytesIO(), Fields(), batch_size=args.batch_size)
             rate = summary.lines / (time.perf_counter() - t0)

@@ -126,7 +126,7 @@ class Postings:
         starts: list[npt.NDArray[np.int64]] = []
         ends: list[npt.NDArray[np.int64]] = []
         sources: list[U64] = []
-        hot: list[npt.NDArray[np.int64]] = []  # keys with more than `cap` in a run
+        cut: list[npt.NDArray[np.bool_]] = []  # slices cut to their newest `cap`
         bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1))
         for part, _, (rk, rd) in self._runs_of(np.unique(parts).tolist()):
             a, b = int(bounds[part]), int(bounds[part + 1])
@@ -139,14 +139,14 @@ class Postings:
                 starts.append(np.maximum(lo[hit], hi[hit] - cap))
                 ends.append(hi[hit])
                 sources.append(rd)
-                hot.append(hit[hi[hit] - lo[hit] > cap] + a)
+                cut.append(hi[hit] - lo[hit] > cap)
         if not q_idx:
             return {}
-        out = self._gather(q_idx, starts, ends, sources, cap)
-        for q in np.unique(np.concatenate(hot)).tolist():
-            # dead among a hot key's newest: the under-filled ones look further back
-            if len(out.get(q, ())) < cap:
-                out.update(self._full(int(keys[q]), q, cap))
+        out, lossy = self._gather(q_idx, starts, ends, sources, cut, cap)
+        for q in lossy:
+            # dead among the newest `cap` of a cut slice: older live ones may belong
+            out.pop(q, None)
+            out.update(self._full(int(keys[q]), q, cap))
         return {int(keys[q]): v for q, v in out.items()}
 
     def _runs_of(self, parts: list[int]) -> Iterator[tuple[int, int, tuple[U64, U64]]]:
@@ -165,12 +165,15 @@ class Postings:
         starts: list[npt.NDArray[np.int64]],
         ends: list[npt.NDArray[np.int64]],
         sources: list[U64],
+        cut: list[npt.NDArray[np.bool_]],
         cap: int,
-    ) -> dict[int, list[int]]:
-        """query index -> newest live docnos, from the given slices of the runs."""
+    ) -> tuple[dict[int, list[int]], list[int]]:
+        """query index -> newest live docnos, from the given slices of the runs; and
+        the queries that lost dead postings from a cut slice (to be read in full)."""
         lengths = [e - s for s, e in zip(starts, ends, strict=True)]
         counts = np.concatenate(lengths)
         query = np.repeat(np.concatenate(q_idx), counts)
+        was_cut = np.repeat(np.concatenate(cut), counts)
         docnos = np.concatenate(
             [
                 src[np.repeat(s, n) + _ramp(n)]
@@ -178,6 +181,7 @@ class Postings:
             ]
         )
         alive = self._alive(docnos)
+        lossy: list[int] = np.unique(query[was_cut & ~alive]).tolist()
         query, docnos = query[alive], docnos[alive]
         order = np.lexsort((-docnos.astype(np.int64), query))  # per key, newest first
         query, docnos = query[order], docnos[order]
@@ -188,7 +192,8 @@ class Postings:
         flat = docnos.tolist()
         first = _group_starts(query)
         edges = np.r_[first, len(flat)].tolist()
-        return {q: flat[edges[j] : edges[j + 1]] for j, q in enumerate(query[first].tolist())}
+        out = {q: flat[edges[j] : edges[j + 1]] for j, q in enumerate(query[first].tolist())}
+        return out, lossy
 
     def _full(self, key: int, q: int, cap: int) -> dict[int, list[int]]:
         """One key's newest live postings from whole slices (a hot key, dead ones)."""

@@ -18,9 +18,9 @@ expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 Documents are numbered in arrival order, so "the newest N of a hot bucket" are the
 largest docnos among its postings.  All of one batch happens in one write transaction
 (`Index.write`); a transaction that hits the map limit is aborted, the map doubled
-and the batch run again, so callers never see MapFullError.  Within a batch the engine reads the
-buckets it needs ahead and writes its postings at the end, a whole batch at once
-(`Tables.batch_postings`).
+and the batch run again, so callers never see MapFullError.  Within a batch the
+engine reads the buckets it needs ahead and writes its postings at the end, a whole
+batch at once (`Tables.batch_postings`).
 """
 
 from __future__ import annotations
@@ -122,8 +122,9 @@ class Tables:
         self._postings: _Postings | None = None
 
     def finish(self) -> None:
-        """Before the transaction commits."""
-        self.postings.finish(live_docs=self.count("sigs"))
+        """Before the transaction commits: record (and maybe purge) removed postings."""
+        if self.postings.removed:
+            self.postings.finish(live_docs=self.count("sigs"))
 
     # -- meta
     def meta(self, name: str) -> Any:
@@ -347,7 +348,7 @@ def native_keys(raw: bytes) -> npt.NDArray[np.uint64]:
 
 
 def raw_keys(keys: npt.NDArray[np.uint64]) -> list[bytes]:
-    """uint64 band keys as the 8-byte big-endian keys of the buckets table."""
+    """uint64 band keys as the 8-byte big-endian keys the engine passes around."""
     return chunks(keys.astype(">u8").tobytes(), 8)
 
 
@@ -424,8 +425,8 @@ class Index:
                 map_size=map_size,
                 # Pages are written in the shared mapping; with "process" durability
                 # the kernel writes them back, so a page dirtied by many batches is
-                # written once rather than at every commit (the B-tree of postings is
-                # dirtied all over by every batch once it is larger than a batch).
+                # written once rather than at every commit (the id and content-hash
+                # B-trees are dirtied all over by every batch once they are large).
                 writemap=not readonly,
                 sync=durability == "full",
                 max_dbs=len(self.TABLES),

@@ -3,21 +3,32 @@ one LMDB write transaction per batch) measured over 10,000-document windows whil
 the index holds about 10,000, 100,000 and 1,000,000 documents.
 
 The stream is crawl-like as in bench_dedup (prose paragraphs, 40% mutated
-re-emissions), generated ahead of each window so that generation is not timed.
+re-emissions).  It is written to a JSON Lines file first, so that neither its
+generation nor the generator's memory (100,000 documents kept to re-emit from, which
+the garbage collector would scan during the timed windows) is part of what is timed.
+At each checkpoint the median of `--windows` consecutive windows is reported with
+their range: one window on this kind of machine varies by a third, and a level merge
+of the posting runs falls into some windows and not others.  (Timing copies of the
+index instead measures the copy: its pages are clean in the page cache, so every
+first write to one faults, and it starts with a full map.)
 
-    python bench/bench_growth.py --docs 1010000      # about 5 minutes, ~3 GB of index
+    python bench/bench_growth.py --docs 1000000      # about 6 minutes, ~5 GB of disk
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
-import resource
+import os
+import statistics
 import sys
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
+from typing import IO
 
 import orjson
 
@@ -30,66 +41,91 @@ from streamdedup.engine import Deduplicator  # noqa: E402
 from streamdedup.filemode import run_dedup  # noqa: E402
 
 WINDOW = 10_000
+CHECKPOINTS = (10_000, 100_000, 1_000_000)
+
+
+def write_stream(path: Path, n: int) -> None:
+    started = time.perf_counter()
+    with path.open("wb") as out:
+        for i, d in enumerate(generate(n, seed=21, memory=100_000), 1):
+            out.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
+            if i % 100_000 == 0:
+                print(f"  generated {i:,} documents ({time.perf_counter() - started:.0f}s)")
+    gc.collect()
+
+
+def timed(dd: Deduplicator, window: bytes, batch_size: int) -> float:
+    t0 = time.perf_counter()
+    summary = run_dedup(dd, io.BytesIO(window), io.BytesIO(), Fields(), batch_size=batch_size)
+    return summary.lines / (time.perf_counter() - t0)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def windows(stream: IO[bytes]) -> list[bytes]:
+    return list(islice(stream, WINDOW))
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=1_000_000)
-    ap.add_argument("--index", help="index directory (default: a temporary one)")
     ap.add_argument("--batch-size", type=int, default=8000, help="documents per transaction")
+    ap.add_argument("--windows", type=int, default=3, help="windows timed per checkpoint")
+    ap.add_argument("--workdir", help="where the stream and index go (default: a temp dir)")
     args = ap.parse_args()
-    checkpoints = [c for c in (10_000, 100_000, 1_000_000) if c + WINDOW <= args.docs + WINDOW]
-    tmp = tempfile.TemporaryDirectory(prefix="growth-")
-    index = args.index or str(Path(tmp.name) / "index")
-    stream = generate(args.docs + WINDOW, seed=21, memory=100_000)
-    curve = []
-    done = 0
-    started = time.perf_counter()
-    with Deduplicator(index) as dd:
-        while done < args.docs + WINDOW:
-            chunk = io.BytesIO(
-                b"".join(
-                    orjson.dumps({"id": d.id, "text": d.text}) + b"\n"
-                    for _, d in zip(range(WINDOW), stream, strict=False)
-                )
-            )
-            if chunk.getbuffer().nbytes == 0:
-                break
-            t0 = time.perf_counter()
-            summary = run_dedup(dd, chunk, io.BytesIO(), Fields(), batch_size=args.batch_size)
-            rate = summary.lines / (time.perf_counter() - t0)
-            if any(done <= c < done + WINDOW for c in checkpoints) or done == 0:
-                curve.append(
-                    {
-                        "indexed_before": done,
-                        "docs_per_s": rate,
-                        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    checkpoints = [c for c in CHECKPOINTS if c <= args.docs]
+    with tempfile.TemporaryDirectory(prefix="growth-", dir=args.workdir) as tmp:
+        stream_path = Path(tmp) / "stream.jsonl"
+        total = args.docs + args.windows * WINDOW
+        print(f"writing the stream ({total:,} documents) to {stream_path}")
+        write_stream(stream_path, total)
+        curve = []
+        runs: list[float] = []
+        done = 0
+        started = time.perf_counter()
+        with Deduplicator(Path(tmp) / "index") as dd, stream_path.open("rb") as stream:
+            while lines := windows(stream):
+                window = b"".join(lines)
+                rate = timed(dd, window, args.batch_size)
+                at = next((c for c in checkpoints if c <= done < c + args.windows * WINDOW), None)
+                if at is not None:
+                    runs.append(rate)
+                if at is not None and len(runs) == args.windows:
+                    point = {
+                        "indexed_before": at,
+                        "docs_per_s": statistics.median(runs),
+                        "runs": [round(r) for r in runs],
+                        "rss_mb": rss_mb(),
                         "index_file_bytes": dd.index.file_bytes(),
                     }
-                )
-                print(
-                    f"index holding {done:>9,} documents: {rate:8,.0f} docs/s "
-                    f"(index file {dd.index.file_bytes() / 1e9:.2f} GB)",
-                    flush=True,
-                )
-            elif (done // WINDOW) % 10 == 0:
-                print(
-                    f"  ... {done:,} documents, {rate:,.0f} docs/s, "
-                    f"{time.perf_counter() - started:.0f}s elapsed",
-                    flush=True,
-                )
-            done += summary.lines
-    base = next((p["docs_per_s"] for p in curve if p["indexed_before"] == 10_000), None)
+                    curve.append(point)
+                    print(
+                        f"index holding {at:>9,} documents: {point['docs_per_s']:8,.0f} docs/s "
+                        f"(median of {', '.join(f'{r:,.0f}' for r in runs)}; "
+                        f"index file {dd.index.file_bytes() / 1e9:.2f} GB)",
+                        flush=True,
+                    )
+                    runs = []
+                elif at is None and (done // WINDOW) % 10 == 0:
+                    print(
+                        f"  ... {done:,} documents, {rate:,.0f} docs/s, "
+                        f"{time.perf_counter() - started:.0f}s elapsed",
+                        flush=True,
+                    )
+                done += len(lines)
+    base = next((p["docs_per_s"] for p in curve if p["indexed_before"] == CHECKPOINTS[0]), None)
     base = base or curve[0]["docs_per_s"]
     for point in curve:
         point["relative_to_10k"] = point["docs_per_s"] / base
-    print("\nindexed before the window   docs/s   relative to 10,000")
+    print("\nindexed before the window   docs/s (median)   relative to 10,000")
     for p in curve:
-        print(f"  {p['indexed_before']:>12,} {p['docs_per_s']:12,.0f} {p['relative_to_10k']:9.2f}")
+        print(f"  {p['indexed_before']:>12,} {p['docs_per_s']:14,.0f} {p['relative_to_10k']:12.2f}")
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "bench_growth.json").write_text(json.dumps(curve, indent=2))
-    tmp.cleanup()
     return 0
 
 

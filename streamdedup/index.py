@@ -46,6 +46,7 @@ DocId = str | int
 DOCNO_BYTES = 5
 SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 _MAX_ID_KEY = 400  # LMDB keys are limited to 511 bytes
+MAP_FILL = 0.75  # grow the map before a batch once this much of it is used
 
 UNIQUE, DUPLICATE = 0, 1
 
@@ -435,6 +436,7 @@ class Index:
             )
         except (lmdb.Error, OSError) as exc:
             raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
+        self._page_size = int(self.env.stat()["psize"])
         self.dbs: dict[str, Any] = {}
         try:
             for name in self.TABLES:
@@ -448,6 +450,7 @@ class Index:
 
         `fn` may run more than once, so it must not have effects outside the index.
         """
+        self._make_room()
         while True:
             try:
                 with self.env.begin(write=True, buffers=True) as txn:
@@ -459,6 +462,17 @@ class Index:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)  # another process grew it: adopt its size
+
+    def _make_room(self) -> None:
+        """Double the map ahead of need: a batch that hits the limit is run again, a
+        whole batch's work twice (and a restored copy starts with a full map)."""
+        info = self.env.info()
+        used = (info["last_pgno"] + 1) * self._page_size
+        if used > info["map_size"] * MAP_FILL:
+            try:
+                self.env.set_mapsize(info["map_size"] * 2)
+            except lmdb.Error:
+                pass  # a transaction of this process is open: MapFullError will do it
 
     def read(self, fn: Callable[[Tables], T]) -> T:
         while True:

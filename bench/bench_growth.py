@@ -8,9 +8,16 @@ generation nor the generator's memory (100,000 documents kept to re-emit from, w
 the garbage collector would scan during the timed windows) is part of what is timed.
 At each checkpoint the median of `--windows` consecutive windows is reported with
 their range: one window on this kind of machine varies by a third, and a level merge
-of the posting runs falls into some windows and not others.  (Timing copies of the
-index instead measures the copy: its pages are clean in the page cache, so every
-first write to one faults, and it starts with a full map.)
+of the posting runs falls into some windows and not others.
+
+The speed of this kind of machine also drifts by a third over minutes, so a ratio
+between checkpoints minutes apart measures the drift as well.  At the later
+checkpoints each window is therefore timed side by side with the 10,000-document
+reference: just before it, a fresh index is fed the stream's first 10,000 documents
+(untimed) and timed on the next 10,000, which is the first checkpoint's window again.
+The ratio of those two medians is the figure that compares sizes.  (Timing copies of
+the big index is no way out: a copy's pages are clean in the page cache, so every first
+write to one faults, and it starts with a full map.)
 
     python bench/bench_growth.py --docs 1000000      # about 6 minutes, ~5 GB of disk
 """
@@ -22,6 +29,7 @@ import gc
 import io
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -60,6 +68,18 @@ def timed(dd: Deduplicator, window: bytes, batch_size: int) -> float:
     return summary.lines / (time.perf_counter() - t0)
 
 
+def reference(head: list[bytes], batch_size: int, scratch: Path) -> float:
+    """The first checkpoint again: a fresh index holding the stream's first window,
+    timed on its second."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        with Deduplicator(scratch) as dd:
+            run_dedup(dd, io.BytesIO(b"".join(head[:WINDOW])), io.BytesIO(), Fields())
+            return timed(dd, b"".join(head[WINDOW:]), batch_size)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
@@ -82,15 +102,20 @@ def main() -> int:
         total = args.docs + args.windows * WINDOW
         print(f"writing the stream ({total:,} documents) to {stream_path}")
         write_stream(stream_path, total)
+        with stream_path.open("rb") as stream:
+            head = [next(stream) for _ in range(2 * WINDOW)]
         curve = []
         runs: list[float] = []
+        refs: list[float] = []
         done = 0
         started = time.perf_counter()
         with Deduplicator(Path(tmp) / "index") as dd, stream_path.open("rb") as stream:
             while lines := windows(stream):
                 window = b"".join(lines)
-                rate = timed(dd, window, args.batch_size)
                 at = next((c for c in checkpoints if c <= done < c + args.windows * WINDOW), None)
+                if at is not None and at != checkpoints[0]:
+                    refs.append(reference(head, args.batch_size, Path(tmp) / "reference"))
+                rate = timed(dd, window, args.batch_size)
                 if at is not None:
                     runs.append(rate)
                 if at is not None and len(runs) == args.windows:
@@ -98,6 +123,10 @@ def main() -> int:
                         "indexed_before": at,
                         "docs_per_s": statistics.median(runs),
                         "runs": [round(r) for r in runs],
+                        "reference_runs": [round(r) for r in refs],
+                        "side_by_side": statistics.median(runs) / statistics.median(refs)
+                        if refs
+                        else 1.0,
                         "rss_mb": rss_mb(),
                         "index_file_bytes": dd.index.file_bytes(),
                     }
@@ -108,7 +137,14 @@ def main() -> int:
                         f"index file {dd.index.file_bytes() / 1e9:.2f} GB)",
                         flush=True,
                     )
-                    runs = []
+                    if refs:
+                        print(
+                            f"  side by side, 10,000-document reference: "
+                            f"{', '.join(f'{r:,.0f}' for r in refs)} docs/s -> "
+                            f"{point['side_by_side']:.2f}",
+                            flush=True,
+                        )
+                    runs, refs = [], []
                 elif at is None and (done // WINDOW) % 10 == 0:
                     print(
                         f"  ... {done:,} documents, {rate:,.0f} docs/s, "
@@ -120,9 +156,12 @@ def main() -> int:
     base = base or curve[0]["docs_per_s"]
     for point in curve:
         point["relative_to_10k"] = point["docs_per_s"] / base
-    print("\nindexed before the window   docs/s (median)   relative to 10,000")
+    print("\nindexed before   docs/s (median)   relative to 10,000   side by side with 10,000")
     for p in curve:
-        print(f"  {p['indexed_before']:>12,} {p['docs_per_s']:14,.0f} {p['relative_to_10k']:12.2f}")
+        print(
+            f"  {p['indexed_before']:>12,} {p['docs_per_s']:14,.0f} "
+            f"{p['relative_to_10k']:18.2f} {p['side_by_side']:22.2f}"
+        )
     out = HERE / "out"
     out.mkdir(exist_ok=True)
     (out / "bench_growth.json").write_text(json.dumps(curve, indent=2))

@@ -17,14 +17,15 @@ expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 
 Documents are numbered in arrival order, so "the newest N of a hot bucket" are the
 largest docnos among its postings.  All of one batch happens in one write transaction
-(`Index.write`); a transaction that hits the map limit is aborted, the map doubled
-and the batch run again, so callers never see MapFullError.  Within a batch the
-engine reads the buckets it needs ahead and writes its postings at the end, a whole
-batch at once (`Tables.batch_postings`).
+(`Index.write`); the map doubles ahead of need, and a transaction that still hits
+its limit is aborted, the map doubled and the batch run again, so callers never see
+MapFullError.  Within a batch the engine reads the buckets it needs ahead and writes
+its postings at the end, a whole batch at once (`Tables.batch_postings`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -469,10 +470,9 @@ class Index:
         info = self.env.info()
         used = (info["last_pgno"] + 1) * self._page_size
         if used > info["map_size"] * MAP_FILL:
-            try:
+            # Refused while this process has a transaction open; MapFullError then does it.
+            with contextlib.suppress(lmdb.Error):
                 self.env.set_mapsize(info["map_size"] * 2)
-            except lmdb.Error:
-                pass  # a transaction of this process is open: MapFullError will do it
 
     def read(self, fn: Callable[[Tables], T]) -> T:
         while True:

@@ -50,6 +50,27 @@ def test_map_grows_by_itself(index_dir) -> None:
         assert dd.index.read(lambda t: t.count("docs")) == 600
 
 
+def test_map_grows_before_a_batch_rather_than_redoing_it(tmp_path) -> None:
+    from streamdedup.index import MAP_FILL, Index
+
+    index = Index(tmp_path / "idx", map_size=1 << 20)
+
+    def used_share() -> float:
+        info = index.env.info()
+        return (info["last_pgno"] + 1) * index.env.stat()["psize"] / info["map_size"]
+
+    n = 0
+    while used_share() <= MAP_FILL:
+        index.write(lambda t, n=n: t.set_meta(f"filler{n}", bytes(20_000)))
+        n += 1
+    size = index.env.info()["map_size"]
+    runs: list[int] = []
+    index.write(lambda t: runs.append(1))
+    assert index.env.info()["map_size"] == 2 * size
+    assert runs == [1]  # the batch ran once
+    index.close()
+
+
 def test_failed_batch_leaves_no_trace(index_dir, monkeypatch) -> None:
     with Deduplicator(index_dir) as dd:
         dd.check("a", "the first document of the index, long enough to matter")

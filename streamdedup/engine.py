@@ -32,7 +32,7 @@ from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
 from .lsh import banding, tune
-from .shingle import Shingler, ShingleSpec, encode, normalise, split_by_length
+from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
 from .signature import (
     FingerprintSets,
     Signatures,
@@ -189,13 +189,18 @@ class Preparer:
         p = self.params
         if self._shingler is None:
             self._shingler = Shingler(p.shingle)
-        norm = [normalise(d.text) for d in docs]
-        raw = [encode(t) for t in norm]
+        norm: list[str] | None = None  # word shingling reads only the UTF-8 bytes
+        if p.shingle.kind == "word":
+            raw = [normalise_utf8(d.text) for d in docs]
+        else:
+            norm = [normalise(d.text) for d in docs]
+            raw = [encode(t) for t in norm]
         keys = [id_key(d.id) for d in docs]
         content = [_content_hash(r) for r in raw]
         light = known(keys, content) if known is not None and docs else set()
         if light:
-            norm = [("" if i in light else t) for i, t in enumerate(norm)]
+            if norm is not None:
+                norm = [("" if i in light else t) for i, t in enumerate(norm)]
             raw = [(b"" if i in light else r) for i, r in enumerate(raw)]
         exact = p.verify == "exact"
         shingles: list[int] = []
@@ -205,7 +210,7 @@ class Preparer:
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
-            batch = self._shingler.batch(norm[part], raw[part])
+            batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
             sets = fingerprint_sets(batch, p.seed)
             shingles += batch.counts.tolist()
             sig_parts.append(signatures(sets, p.num_perm, p.seed))

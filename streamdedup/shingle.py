@@ -73,6 +73,27 @@ def normalise(text: str) -> str:
     return unicodedata.normalize("NFKC", text).casefold()
 
 
+_ASCII_BYTES = bytes(range(128))
+
+
+def normalise_utf8(text: str) -> bytes:
+    """`encode(normalise(text))`, what word shingling and the content hash read.
+
+    `str.casefold` goes character by character once a text holds one non-ASCII
+    character (30 us for a 3 KB page), while the UTF-8 bytes' `lower` folds A-Z at
+    memory speed.  Case folding maps each character on its own, so when none of the
+    non-ASCII characters (cut out of the bytes by one `translate`) changes under it,
+    folding the ASCII letters is all there is to do."""
+    if text.isascii():
+        return text.encode("ascii").lower()
+    nfkc = unicodedata.normalize("NFKC", text)
+    raw = encode(nfkc)
+    others = raw.translate(None, _ASCII_BYTES).decode("utf-8", "surrogatepass")
+    if others.casefold() != others:
+        return encode(nfkc.casefold())
+    return raw.lower()
+
+
 # --------------------------------------------------------------------------- reference
 
 
@@ -297,14 +318,19 @@ class Shingler:
         self._word = WordTable()
 
     def batch(
-        self, normalised: Sequence[str], encoded: Sequence[bytes] | None = None
+        self, normalised: Sequence[str] | None, encoded: Sequence[bytes] | None = None
     ) -> ShingleBatch:
         """Shingle hashes for already-`normalise`d texts; `encoded`, their `encode`d
-        bytes, if the caller has them already (word shingling reads those)."""
+        bytes (`normalise_utf8`), if the caller has them already: word shingling reads
+        only those, so it needs no `normalised`."""
         if self.spec.kind == "char":
+            if normalised is None:
+                raise ValueError("char shingling reads the normalised texts")
             units: Sequence[str] | Sequence[bytes] = normalised
+        elif encoded is not None:
+            units = encoded
         else:
-            units = [encode(t) for t in normalised] if encoded is None else encoded
+            units = [encode(t) for t in normalised or ()]
         lengths = [len(u) for u in units]
         return ShingleBatch.concat(
             [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]

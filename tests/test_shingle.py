@@ -12,7 +12,9 @@ from streamdedup.shingle import (
     Shingler,
     ShingleSpec,
     WordTable,
+    encode,
     normalise,
+    normalise_utf8,
     reference_hash,
     reference_shingles,
 )
@@ -56,13 +58,24 @@ specs = st.sampled_from(
 
 
 def _check(batch_texts: list[str], spec: ShingleSpec) -> None:
-    result = Shingler(spec).batch([normalise(t) for t in batch_texts])
-    assert len(result.offsets) == len(batch_texts) + 1
-    for i, text in enumerate(batch_texts):
-        strings = reference_shingles(text, spec)
-        expected = {reference_hash(s, spec) for s in strings}
-        assert len(expected) == len(strings)  # no 64-bit collisions in practice
-        assert set(result.of(i).tolist()) == expected
+    results = [Shingler(spec).batch([normalise(t) for t in batch_texts])]
+    if spec.kind == "word":  # the engine's path: UTF-8 bytes only
+        results.append(Shingler(spec).batch(None, [normalise_utf8(t) for t in batch_texts]))
+    for result in results:
+        assert len(result.offsets) == len(batch_texts) + 1
+        for i, text in enumerate(batch_texts):
+            strings = reference_shingles(text, spec)
+            expected = {reference_hash(s, spec) for s in strings}
+            assert len(expected) == len(strings)  # no 64-bit collisions in practice
+            assert set(result.of(i).tolist()) == expected
+
+
+@given(texts)
+@example("".join(ADVERSARIAL))
+@example("caf\u00e9 \u00c9T\u00c9")  # a folding character among non-folding ones
+@example("\u00e9\u1e9e")  # capital sharp s folds to "ss"
+def test_normalise_utf8_is_encode_of_normalise(text: str) -> None:
+    assert normalise_utf8(text) == encode(normalise(text))
 
 
 @given(st.lists(texts, min_size=1, max_size=8), specs)

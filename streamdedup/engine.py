@@ -34,6 +34,7 @@ from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expi
 from .lsh import banding, tune
 from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
 from .signature import (
+    Fingerprints,
     FingerprintSets,
     Signatures,
     band_keys,
@@ -362,6 +363,10 @@ class Deduplicator:
         self.counters = Counters()
         self._batch = Counters()
         self._expiry = _Expiry(None, 0)
+        # This batch's indexed documents: docno -> where their signature and
+        # fingerprints are in memory, so a later document of the same batch checks
+        # against them without reading and decoding what was just written.
+        self._fresh: dict[int, tuple[Prepared, int]] = {}
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`); rebuilt on every run of the transaction.
         self.changes: list[Change] = []
@@ -435,6 +440,7 @@ class Deduplicator:
         self._counts = dict(t.meta("counts") or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
+        self._fresh = {}
         clock = int(t.meta("clock") or 0)
         ttl = self.options.ttl_ms
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
@@ -550,7 +556,8 @@ class Deduplicator:
         for d in sorted(found):
             if self._expiry.behind and (r := t.record(d)) is not None and self._expired(r):
                 continue
-            raw = t.signature(d)
+            fresh = self._fresh.get(d)
+            raw = fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(d)
             if raw is not None:
                 docnos.append(d)
                 rows.append(raw)
@@ -573,7 +580,7 @@ class Deduplicator:
             floor = threshold if best is None else best[0]
             if checks >= self.options.max_exact_checks or est[j] < floor - self._margin:
                 break
-            other = setcodec.decode(t.shingle_set(docnos[j]))
+            other = self._fingerprints(t, docnos[j])
             sim = setcodec.jaccard(mine, other)
             c.exact_checks += 1
             if sim >= threshold and (best is None or sim > best[0]):
@@ -582,6 +589,12 @@ class Deduplicator:
             return None
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
+
+    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints:
+        fresh = self._fresh.get(docno)
+        if fresh is not None and fresh[0].fingerprints is not None:
+            return fresh[0].fingerprints.of(fresh[1])
+        return setcodec.decode(t.shingle_set(docno))
 
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
@@ -610,6 +623,8 @@ class Deduplicator:
             shingle_set=sets[i] if index_it and sets is not None else None,
             register_content=p.shingles[i] > 0,
         )
+        if index_it:
+            self._fresh[docno] = (p, i)
         e = self._expiry
         if doc.timestamp_ms is not None and (
             e.oldest is None or (doc.timestamp_ms, docno) < e.oldest
@@ -627,6 +642,7 @@ class Deduplicator:
         )
 
     def _forget(self, t: Tables, docno: int, key: bytes) -> None:
+        self._fresh.pop(docno, None)
         old = t.record(docno)
         if old is not None:
             self._count(old, -1)

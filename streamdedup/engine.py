@@ -465,6 +465,7 @@ class Deduplicator:
                 next_docno += inserted
                 out.append(verdict)
         t.flush_postings()
+        self._fresh = {}  # not kept past the batch: it holds the batch's arrays
         t.set_meta("next_docno", next_docno)
         t.set_meta("counts", self._counts)
         t.set_meta("clock", clock)

@@ -19,7 +19,7 @@ The ratio of those two medians is the figure that compares sizes.  (Timing copie
 the big index is no way out: a copy's pages are clean in the page cache, so every first
 write to one faults, and it starts with a full map.)
 
-    python bench/bench_growth.py --docs 1000000      # about 6 minutes, ~5 GB of disk
+    python bench/bench_growth.py --docs 1000000      # about 8 minutes, ~5 GB of disk
 """
 
 from __future__ import annotations

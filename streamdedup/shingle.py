@@ -224,8 +224,7 @@ class ShingleBatch:
     def concat(cls, parts: Sequence[ShingleBatch]) -> ShingleBatch:
         if len(parts) == 1:
             return parts[0]
-        counts = np.concatenate([p.counts for p in parts])
-        return cls(np.concatenate([p.hashes for p in parts]), offsets_of(counts))
+        return cls(*join_ragged([p.hashes for p in parts], [p.offsets for p in parts]))
 
 
 def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -233,6 +232,14 @@ def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     out = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=out[1:])
     return out
+
+
+def join_ragged(
+    values: Sequence[npt.NDArray[Any]], offsets: Sequence[npt.NDArray[np.int64]]
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """Several (values, offsets) batches of per-document runs as one, end to end."""
+    counts = np.concatenate([np.diff(o) for o in offsets])
+    return np.concatenate(values), offsets_of(counts)
 
 
 def _windows(

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .hashing import U64, fmix64, fmix64_np
-from .shingle import ShingleBatch, offsets_of
+from .shingle import ShingleBatch, join_ragged
 
 Signatures = npt.NDArray[np.uint16]  # shape (n_docs, K)
 Fingerprints = npt.NDArray[np.uint32]
@@ -63,8 +63,7 @@ class FingerprintSets:
     def concat(cls, parts: Sequence[FingerprintSets]) -> FingerprintSets:
         if len(parts) == 1:
             return parts[0]
-        counts = np.concatenate([p.counts for p in parts])
-        return cls(np.concatenate([p.values for p in parts]), offsets_of(counts))
+        return cls(*join_ragged([p.values for p in parts], [p.offsets for p in parts]))
 
 
 def seed_key(seed: int, purpose: int) -> int:

@@ -60,7 +60,7 @@ def corpus_file(n: int, seed: int) -> Path:
         OUT.mkdir(exist_ok=True)
         with open(path, "wb") as fh:
             for d in generate(n, seed):
-                fh.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
+                fh.write(d.jsonl())
     return path
 
 

@@ -38,8 +38,6 @@ from itertools import islice
 from pathlib import Path
 from typing import IO
 
-import orjson
-
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from corpus import generate  # noqa: E402
@@ -56,7 +54,7 @@ def write_stream(path: Path, n: int) -> None:
     started = time.perf_counter()
     with path.open("wb") as out:
         for i, d in enumerate(generate(n, seed=21, memory=100_000), 1):
-            out.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
+            out.write(d.jsonl())
             if i % 100_000 == 0:
                 print(f"  generated {i:,} documents ({time.perf_counter() - started:.0f}s)")
     gc.collect()

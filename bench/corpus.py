@@ -99,6 +99,10 @@ class Doc:
     source: str | None  # id of the document it re-emits, if any
     mutation: str
 
+    def jsonl(self) -> bytes:
+        """The input line `streamdedup dedup` reads."""
+        return orjson.dumps({"id": self.id, "text": self.text}) + b"\n"
+
 
 def _mutate_words(text: str, rate: float, rnd: random.Random, vocab: list[str]) -> str:
     words = text.split()
@@ -227,7 +231,7 @@ def main() -> int:
     target = sys.stdout.fileno() if args.out == "-" else args.out
     with open(target, "wb", closefd=args.out != "-") as sink:
         for d in generate(args.docs, args.seed):
-            sink.write(orjson.dumps({"id": d.id, "text": d.text}) + b"\n")
+            sink.write(d.jsonl())
     return 0
 
 

@@ -9,8 +9,6 @@ import gzip
 import sys
 from pathlib import Path
 
-import orjson
-
 sys.path.insert(0, str(Path(__file__).parent))
 from corpus import generate
 
@@ -20,7 +18,7 @@ OUT = Path(__file__).parent.parent / "streamdedup" / "data" / "sample.jsonl.gz"
 def main(n: int = 2000) -> None:
     with gzip.GzipFile(OUT, "wb", compresslevel=9, mtime=0) as fh:
         for doc in generate(n, seed=11):
-            fh.write(orjson.dumps({"id": doc.id, "text": doc.text}) + b"\n")
+            fh.write(doc.jsonl())
     print(f"wrote {n} documents to {OUT} ({OUT.stat().st_size:,} bytes)")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from . import __version__
+from . import __version__, kernels
 from .config import EngineOptions, parse_duration_ms
 from .decode import Fields
 from .engine import Deduplicator
@@ -461,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streaming near-duplicate detection (MinHash + LSH over LMDB).",
         epilog="Every option can also come from STREAMDEDUP_<OPTION> or a TOML --config file.",
     )
-    parser.add_argument("--version", action="version", version=f"streamdedup {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"streamdedup {__version__} ({kernels.describe()})"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, groups) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

@@ -591,11 +591,12 @@ class Deduplicator:
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
 
-    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints:
+    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints | bytes:
+        """A candidate's set: from memory if this batch holds it, else as stored."""
         fresh = self._fresh.get(docno)
         if fresh is not None and fresh[0].fingerprints is not None:
             return fresh[0].fingerprints.of(fresh[1])
-        return setcodec.decode(t.shingle_set(docno))
+        return t.shingle_set(docno)
 
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool

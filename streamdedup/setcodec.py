@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import kernels
 from .shingle import offsets_of
 from .signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
 
@@ -39,6 +40,11 @@ def low_bytes(n: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
 def encode_sets(sets: FingerprintSets) -> list[bytes]:
     """Elias-Fano code of every document's set, vectorised over the batch; Python
     only joins each document's three slices (header, low parts, upper half)."""
+    if kernels.native is not None:
+        return kernels.native.encode_sets(
+            np.ascontiguousarray(sets.values, dtype=np.uint32),
+            np.ascontiguousarray(sets.offsets, dtype=np.int64),
+        )
     counts = np.diff(sets.offsets)
     low = low_bytes(counts)
     n_docs, total = len(counts), len(sets.values)
@@ -97,8 +103,13 @@ def decode(data: bytes) -> Fingerprints:
     return values
 
 
-def jaccard(a: Fingerprints, b: Fingerprints) -> float:
-    """Exact Jaccard of two sorted distinct arrays."""
+def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
+    """Exact Jaccard of two sorted distinct arrays; `b` may be a set as stored
+    (`encode`d), which the compiled kernel reads without decoding it first."""
+    if kernels.native is not None:
+        return kernels.native.jaccard(np.ascontiguousarray(a, dtype=np.uint32), b)
+    if isinstance(b, bytes):
+        b = decode(b)
     if len(a) == 0 or len(b) == 0:
         return 0.0
     pos = np.searchsorted(b, a)

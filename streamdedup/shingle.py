@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from . import kernels
 from .errors import ConfigError
 from .hashing import (
     CHAR_BASE,
@@ -148,7 +149,7 @@ class WordTable:
 
     def __init__(self) -> None:
         self.is_word = np.zeros(0, dtype=np.bool_)
-        self._grow(0)
+        self.grow(0)
         # ASCII -> 0/1 (is it \w), any byte of a non-ASCII character -> 2
         self._utf8 = self.is_word[:128].astype(np.uint8).tobytes() + b"\x02" * 128
 
@@ -176,11 +177,11 @@ class WordTable:
                 ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3,
             ),
         )
-        self._grow(int(cps.max()))
+        self.grow(int(cps.max()))
         out[high] = self.is_word[cps][np.cumsum(is_lead) - 1]
         return out.view(np.bool_)
 
-    def _grow(self, code_point: int) -> None:
+    def grow(self, code_point: int) -> None:
         lo = len(self.is_word)
         if code_point < lo:
             return
@@ -349,6 +350,8 @@ class Shingler:
         return self._words(units)  # type: ignore[arg-type]
 
     def _words(self, encoded: Sequence[bytes]) -> ShingleBatch:
+        if kernels.native is not None:
+            return self._words_compiled(encoded, kernels.native)
         # documents between NUL separators (not \w, so no token spans two of them),
         # one before the first so that every token start is a rising edge
         data = _SEPARATOR + _SEPARATOR.join([*encoded, _PAD])
@@ -361,6 +364,22 @@ class Shingler:
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
         hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
         return ShingleBatch(hashes, offsets_of(counts))
+
+    def _words_compiled(self, encoded: Sequence[bytes], native: kernels.Kernels) -> ShingleBatch:
+        """`_words` in one pass of `_kernels.word_shingles`, which classifies bytes
+        itself (ASCII by their value, the rest by `WordTable.is_word`, grown here
+        when it meets a code point past the table's end)."""
+        data = _SEPARATOR + _SEPARATOR.join(encoded)
+        doc_end = offsets_of(np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1)[1:]
+        while isinstance(
+            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
+        ):
+            self._word.grow(got)
+        hashes, counts = got
+        return ShingleBatch(
+            np.frombuffer(hashes, dtype=np.uint64),
+            offsets_of(np.frombuffer(counts, dtype=np.int64)),
+        )
 
     def _token_hashes(
         self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from . import kernels
 from .hashing import U64, fmix64, fmix64_np
 from .shingle import ShingleBatch, join_ragged
 
@@ -101,6 +102,14 @@ def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
 
 def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:
     """One signature row per document; rows of documents without shingles are zero."""
+    if kernels.native is not None:
+        raw = kernels.native.signatures(
+            np.ascontiguousarray(sets.values, dtype=np.uint32),
+            np.ascontiguousarray(sets.offsets, dtype=np.int64),
+            num_perm,
+            probe_table(num_perm, seed),
+        )
+        return np.frombuffer(raw, dtype=np.uint16).reshape(len(sets), num_perm)
     n, counts, values = len(sets), sets.counts, sets.values
     cell = (values.astype(np.int64) * num_perm) >> FINGERPRINT_BITS  # the bin ...
     cell += np.repeat(np.arange(0, n * num_perm, num_perm, dtype=np.int64), counts)  # ... its row

@@ -8,11 +8,38 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("dev", max_examples=60, deadline=None)
+from streamdedup import kernels
+
+# `kernel` (below) is function scoped on purpose: it holds for every example.
 settings.register_profile(
-    "ci", max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "dev",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once on the compiled kernels and once on the numpy code they mirror.
+    CI sets STREAMDEDUP_REQUIRE_KERNELS=1, so a failed build fails there."""
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "native", None)
+        return "numpy"
+    compiled = kernels.load("compiled")
+    if compiled is None:
+        if os.environ.get("STREAMDEDUP_REQUIRE_KERNELS"):
+            pytest.fail("the compiled kernels (streamdedup/_kernels.c) were not built")
+        pytest.skip("the compiled kernels were not built (no C compiler at install)")
+    monkeypatch.setattr(kernels, "native", compiled)
+    return "compiled"
 
 
 @pytest.fixture

@@ -1,9 +1,13 @@
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.setcodec import decode, encode, encode_sets, jaccard
 from streamdedup.signature import FINGERPRINT_BITS, FingerprintSets
+
+# every test here runs on the compiled kernels and on the numpy code (conftest)
+pytestmark = pytest.mark.usefixtures("kernel")
 
 fingerprint = st.integers(0, (1 << FINGERPRINT_BITS) - 1)
 sets = st.lists(fingerprint, max_size=3000, unique=True).map(
@@ -33,6 +37,7 @@ def test_jaccard_is_exact(a: np.ndarray, b: np.ndarray) -> None:
     sa, sb = set(a.tolist()), set(b.tolist())
     expected = len(sa & sb) / len(sa | sb) if sa and sb else 0.0
     assert jaccard(a, b) == expected
+    assert jaccard(a, encode(b)) == expected  # a stored set, as verification reads it
 
 
 def test_large_sets_use_narrow_low_parts_and_round_trip() -> None:

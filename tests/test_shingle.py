@@ -19,6 +19,9 @@ from streamdedup.shingle import (
     reference_shingles,
 )
 
+# every test here runs on the compiled kernels and on the numpy code (conftest)
+pytestmark = pytest.mark.usefixtures("kernel")
+
 ADVERSARIAL = [
     "e\u0301",  # combining acute
     "\ufb01 \ufb03",  # ligatures fi, ffi

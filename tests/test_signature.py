@@ -18,6 +18,9 @@ from streamdedup.signature import (
     signatures,
 )
 
+# every test here runs on the compiled kernels and on the numpy code (conftest)
+pytestmark = pytest.mark.usefixtures("kernel")
+
 
 def sign(batch: ShingleBatch, num_perm: int, seed: int) -> np.ndarray:
     return signatures(fingerprint_sets(batch, seed), num_perm, seed)

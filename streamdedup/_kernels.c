@@ -1,0 +1,639 @@
+/* Compiled inner loops of the prepare and verify stages.
+ *
+ * Each function computes bit for bit what a numpy function of the package computes
+ * (named in its docstring), which stays the definition, the fallback where this
+ * module could not be built, and what the tests compare it with.  numpy pays a pass
+ * over memory and an allocation per operation; these loops make one pass each,
+ * over data that stays in the CPU cache.
+ *
+ * Arrays cross the boundary as buffers (bytes, or numpy arrays via the buffer
+ * protocol) and come back as bytes, so building needs no numpy headers.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define CHAR_BASE 0x100000001B3ULL
+#define TOKEN_BASE 0x9E3779B97F4A7C15ULL
+#define LENGTH_SALT 0xC2B2AE3D27D4EB4FULL
+#define FINGERPRINT_BITS 24
+#define EMPTY_BIN 0xFFFF0000U
+
+static inline uint64_t fmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDULL;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Up to 8 bytes at p as a little-endian integer (bytes past n count as zero). */
+static inline uint64_t load_le(const uint8_t *p, Py_ssize_t n)
+{
+    uint64_t v = 0;
+    for (Py_ssize_t i = (n < 8 ? n : 8) - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint64_t le64(uint64_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return __builtin_bswap64(v);
+#else
+    return v;
+#endif
+}
+
+/* A buffer argument of the expected item size, released by release(). */
+static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (view->len % itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items",
+                     name, view->len, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ shingling */
+
+/* Hash of one token: shingle.reference_token_hash.  `room` bytes may be read
+ * from p on, at least n: with 8 of them, one unaligned read and a mask. */
+static inline uint64_t token_hash(const uint8_t *p, Py_ssize_t n, Py_ssize_t room)
+{
+    uint64_t acc = 0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        acc = acc * CHAR_BASE + le64(v);
+    }
+    if (i < n) {
+        uint64_t v;
+        if (room - i >= 8) {
+            memcpy(&v, p + i, 8);
+            v = le64(v) & ((1ULL << (8 * (n - i))) - 1);
+        } else {
+            v = load_le(p + i, n - i);
+        }
+        acc = acc * CHAR_BASE + v;
+    }
+    return fmix64(acc + (uint64_t)n * LENGTH_SALT);
+}
+
+/* The shingle hashes of one document's token hashes (shingle._window_hashes). */
+static uint64_t *emit_windows(uint64_t *out, const uint64_t *th, Py_ssize_t n, Py_ssize_t k)
+{
+    if (n == 0)
+        return out;
+    if (n < k) {
+        uint64_t acc = 0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            acc = acc * TOKEN_BASE + th[j];
+        *out++ = acc + (uint64_t)n * LENGTH_SALT;
+        return out;
+    }
+    uint64_t top = 1; /* TOKEN_BASE ** (k - 1): what the leaving token weighs */
+    uint64_t acc = 0;
+    for (Py_ssize_t j = 0; j < k; j++) {
+        acc = acc * TOKEN_BASE + th[j];
+        if (j)
+            top *= TOKEN_BASE;
+    }
+    uint64_t salt = (uint64_t)k * LENGTH_SALT;
+    *out++ = acc + salt;
+    for (Py_ssize_t j = k; j < n; j++) {
+        acc = (acc - th[j - k] * top) * TOKEN_BASE + th[j];
+        *out++ = acc + salt;
+    }
+    return out;
+}
+
+/* Bit j of the result: is byte j of the 64 at p an ASCII \w ([0-9A-Za-z_]; a test
+ * checks that the regex engine agrees), and, in *high, is it not ASCII at all. */
+static inline uint64_t ascii_word_bits(const uint8_t *p, uint64_t *high)
+{
+#if defined(__SSE2__)
+    uint64_t word = 0, hi = 0;
+    for (int q = 0; q < 4; q++) {
+        __m128i c = _mm_loadu_si128((const __m128i *)(p + 16 * q));
+        __m128i low = _mm_or_si128(c, _mm_set1_epi8(0x20));
+        __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(c, _mm_set1_epi8('0' - 1)),
+                                      _mm_cmplt_epi8(c, _mm_set1_epi8('9' + 1)));
+        __m128i alpha = _mm_and_si128(_mm_cmpgt_epi8(low, _mm_set1_epi8('a' - 1)),
+                                      _mm_cmplt_epi8(low, _mm_set1_epi8('z' + 1)));
+        __m128i under = _mm_cmpeq_epi8(c, _mm_set1_epi8('_'));
+        __m128i is = _mm_or_si128(_mm_or_si128(digit, alpha), under);
+        word |= (uint64_t)(uint16_t)_mm_movemask_epi8(is) << (16 * q);
+        hi |= (uint64_t)(uint16_t)_mm_movemask_epi8(c) << (16 * q);
+    }
+    *high = hi;
+    return word;
+#else
+    uint64_t word = 0, hi = 0;
+    for (int j = 0; j < 64; j++) {
+        uint8_t c = p[j], low = c | 0x20;
+        int is = (c >= '0' && c <= '9') || (low >= 'a' && low <= 'z') || c == '_';
+        word |= (uint64_t)is << j;
+        hi |= (uint64_t)(c >> 7) << j;
+    }
+    *high = hi;
+    return word;
+#endif
+}
+
+/* The code point of the UTF-8 character whose lead byte is at p (well-formed UTF-8,
+ * lone surrogates allowed, as `encode` writes it), and its length in bytes. */
+static inline uint32_t decode_utf8(const uint8_t *p, const uint8_t *stop, int *size)
+{
+    uint8_t b0 = p[0];
+    int n = b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+    if (p + n > stop)
+        n = (int)(stop - p);
+    uint32_t cp = b0 & (0x7F >> n);
+    for (int j = 1; j < n; j++)
+        cp = (cp << 6) | (p[j] & 0x3F);
+    *size = n;
+    return cp;
+}
+
+/* Shingle hashes of the documents whose tokens were collected: up to the one that
+ * holds byte `pos`.  Called once per document, so it may keep its state in memory. */
+typedef struct {
+    Py_ssize_t k, n_docs, doc, n; /* n: token hashes in th[] of document `doc` */
+    const int64_t *end;
+    uint64_t *th, *out;
+    int64_t *count;
+} Docs;
+
+static Py_ssize_t close_docs_before(Docs *t, Py_ssize_t pos)
+{
+    while (t->doc < t->n_docs && pos >= t->end[t->doc]) {
+        uint64_t *before = t->out;
+        t->out = emit_windows(t->out, t->th, t->n, t->k);
+        t->count[t->doc++] = t->out - before;
+        t->n = 0;
+    }
+    return t->doc < t->n_docs ? t->end[t->doc] : PY_SSIZE_T_MAX;
+}
+
+PyDoc_STRVAR(word_shingles_doc,
+"word_shingles(data, is_word, doc_ends, k) -> (hashes, counts) | int\n\n"
+"Shingler._words: the word:k shingle hashes (uint64) of the documents laid end to\n"
+"end in data (UTF-8), document i ending before doc_ends[i] (int64), and each\n"
+"document's number of shingles (int64).  Tokens are the runs of \\w characters;\n"
+"is_word[cp] (one byte per code point) classifies the non-ASCII ones.  If data\n"
+"holds a code point past the table, returns it instead: grow the table, call again.");
+
+static PyObject *word_shingles(PyObject *self, PyObject *args)
+{
+    PyObject *data_obj, *table_obj, *ends_obj;
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "OOOn", &data_obj, &table_obj, &ends_obj, &k))
+        return NULL;
+    if (k < 1) {
+        PyErr_SetString(PyExc_ValueError, "k must be at least 1");
+        return NULL;
+    }
+    Py_buffer data, table, ends;
+    if (get_buffer(data_obj, &data, 1, "data") < 0)
+        return NULL;
+    if (get_buffer(table_obj, &table, 1, "is_word") < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (get_buffer(ends_obj, &ends, 8, "doc_ends") < 0) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    PyObject *result = NULL, *hashes = NULL, *counts = NULL;
+    Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf};
+    const uint8_t *text = data.buf, *is_word = table.buf;
+    Py_ssize_t len = data.len, n_docs = t.n_docs, table_len = table.len;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        if (t.end[d] < 0 || t.end[d] > len || (d && t.end[d] < t.end[d - 1])) {
+            PyErr_SetString(PyExc_ValueError, "doc_ends must ascend within data");
+            goto done;
+        }
+    }
+    /* A token is followed by a non-word byte or the end, so a document has at most
+     * (bytes + 1) / 2 tokens, and at most that many shingles (one if any at all). */
+    Py_ssize_t bound = 0, widest = 0;
+    for (Py_ssize_t d = 0; d < n_docs; d++) {
+        Py_ssize_t span = t.end[d] - (d ? t.end[d - 1] : 0), most = span / 2 + 1;
+        bound += most;
+        if (most > widest)
+            widest = most;
+    }
+    hashes = PyBytes_FromStringAndSize(NULL, bound * 8);
+    counts = PyBytes_FromStringAndSize(NULL, n_docs * 8);
+    t.th = PyMem_Malloc((widest + 1) * sizeof(uint64_t));
+    if (!hashes || !counts || !t.th) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t *first = (uint64_t *)PyBytes_AS_STRING(hashes);
+    t.out = first;
+    t.count = (int64_t *)PyBytes_AS_STRING(counts);
+    long missing = -1; /* a code point past the table */
+    /* One token, [start, stop): its hash joins its document's (closing the documents
+     * before it first: a rare branch, one per document). */
+#define TOKEN(start, stop)                                                                \
+    do {                                                                                  \
+        Py_ssize_t s_ = (start), e_ = (stop);                                             \
+        if (s_ >= doc_end) {                                                              \
+            t.n = n;                                                                      \
+            doc_end = close_docs_before(&t, s_);                                          \
+            n = 0;                                                                        \
+        }                                                                                 \
+        if (doc_end != PY_SSIZE_T_MAX)                                                    \
+            th[n++] = token_hash(text + s_, e_ - s_, len - s_);                           \
+    } while (0)
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t *th = t.th;
+    Py_ssize_t n = 0, doc_end = close_docs_before(&t, 0), token_start = -1; /* inside a token: where it began */
+    uint64_t carry = 0;         /* is the byte before this block a word byte */
+    uint8_t tail[64];
+    for (Py_ssize_t base = 0; base < len && missing < 0; base += 64) {
+        const uint8_t *block = text + base;
+        Py_ssize_t size = len - base < 64 ? len - base : 64;
+        if (size < 64) { /* the last, partial block: padded with non-word bytes */
+            memset(tail, 0, sizeof tail);
+            memcpy(tail, block, size);
+            block = tail;
+        }
+        uint64_t high, word = ascii_word_bits(block, &high);
+        while (high) { /* non-ASCII characters: look their code points up */
+            int j = __builtin_ctzll(high), n;
+            if ((block[j] & 0xC0) == 0x80) { /* a continuation of the previous block's */
+                high &= high - 1;
+                Py_ssize_t at = base + j, lead = at;
+                while (lead > 0 && at - lead < 3 && (text[lead] & 0xC0) == 0x80)
+                    lead--;
+                uint32_t cp = decode_utf8(text + lead, text + len, &n);
+                if (cp >= (uint32_t)table_len) {
+                    missing = cp;
+                    break;
+                }
+                word |= (uint64_t)(is_word[cp] != 0) << j;
+                continue;
+            }
+            uint32_t cp = decode_utf8(text + base + j, text + len, &n);
+            if (cp >= (uint32_t)table_len) {
+                missing = cp;
+                break;
+            }
+            uint64_t bytes = (n >= 64 ? ~0ULL : ((1ULL << n) - 1)) << j;
+            if (is_word[cp])
+                word |= bytes;
+            high &= ~bytes;
+        }
+        if (missing >= 0)
+            break;
+        uint64_t starts = word & ~((word << 1) | carry);
+        uint64_t stops = ~word & ((word << 1) | carry);
+        carry = word >> 63;
+        /* Starts and stops alternate: a token open from an earlier block ends at the
+         * first stop, then each start pairs with the next stop, if it is in this block. */
+        if (token_start >= 0 && stops) {
+            TOKEN(token_start, base + __builtin_ctzll(stops));
+            stops &= stops - 1;
+            token_start = -1;
+        }
+        while (starts) {
+            Py_ssize_t s = base + __builtin_ctzll(starts);
+            starts &= starts - 1;
+            if (!stops) {
+                token_start = s;
+                break;
+            }
+            TOKEN(s, base + __builtin_ctzll(stops));
+            stops &= stops - 1;
+        }
+    }
+    if (missing < 0) {
+        if (token_start >= 0) /* a token runs to the end of data */
+            TOKEN(token_start, len);
+        t.n = n;
+        close_docs_before(&t, PY_SSIZE_T_MAX);
+    }
+    Py_END_ALLOW_THREADS
+#undef TOKEN
+    if (missing >= 0) {
+        result = PyLong_FromLong(missing);
+        goto done;
+    }
+    if (_PyBytes_Resize(&hashes, (t.out - first) * 8) < 0)
+        goto done;
+    result = PyTuple_Pack(2, hashes, counts);
+done:
+    Py_XDECREF(hashes);
+    Py_XDECREF(counts);
+    PyMem_Free(t.th);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&ends);
+    return result;
+}
+
+/* ----------------------------------------------------------------- signatures */
+
+PyDoc_STRVAR(signatures_doc,
+"signatures(values, offsets, num_perm, probes) -> bytes\n\n"
+"signature.signatures: one-permutation MinHash with optimal densification over\n"
+"sorted fingerprint sets (values uint32, offsets int64), as n x num_perm uint16\n"
+"(the low 16 bits of each bin's minimum; rows of empty sets are zero).  probes is\n"
+"signature.probe_table (int64, num_perm rows).");
+
+static PyObject *signatures(PyObject *self, PyObject *args)
+{
+    PyObject *values_obj, *offsets_obj, *probes_obj;
+    Py_ssize_t K;
+    if (!PyArg_ParseTuple(args, "OOnO", &values_obj, &offsets_obj, &K, &probes_obj))
+        return NULL;
+    Py_buffer vb, ob, pb;
+    if (K < 1) {
+        PyErr_SetString(PyExc_ValueError, "num_perm must be at least 1");
+        return NULL;
+    }
+    if (get_buffer(values_obj, &vb, 4, "values") < 0)
+        return NULL;
+    if (get_buffer(offsets_obj, &ob, 8, "offsets") < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    if (get_buffer(probes_obj, &pb, 8, "probes") < 0) {
+        PyBuffer_Release(&vb);
+        PyBuffer_Release(&ob);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    uint32_t *minima = NULL;
+    const uint32_t *values = vb.buf;
+    const int64_t *offsets = ob.buf, *probes = pb.buf;
+    Py_ssize_t n_docs = ob.len / 8 - 1, rounds = pb.len / 8 / K;
+    int bad = n_docs < 0 || pb.len / 8 != rounds * K || rounds < 1;
+    for (Py_ssize_t d = 0; !bad && d < n_docs; d++)
+        bad = offsets[d] < 0 || offsets[d + 1] < offsets[d] || offsets[d + 1] > vb.len / 4;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent offsets or probe table");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, (n_docs > 0 ? n_docs : 0) * K * 2);
+    minima = PyMem_Malloc(K * sizeof(uint32_t));
+    if (!out || !minima) {
+        Py_CLEAR(out);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    uint16_t *sig = (uint16_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t d = 0; d < n_docs; d++, sig += K) {
+        if (offsets[d + 1] == offsets[d]) {
+            memset(sig, 0, K * 2);
+            continue;
+        }
+        for (Py_ssize_t b = 0; b < K; b++)
+            minima[b] = EMPTY_BIN;
+        for (int64_t j = offsets[d]; j < offsets[d + 1]; j++) {
+            uint32_t v = values[j];
+            Py_ssize_t b = (Py_ssize_t)(((uint64_t)v * (uint64_t)K) >> FINGERPRINT_BITS);
+            if (minima[b] == EMPTY_BIN) /* sorted: the first is the smallest */
+                minima[b] = v;
+        }
+        for (Py_ssize_t b = 0; b < K; b++) {
+            uint32_t m = minima[b];
+            if (m == EMPTY_BIN) {
+                const int64_t *probe = probes + b * rounds;
+                Py_ssize_t src = -1;
+                for (Py_ssize_t t = 0; t < rounds && src < 0; t++)
+                    if ((uint64_t)probe[t] < (uint64_t)K && minima[probe[t]] != EMPTY_BIN)
+                        src = probe[t];
+                for (Py_ssize_t c = 0; src < 0 && c < K; c++) /* astronomically rare */
+                    if (minima[c] != EMPTY_BIN)
+                        src = c;
+                m = minima[src];
+            }
+            sig[b] = (uint16_t)m;
+        }
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(minima);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&pb);
+    return out;
+}
+
+/* ------------------------------------------------------------- coded sets */
+
+static int low_bytes(uint32_t n)
+{
+    int bits = 0;
+    while (n >> bits)
+        bits++;
+    int low = FINGERPRINT_BITS - bits;
+    return low > 0 ? (low + 7) / 8 : 0;
+}
+
+PyDoc_STRVAR(encode_sets_doc,
+"encode_sets(values, offsets) -> list[bytes]\n\n"
+"setcodec.encode_sets: the Elias-Fano code of each sorted fingerprint set.");
+
+static PyObject *encode_sets(PyObject *self, PyObject *args)
+{
+    PyObject *values_obj, *offsets_obj;
+    if (!PyArg_ParseTuple(args, "OO", &values_obj, &offsets_obj))
+        return NULL;
+    Py_buffer vb, ob;
+    if (get_buffer(values_obj, &vb, 4, "values") < 0)
+        return NULL;
+    if (get_buffer(offsets_obj, &ob, 8, "offsets") < 0) {
+        PyBuffer_Release(&vb);
+        return NULL;
+    }
+    const uint32_t *values = vb.buf;
+    const int64_t *offsets = ob.buf;
+    Py_ssize_t n_docs = ob.len / 8 - 1;
+    PyObject *list = NULL;
+    int bad = n_docs < 0;
+    for (Py_ssize_t d = 0; !bad && d < n_docs; d++)
+        bad = offsets[d] < 0 || offsets[d + 1] < offsets[d] || offsets[d + 1] > vb.len / 4 ||
+              offsets[d + 1] - offsets[d] > UINT32_MAX;
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent offsets");
+        goto done;
+    }
+    list = PyList_New(n_docs);
+    for (Py_ssize_t d = 0; list && d < n_docs; d++) {
+        const uint32_t *v = values + offsets[d];
+        uint32_t n = (uint32_t)(offsets[d + 1] - offsets[d]);
+        int low = low_bytes(n);
+        uint64_t upper_bits = n ? ((uint64_t)(v[n - 1] >> (8 * low)) + n) : 0;
+        Py_ssize_t size = 5 + (Py_ssize_t)n * low + (Py_ssize_t)((upper_bits + 7) / 8);
+        PyObject *blob = PyBytes_FromStringAndSize(NULL, size);
+        if (!blob) {
+            Py_CLEAR(list);
+            break;
+        }
+        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(blob);
+        memset(p, 0, size);
+        for (int b = 0; b < 4; b++)
+            p[b] = (uint8_t)(n >> (8 * b));
+        p[4] = (uint8_t)low;
+        uint8_t *lows = p + 5, *upper = lows + (Py_ssize_t)n * low;
+        for (uint32_t r = 0; r < n; r++) {
+            for (int b = 0; b < low; b++)
+                *lows++ = (uint8_t)(v[r] >> (8 * b));
+            uint64_t high = (uint64_t)(v[r] >> (8 * low)) + r;
+            upper[high >> 3] |= (uint8_t)(0x80 >> (high & 7));
+        }
+        PyList_SET_ITEM(list, d, blob);
+    }
+done:
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&ob);
+    return list;
+}
+
+/* The sorted values of an encoded set, decoded into out (room for n); -1 if the
+ * code is malformed. */
+static Py_ssize_t decode_into(const uint8_t *p, Py_ssize_t size, uint32_t *out, uint32_t n)
+{
+    int low = p[4];
+    if (low > 3 || 5 + (Py_ssize_t)n * low > size)
+        return -1;
+    const uint8_t *lows = p + 5, *upper = lows + (Py_ssize_t)n * low, *stop = p + size;
+    uint32_t r = 0;
+    for (Py_ssize_t byte = 0; r < n && upper + byte < stop; byte++) {
+        unsigned bits = upper[byte];
+        while (bits && r < n) {
+            int lead = __builtin_clz(bits) - 24; /* bit 7 first, as packbits writes */
+            bits &= ~(0x80u >> lead);
+            uint32_t high = (uint32_t)(byte * 8 + lead) - r;
+            uint32_t lo = 0;
+            for (int b = 0; b < low; b++)
+                lo |= (uint32_t)lows[(Py_ssize_t)r * low + b] << (8 * b);
+            out[r++] = (high << (8 * low)) | lo;
+        }
+    }
+    return r == n ? (Py_ssize_t)n : -1;
+}
+
+static double sorted_jaccard(const uint32_t *a, Py_ssize_t na, const uint32_t *b, Py_ssize_t nb)
+{
+    if (!na || !nb)
+        return 0.0;
+    Py_ssize_t i = 0, j = 0, inter = 0;
+    while (i < na && j < nb) {
+        uint32_t x = a[i], y = b[j];
+        inter += x == y;
+        i += x <= y;
+        j += y <= x;
+    }
+    return (double)inter / (double)(na + nb - inter);
+}
+
+PyDoc_STRVAR(jaccard_doc,
+"jaccard(a, b) -> float\n\n"
+"setcodec.jaccard: exact Jaccard of two sorted arrays of distinct uint32; either\n"
+"may instead be a set as encode_sets codes it.");
+
+static int as_values(PyObject *obj, Py_buffer *view, const uint32_t **values, Py_ssize_t *n,
+                     uint32_t **owned)
+{
+    /* A coded set is bytes; an array of values is anything else with a buffer. */
+    *owned = NULL;
+    if (PyBytes_Check(obj)) {
+        Py_ssize_t size = PyBytes_GET_SIZE(obj);
+        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(obj);
+        uint32_t count = 0;
+        if (size < 5)
+            goto bad;
+        for (int b = 0; b < 4; b++)
+            count |= (uint32_t)p[b] << (8 * b);
+        if ((Py_ssize_t)count > size * 8)
+            goto bad;
+        *owned = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
+        if (!*owned) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (decode_into(p, size, *owned, count) < 0) {
+            PyMem_Free(*owned);
+            *owned = NULL;
+            goto bad;
+        }
+        *values = *owned;
+        *n = count;
+        view->obj = NULL;
+        return 0;
+    bad:
+        PyErr_SetString(PyExc_ValueError, "malformed coded set");
+        return -1;
+    }
+    if (get_buffer(obj, view, 4, "fingerprints") < 0)
+        return -1;
+    *values = view->buf;
+    *n = view->len / 4;
+    return 0;
+}
+
+static PyObject *jaccard(PyObject *self, PyObject *args)
+{
+    PyObject *a_obj, *b_obj;
+    if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj))
+        return NULL;
+    Py_buffer av = {0}, bv = {0};
+    const uint32_t *a, *b;
+    Py_ssize_t na, nb;
+    uint32_t *own_a, *own_b;
+    if (as_values(a_obj, &av, &a, &na, &own_a) < 0)
+        return NULL;
+    if (as_values(b_obj, &bv, &b, &nb, &own_b) < 0) {
+        if (av.obj)
+            PyBuffer_Release(&av);
+        PyMem_Free(own_a);
+        return NULL;
+    }
+    double j = sorted_jaccard(a, na, b, nb);
+    if (av.obj)
+        PyBuffer_Release(&av);
+    if (bv.obj)
+        PyBuffer_Release(&bv);
+    PyMem_Free(own_a);
+    PyMem_Free(own_b);
+    return PyFloat_FromDouble(j);
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
+    {"signatures", signatures, METH_VARARGS, signatures_doc},
+    {"encode_sets", encode_sets, METH_VARARGS, encode_sets_doc},
+    {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels",
+    "Compiled inner loops of shingling, signatures and set coding (see _kernels.c).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,57 @@
+"""Which implementation of the inner loops runs: the compiled `_kernels` module, or
+the numpy code it mirrors.
+
+`_kernels.c` is built when the package is installed, if a C compiler is there (it
+is optional, so an install never fails for want of one).  The numpy functions stay
+the definition and the fallback, and the tests hold the two to the same results.
+`STREAMDEDUP_KERNELS=numpy` runs the numpy code even where the module was built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any, Protocol, cast
+
+# Arrays cross into C through the buffer protocol: numpy arrays or bytes.
+Buffer = Any
+
+
+class Kernels(Protocol):
+    """The functions of `_kernels.c` (each one's docstring names what it mirrors)."""
+
+    def word_shingles(
+        self, data: bytes, is_word: Buffer, doc_ends: Buffer, k: int
+    ) -> tuple[bytes, bytes] | int: ...
+
+    def signatures(
+        self, values: Buffer, offsets: Buffer, num_perm: int, probes: Buffer
+    ) -> bytes: ...
+
+    def encode_sets(self, values: Buffer, offsets: Buffer) -> list[bytes]: ...
+
+    def jaccard(self, a: Buffer, b: Buffer | bytes) -> float: ...
+
+
+def load(choice: str | None = None) -> Kernels | None:
+    """The compiled kernels, or None for the numpy code (`choice` "numpy", or the
+    module not built)."""
+    if choice is None:
+        choice = os.environ.get("STREAMDEDUP_KERNELS", "")
+    if choice.strip().lower() == "numpy":
+        return None
+    try:
+        return cast(Kernels, importlib.import_module("streamdedup._kernels"))
+    except ImportError:
+        return None
+
+
+native = load()
+
+
+def describe() -> str:
+    if native is not None:
+        return "compiled kernels"
+    if load("native") is not None:
+        return "numpy kernels: STREAMDEDUP_KERNELS=numpy"
+    return "numpy kernels: the compiled ones were not built, no C compiler at install"

@@ -1,0 +1,213 @@
+"""The compiled kernels (streamdedup/_kernels.c) against the numpy code they mirror,
+on the same inputs, and their behaviour on inputs the numpy code never sees.
+
+The modules' own tests (test_shingle, test_signature, test_setcodec) already run
+every check against the definitions on both; here the two are held to each other
+directly, bit for bit, including what an index stores."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from streamdedup import kernels, setcodec
+from streamdedup.engine import Deduplicator
+from streamdedup.index import Index
+from streamdedup.shingle import Shingler, ShingleSpec, WordTable, normalise_utf8
+from streamdedup.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
+
+compiled = kernels.load("compiled")
+needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")
+
+
+@contextmanager
+def numpy_code() -> Iterator[None]:
+    saved, kernels.native = kernels.native, None
+    try:
+        yield
+    finally:
+        kernels.native = saved
+
+
+def test_the_kernels_are_built_where_required() -> None:
+    """CI sets STREAMDEDUP_REQUIRE_KERNELS=1: there a failed build fails the run."""
+    if compiled is None and not os.environ.get("STREAMDEDUP_REQUIRE_KERNELS"):
+        pytest.skip("compiled kernels not built (no C compiler at install)")
+    assert compiled is not None
+
+
+# ------------------------------------------------------------------ shingling
+
+texts = st.lists(
+    st.one_of(
+        st.text(max_size=300),
+        st.text(alphabet=st.sampled_from("ab_ 9\u00e9\u0301\u4e2d\U0001f600.\n"), max_size=200),
+        st.sampled_from(["x" * 63, "y" * 64, "z" * 65, "\u00e9" * 40, "w" * 9 + " "]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@needs_compiled
+@given(texts, st.sampled_from([1, 2, 5, 9, 20]))
+@example(["a" * 62 + "\u00e9\u00e9 b", "\u4e2d" * 30], 2)  # characters across 64-byte blocks
+@example(["", "   ", "", "one"], 1)  # empty documents around a token
+def test_word_shingles_equal_numpy(docs: list[str], k: int) -> None:
+    encoded = [normalise_utf8(t) for t in docs]
+    spec = ShingleSpec("word", k)
+    got = Shingler(spec).batch(None, encoded)
+    with numpy_code():
+        want = Shingler(spec).batch(None, encoded)
+    assert np.array_equal(got.offsets, want.offsets)
+    assert np.array_equal(got.hashes, want.hashes)
+
+
+@needs_compiled
+def test_ascii_word_class_is_re_word() -> None:
+    """The kernel classifies ASCII by value: [0-9A-Za-z_] must be exactly `re`'s \\w."""
+    table = WordTable().is_word
+    assert compiled is not None
+    for c in range(128):
+        got = compiled.word_shingles(b"\x00" + bytes([c]), table, np.array([2]), 1)
+        assert not isinstance(got, int)
+        assert (len(got[0]) == 8) == bool(re.fullmatch(r"\w", chr(c))), hex(c)
+
+
+@needs_compiled
+def test_a_code_point_past_the_table_asks_for_it() -> None:
+    assert compiled is not None
+    table = WordTable()
+    data = b"\x00ab \xf0\x9d\x94\x98x"  # U+1D518, a letter, past the first table block
+    assert compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1) == 0x1D518
+    table.grow(0x1D518)
+    got = compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1)
+    assert not isinstance(got, int)
+    assert np.frombuffer(got[1], dtype=np.int64).tolist() == [2]  # "ab", "\U0001d518x"
+
+
+@needs_compiled
+def test_word_shingles_refuse_inconsistent_arguments() -> None:
+    assert compiled is not None
+    table = WordTable().is_word
+    with pytest.raises(ValueError, match="doc_ends"):
+        compiled.word_shingles(b"\x00ab", table, np.array([3, 2]), 1)
+    with pytest.raises(ValueError, match="doc_ends"):
+        compiled.word_shingles(b"\x00ab", table, np.array([9]), 1)
+    with pytest.raises(ValueError, match="k must"):
+        compiled.word_shingles(b"\x00ab", table, np.array([3]), 0)
+    with pytest.raises(ValueError, match="8-byte"):
+        compiled.word_shingles(b"\x00ab", table, b"\x03\x00", 1)
+
+
+# ------------------------------------------------------- signatures and sets
+
+fingerprint_sets = st.lists(
+    st.lists(st.integers(0, (1 << FINGERPRINT_BITS) - 1), max_size=700, unique=True),
+    min_size=1,
+    max_size=8,
+).map(
+    lambda docs: FingerprintSets(
+        np.concatenate([np.array(sorted(d), np.uint32) for d in docs]),
+        np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64),
+    )
+)
+
+
+@needs_compiled
+@given(fingerprint_sets, st.sampled_from([1, 3, 64, 128, 256]), st.integers(0, 2**32))
+def test_signatures_equal_numpy(sets: FingerprintSets, num_perm: int, seed: int) -> None:
+    got = signatures(sets, num_perm, seed)
+    with numpy_code():
+        want = signatures(sets, num_perm, seed)
+    assert np.array_equal(got, want)
+
+
+@needs_compiled
+@given(fingerprint_sets)
+def test_coded_sets_equal_numpy(sets: FingerprintSets) -> None:
+    got = setcodec.encode_sets(sets)
+    with numpy_code():
+        want = setcodec.encode_sets(sets)
+    assert got == want
+
+
+@needs_compiled
+@given(fingerprint_sets)
+def test_jaccard_of_stored_sets_equals_numpy(sets: FingerprintSets) -> None:
+    blobs = setcodec.encode_sets(sets)
+    for i in range(len(sets)):
+        for j in range(len(sets)):
+            got = setcodec.jaccard(sets.of(i), blobs[j])
+            with numpy_code():
+                want = setcodec.jaccard(sets.of(i), sets.of(j))
+            assert got == want == setcodec.jaccard(sets.of(i), sets.of(j))
+
+
+@needs_compiled
+@given(st.binary(max_size=64), st.lists(st.integers(0, (1 << 24) - 1), max_size=20, unique=True))
+@example(b"\xff\xff\xff\xff\x01", [1])  # claims 4 billion values
+@example(b"\x02\x00\x00\x00\x09\x00\x00", [1])  # 9 bytes per low part
+@example(b"\x03\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\xff", [])  # too few upper bits
+def test_malformed_stored_sets_are_refused_not_misread(blob: bytes, values: list[int]) -> None:
+    """Whatever the bytes, the kernel answers a ratio or refuses: it never reads
+    outside them (the stored sets come from disk)."""
+    assert compiled is not None
+    a = np.array(sorted(values), np.uint32)
+    try:
+        got = compiled.jaccard(a, blob)
+    except ValueError as e:
+        assert "malformed" in str(e)
+    else:
+        assert 0.0 <= got <= 1.0
+
+
+@needs_compiled
+def test_probe_table_is_what_signatures_read() -> None:
+    table = probe_table(128, 7)
+    assert table.dtype == np.int64 and table.flags.c_contiguous and table.shape[0] == 128
+
+
+# ------------------------------------------------------------ a whole index
+
+
+def _tables(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
+    index = Index(path, readonly=True)
+    try:
+        return index.read(
+            lambda t: {
+                name: [(bytes(k), bytes(v)) for k, v in t.txn.cursor(db=t.db[name])]
+                for name in ("ids", "docs", "sigs", "sets", "content", "postings")
+            }
+        )
+    finally:
+        index.close()
+
+
+@needs_compiled
+def test_an_index_is_byte_for_byte_the_same_either_way(tmp_path: Path) -> None:
+    """Verdicts, and every stored table: an index written by one can be read by the other."""
+    rng = np.random.default_rng(5)
+    words = [f"w{i}" for i in range(400)] + ["caf\u00e9", "\u4e2d\u6587", "na\u00efve"]
+    base = [" ".join(rng.choice(words, size=int(rng.integers(5, 400)))) for _ in range(150)]
+    docs = [(f"d{i}", t) for i, t in enumerate(base)]
+    docs += [(f"m{i}", t.replace("w1", "w2", 3) + " tail") for i, t in enumerate(base[::3])]
+    verdicts = {}
+    for name in ("compiled", "numpy"):
+        with Deduplicator(tmp_path / name, threshold=0.7) as dedup:
+            if name == "numpy":
+                with numpy_code():
+                    verdicts[name] = dedup.check_batch(docs)
+            else:
+                verdicts[name] = dedup.check_batch(docs)
+    assert verdicts["compiled"] == verdicts["numpy"]
+    assert sum(v.is_duplicate for v in verdicts["compiled"]) >= 40
+    assert _tables(tmp_path / "compiled") == _tables(tmp_path / "numpy")

@@ -4,9 +4,10 @@ For each threshold it runs, each as its own process (timed end to end, reading
 JSON Lines and writing verdicts): streamdedup on one core (the default
 configuration), streamdedup with --workers 1 and 2 (more processes computing
 signatures; the machine has two cores), streamdedup with --verify signature,
-and datasketch (MinHash + MinHashLSH, query then insert).  It prints docs/s, peak
-memory, index bytes per document, precision and recall of `duplicate` verdicts
-against exact brute-force ground truth, and each speed as a ratio to datasketch.
+streamdedup on the numpy code instead of its compiled kernels, and datasketch
+(MinHash + MinHashLSH, query then insert).  It prints docs/s, peak memory, index
+bytes per document, precision and recall of `duplicate` verdicts against exact
+brute-force ground truth, and each speed as a ratio to datasketch.
 
 Every contender runs --repeat times (default 3), each run its own process on a
 fresh index, round robin (all contenders once, then again); the fastest run
@@ -30,6 +31,7 @@ from typing import Any
 import orjson
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(HERE))
 from corpus import generate, ground_truth  # noqa: E402
@@ -45,9 +47,14 @@ _MEASURE = (
 )
 
 
-def measure(cmd: list[str]) -> dict[str, Any]:
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Wall time and peak RSS (largest single process) of a command."""
-    r = subprocess.run([sys.executable, "-c", _MEASURE, *cmd], capture_output=True, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *cmd],
+        capture_output=True,
+        check=True,
+        env=None if env is None else {**os.environ, **env},
+    )
     out: dict[str, Any] = json.loads(r.stdout.decode().strip().splitlines()[-1])
     if out["rc"] not in (0, 1):
         raise RuntimeError(f"{cmd[:4]} failed: {out['stderr']}")
@@ -83,7 +90,9 @@ def accuracy(verdicts: Path, truth: list[bool]) -> tuple[float, float]:
     return precision, recall
 
 
-def run_streamdedup(corpus: Path, tmp: Path, threshold: float, extra: list[str]) -> dict[str, Any]:
+def run_streamdedup(
+    corpus: Path, tmp: Path, threshold: float, extra: list[str], env: dict[str, str] | None = None
+) -> dict[str, Any]:
     index, out = tmp / "index", tmp / "verdicts.jsonl"
     cmd = [
         sys.executable,
@@ -101,7 +110,7 @@ def run_streamdedup(corpus: Path, tmp: Path, threshold: float, extra: list[str])
         "never",
         *extra,
     ]
-    m = measure(cmd)
+    m = measure(cmd, env)
     stats = json.loads(
         subprocess.run(
             [sys.executable, "-m", "streamdedup.cli", "stats", "--index", str(index), "--json"],
@@ -149,6 +158,15 @@ def main() -> int:
     )
     args = ap.parse_args()
 
+    # What an installed package has: its modules' bytecode compiled (an editable
+    # install leaves that to the first run, and PYTHONDONTWRITEBYTECODE to none).
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "streamdedup")], check=True
+    )
+    version = subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", "--version"], capture_output=True, text=True
+    ).stdout.strip()
+    print(version)
     corpus = corpus_file(args.docs, args.seed)
     size_mb = corpus.stat().st_size / 1e6
     print(f"corpus: {args.docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
@@ -169,6 +187,12 @@ def main() -> int:
             (
                 "streamdedup --verify signature",
                 lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--verify", "signature"]),
+            ),
+            (
+                "streamdedup, numpy kernels",
+                lambda tmp, t=t: run_streamdedup(
+                    corpus, tmp, t, [], {"STREAMDEDUP_KERNELS": "numpy"}
+                ),
             ),
         ]
         if not args.skip_datasketch:

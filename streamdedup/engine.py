@@ -248,8 +248,8 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
 
 
 def _content_hash(encoded: bytes) -> bytes:
-    """Of the `encode`d normalised text."""
-    return hashlib.blake2b(encoded, digest_size=16).digest()
+    """Of the `encode`d normalised text: 16 bytes of its SHA-256."""
+    return hashlib.sha256(encoded).digest()[:16]
 
 
 def resolve_params(

@@ -303,7 +303,11 @@ class Tables:
                     if read_ahead and not (p.stale and bk in p.stale)
                     else self._newest(bk, cap)
                 )
-                added = p.added_to(bk, read_ahead)
+                added = (
+                    p.added.get(bk, _NONE)  # the common case of `added_to`, inline
+                    if read_ahead and not p.dropped
+                    else p.added_to(bk, read_ahead)
+                )
                 if not added:
                     newest = stored
                 elif len(added) >= cap:

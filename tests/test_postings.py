@@ -80,3 +80,29 @@ def test_merge_orders_by_key_then_docno_whatever_the_arrival(a, b) -> None:
 
     keys, docnos = merge(run(a), run(b))
     assert list(zip(keys.tolist(), docnos.tolist(), strict=True)) == sorted(a + b)
+
+
+@given(
+    docs=st.lists(st.lists(KEYS, min_size=1, max_size=6, unique=True), min_size=1, max_size=60),
+    cap=st.integers(1, 4),
+)
+def test_one_add_of_a_whole_batch_keeps_each_keys_docnos_ascending(tmp_path_factory, docs, cap):
+    """How a batch is flushed: every document's keys in one call, docnos ascending in
+    the order given; a lookup's newest `cap` are the last of each key's slice."""
+    env = lmdb.open(str(tmp_path_factory.mktemp("batch")), max_dbs=1, map_size=1 << 24)
+    db = env.open_db(b"postings")
+    keys = np.array([k for d in docs for k in d], dtype=np.uint64)
+    docnos = np.repeat(np.arange(len(docs), dtype=np.uint64), [len(d) for d in docs])
+    with env.begin(write=True, buffers=True) as txn:
+        runs = Postings(txn, db)
+        runs.add(keys, docnos)
+        for _, _, (rk, rd) in runs.runs():
+            pairs = list(zip(rk.tolist(), rd.tolist(), strict=True))
+            assert pairs == sorted(pairs)
+        model: dict[int, set[int]] = {}
+        for d, ks in enumerate(docs):
+            for k in ks:
+                model.setdefault(k, set()).add(d)
+        wanted = np.array(sorted(model), dtype=np.uint64)
+        assert runs.lookup(wanted, cap) == {k: newest(model, k, cap) for k in model}
+    env.close()

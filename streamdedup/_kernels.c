@@ -164,7 +164,7 @@ static inline uint32_t decode_utf8(const uint8_t *p, const uint8_t *stop, int *s
     for (int j = 1; j < n; j++)
         cp = (cp << 6) | (p[j] & 0x3F);
     *size = n;
-    return cp;
+    return cp < 0x110000 ? cp : 0; /* not Unicode (no encoder writes it): not \w */
 }
 
 /* Shingle hashes of the documents whose tokens were collected: up to the one that

@@ -107,7 +107,8 @@ def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
     """Exact Jaccard of two sorted distinct arrays; `b` may be a set as stored
     (`encode`d), which the compiled kernel reads without decoding it first."""
     if kernels.native is not None:
-        return kernels.native.jaccard(np.ascontiguousarray(a, dtype=np.uint32), b)
+        other = b if isinstance(b, bytes) else np.ascontiguousarray(b, dtype=np.uint32)
+        return kernels.native.jaccard(np.ascontiguousarray(a, dtype=np.uint32), other)
     if isinstance(b, bytes):
         b = decode(b)
     if len(a) == 0 or len(b) == 0:

@@ -95,6 +95,16 @@ def test_a_code_point_past_the_table_asks_for_it() -> None:
 
 
 @needs_compiled
+def test_bytes_past_unicode_are_not_word_characters() -> None:
+    """No encoder writes them, but the kernel must not ask for a table past U+10FFFF."""
+    assert compiled is not None
+    data = b"\x00ab\xf7\xbf\xbf\xbfcd"  # a 4-byte form of 0x1FFFFF
+    got = compiled.word_shingles(data, WordTable().is_word, np.array([len(data)]), 1)
+    assert not isinstance(got, int)
+    assert np.frombuffer(got[1], dtype=np.int64).tolist() == [2]  # "ab", "cd"
+
+
+@needs_compiled
 def test_word_shingles_refuse_inconsistent_arguments() -> None:
     assert compiled is not None
     table = WordTable().is_word

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamdedup import kernels, setcodec
@@ -58,6 +58,7 @@ texts = st.lists(
 
 
 @needs_compiled
+@settings(max_examples=80)  # generating the texts is the cost; test_shingle checks both more
 @given(texts, st.sampled_from([1, 2, 5, 9, 20]))
 @example(["a" * 62 + "\u00e9\u00e9 b", "\u4e2d" * 30], 2)  # characters across 64-byte blocks
 @example(["", "   ", "", "one"], 1)  # empty documents around a token

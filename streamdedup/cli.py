@@ -145,7 +145,7 @@ KAFKA = OptionGroup(
         Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
         Opt("input-format", "message format", str, "json", choices=("json", "msgpack", "raw")),
         Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
-        Opt("max-poll-records", "messages per batch at most", int, 2000, metavar="N"),
+        Opt("max-poll-records", "messages per batch at most", int, 5000, metavar="N"),
         Opt(
             "transactional-id",
             "producer transactional id (default: derived from group, host and index)",

@@ -51,7 +51,7 @@ static inline uint64_t le64(uint64_t v)
 #endif
 }
 
-/* A buffer argument of the expected item size, released by release(). */
+/* A buffer argument of the expected item size, released by PyBuffer_Release. */
 static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
@@ -63,6 +63,38 @@ static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const
         return -1;
     }
     return 0;
+}
+
+static void release_buffers(int n, Py_buffer *views)
+{
+    for (int i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+}
+
+/* n buffer arguments, all or none (get_buffer for each; release_buffers after). */
+static int get_buffers(int n, Py_buffer *views, PyObject *const *objs,
+                       const Py_ssize_t *itemsizes, const char *const *names)
+{
+    for (int i = 0; i < n; i++) {
+        if (get_buffer(objs[i], &views[i], itemsizes[i], names[i]) < 0) {
+            release_buffers(i, views);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Do n_docs + 1 offsets ascend from >= 0 to <= n_values, no run longer than max_run? */
+static int offsets_ok(const int64_t *offsets, Py_ssize_t n_docs, Py_ssize_t n_values,
+                      int64_t max_run)
+{
+    if (n_docs < 0 || offsets[0] < 0)
+        return 0;
+    for (Py_ssize_t d = 0; d < n_docs; d++)
+        if (offsets[d + 1] < offsets[d] || offsets[d + 1] > n_values ||
+            offsets[d + 1] - offsets[d] > max_run)
+            return 0;
+    return 1;
 }
 
 /* ------------------------------------------------------------------ shingling */
@@ -205,18 +237,11 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "k must be at least 1");
         return NULL;
     }
-    Py_buffer data, table, ends;
-    if (get_buffer(data_obj, &data, 1, "data") < 0)
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){data_obj, table_obj, ends_obj},
+                    (Py_ssize_t[]){1, 1, 8}, (const char *[]){"data", "is_word", "doc_ends"}) < 0)
         return NULL;
-    if (get_buffer(table_obj, &table, 1, "is_word") < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (get_buffer(ends_obj, &ends, 8, "doc_ends") < 0) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&table);
-        return NULL;
-    }
+    const Py_buffer data = views[0], table = views[1], ends = views[2];
     PyObject *result = NULL, *hashes = NULL, *counts = NULL;
     Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf};
     const uint8_t *text = data.buf, *is_word = table.buf;
@@ -342,9 +367,7 @@ done:
     Py_XDECREF(hashes);
     Py_XDECREF(counts);
     PyMem_Free(t.th);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&table);
-    PyBuffer_Release(&ends);
+    release_buffers(3, views);
     return result;
 }
 
@@ -363,31 +386,22 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     Py_ssize_t K;
     if (!PyArg_ParseTuple(args, "OOnO", &values_obj, &offsets_obj, &K, &probes_obj))
         return NULL;
-    Py_buffer vb, ob, pb;
     if (K < 1) {
         PyErr_SetString(PyExc_ValueError, "num_perm must be at least 1");
         return NULL;
     }
-    if (get_buffer(values_obj, &vb, 4, "values") < 0)
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){values_obj, offsets_obj, probes_obj},
+                    (Py_ssize_t[]){4, 8, 8}, (const char *[]){"values", "offsets", "probes"}) < 0)
         return NULL;
-    if (get_buffer(offsets_obj, &ob, 8, "offsets") < 0) {
-        PyBuffer_Release(&vb);
-        return NULL;
-    }
-    if (get_buffer(probes_obj, &pb, 8, "probes") < 0) {
-        PyBuffer_Release(&vb);
-        PyBuffer_Release(&ob);
-        return NULL;
-    }
+    const Py_buffer vb = views[0], ob = views[1], pb = views[2];
     PyObject *out = NULL;
     uint32_t *minima = NULL;
     const uint32_t *values = vb.buf;
     const int64_t *offsets = ob.buf, *probes = pb.buf;
     Py_ssize_t n_docs = ob.len / 8 - 1, rounds = pb.len / 8 / K;
-    int bad = n_docs < 0 || pb.len / 8 != rounds * K || rounds < 1;
-    for (Py_ssize_t d = 0; !bad && d < n_docs; d++)
-        bad = offsets[d] < 0 || offsets[d + 1] < offsets[d] || offsets[d + 1] > vb.len / 4;
-    if (bad) {
+    if (!offsets_ok(offsets, n_docs, vb.len / 4, INT64_MAX) || pb.len / 8 != rounds * K ||
+        rounds < 1) {
         PyErr_SetString(PyExc_ValueError, "inconsistent offsets or probe table");
         goto done;
     }
@@ -433,9 +447,7 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
 done:
     PyMem_Free(minima);
-    PyBuffer_Release(&vb);
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&pb);
+    release_buffers(3, views);
     return out;
 }
 
@@ -459,22 +471,16 @@ static PyObject *encode_sets(PyObject *self, PyObject *args)
     PyObject *values_obj, *offsets_obj;
     if (!PyArg_ParseTuple(args, "OO", &values_obj, &offsets_obj))
         return NULL;
-    Py_buffer vb, ob;
-    if (get_buffer(values_obj, &vb, 4, "values") < 0)
+    Py_buffer views[2];
+    if (get_buffers(2, views, (PyObject *[]){values_obj, offsets_obj}, (Py_ssize_t[]){4, 8},
+                    (const char *[]){"values", "offsets"}) < 0)
         return NULL;
-    if (get_buffer(offsets_obj, &ob, 8, "offsets") < 0) {
-        PyBuffer_Release(&vb);
-        return NULL;
-    }
+    const Py_buffer vb = views[0], ob = views[1];
     const uint32_t *values = vb.buf;
     const int64_t *offsets = ob.buf;
     Py_ssize_t n_docs = ob.len / 8 - 1;
     PyObject *list = NULL;
-    int bad = n_docs < 0;
-    for (Py_ssize_t d = 0; !bad && d < n_docs; d++)
-        bad = offsets[d] < 0 || offsets[d + 1] < offsets[d] || offsets[d + 1] > vb.len / 4 ||
-              offsets[d + 1] - offsets[d] > UINT32_MAX;
-    if (bad) {
+    if (!offsets_ok(offsets, n_docs, vb.len / 4, UINT32_MAX)) { /* a set's size is a u32 */
         PyErr_SetString(PyExc_ValueError, "inconsistent offsets");
         goto done;
     }
@@ -505,8 +511,7 @@ static PyObject *encode_sets(PyObject *self, PyObject *args)
         PyList_SET_ITEM(list, d, blob);
     }
 done:
-    PyBuffer_Release(&vb);
-    PyBuffer_Release(&ob);
+    release_buffers(2, views);
     return list;
 }
 

@@ -303,6 +303,11 @@ def _window_hashes(
     return out, counts
 
 
+def _doc_ends(encoded: Sequence[bytes]) -> npt.NDArray[np.int64]:
+    """Where each document ends in `_SEPARATOR` + its documents joined by separators."""
+    return offsets_of(np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1)[1:]
+
+
 def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
     """Split a batch into runs of documents holding at most `budget` characters each."""
     out: list[slice] = []
@@ -359,7 +364,7 @@ class Shingler:
         bounds = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1  # token start, end, ...
         tok_start, tok_end = bounds[0::2], bounds[1::2]
         tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start)
-        doc_end = offsets_of(np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1)[1:]
+        doc_end = _doc_ends(encoded)
         # count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
         hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
@@ -370,7 +375,7 @@ class Shingler:
         itself (ASCII by their value, the rest by `WordTable.is_word`, grown here
         when it meets a code point past the table's end)."""
         data = _SEPARATOR + _SEPARATOR.join(encoded)
-        doc_end = offsets_of(np.fromiter(map(len, encoded), np.int64, len(encoded)) + 1)[1:]
+        doc_end = _doc_ends(encoded)
         while isinstance(
             got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
         ):

@@ -32,6 +32,8 @@ class Kernels(Protocol):
 
     def jaccard(self, a: Buffer, b: Buffer | bytes) -> float: ...
 
+    def kafka_partitions(self, keys: list[bytes], n: int) -> list[int]: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

@@ -222,3 +222,28 @@ def test_an_index_is_byte_for_byte_the_same_either_way(tmp_path: Path) -> None:
     assert verdicts["compiled"] == verdicts["numpy"]
     assert sum(v.is_duplicate for v in verdicts["compiled"]) >= 40
     assert _tables(tmp_path / "compiled") == _tables(tmp_path / "numpy")
+
+
+# ------------------------------------------------------------------ partitioning
+
+
+@needs_compiled
+@given(st.lists(st.binary(max_size=40), max_size=30), st.integers(1, 1000))
+@example([b"", b"a", b"ab", b"abc", b"abcd", b"abcde", b"\xff" * 7], 7)
+def test_kafka_partitions_are_the_default_partitioners(keys: list[bytes], n: int) -> None:
+    """A verdict lands on the partition kafka-python (and the Java client) would pick
+    for its key, so consumers keyed by document id see every verdict of an id on one
+    partition whichever client wrote it."""
+    from kafka.partitioner.default import murmur2
+
+    assert compiled is not None
+    assert compiled.kafka_partitions(keys, n) == [(murmur2(k) & 0x7FFFFFFF) % n for k in keys]
+
+
+@needs_compiled
+def test_kafka_partitions_refuses_nonsense() -> None:
+    assert compiled is not None
+    with pytest.raises(ValueError):
+        compiled.kafka_partitions([b"a"], 0)
+    with pytest.raises(TypeError):
+        compiled.kafka_partitions(["text"], 3)  # type: ignore[list-item]

@@ -44,7 +44,7 @@ def stream(n: int, seed: int) -> list[dict[str, Any]]:
 
 
 class Topics:
-    def __init__(self, bootstrap: str, partitions: int = 1) -> None:
+    def __init__(self, bootstrap: str, partitions: int = 1, output_partitions: int = 1) -> None:
         from kafka.admin import KafkaAdminClient, NewTopic
 
         tag = uuid.uuid4().hex[:8]
@@ -55,7 +55,7 @@ class Topics:
         admin.create_topics(
             [
                 NewTopic(self.input, partitions, 1),
-                NewTopic(self.output, 1, 1),
+                NewTopic(self.output, output_partitions, 1),
                 NewTopic(self.dlq, 1, 1),
             ]
         )
@@ -83,9 +83,9 @@ class Topics:
             enable_auto_commit=False,
             consumer_timeout_ms=2000,
         )
-        tp = TopicPartition(topic, 0)
-        c.assign([tp])
-        c.seek_to_beginning(tp)
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or {0})]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
         out: list[Any] = []
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -359,7 +359,7 @@ def index_state(index: Path) -> dict[bytes, bytes]:
 def test_duplicates_across_partitions_are_found(kafka_bootstrap: str, tmp_path: Path) -> None:
     docs = stream(120, seed=5)
     originals = [d for d in docs if not d["text"].count("edited")][:60]
-    t = Topics(kafka_bootstrap, partitions=3)
+    t = Topics(kafka_bootstrap, partitions=3, output_partitions=2)
     t.produce([orjson.dumps(d) for d in originals], partitions=3)
     assert t.run_worker(tmp_path / "idx").returncode == 0
     copies = [{"id": f"copy-{d['id']}", "text": d["text"]} for d in originals]
@@ -372,8 +372,15 @@ def test_duplicates_across_partitions_are_found(kafka_bootstrap: str, tmp_path: 
     p.flush()
     p.close()
     assert t.run_worker(tmp_path / "idx").returncode == 0
-    verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=120)]
+    messages = t.read(t.output, expect=120)
+    verdicts = [orjson.loads(m.value) for m in messages]
     assert len(verdicts) == 120
+    # keyed by id, on the partition the default partitioner (Java's too) picks for it
+    from kafka.partitioner.default import murmur2
+
+    assert all(m.key == str(v["id"]).encode() for m, v in zip(messages, verdicts, strict=True))
+    assert [m.partition for m in messages] == [(murmur2(m.key) & 0x7FFFFFFF) % 2 for m in messages]
+    assert {m.partition for m in messages} == {0, 1}
     by_id = {v["id"]: v for v in verdicts}
     assert len(by_id) == 120
     for d in originals:

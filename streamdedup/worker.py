@@ -261,8 +261,15 @@ class Sink:
                     partition=None if partitions is None else partitions[i],
                 )
         if cfg.changelog_topic:
-            for key, value in w.changelog_records():
-                producer.send(cfg.changelog_topic, key=key, value=value)
+            records = w.changelog_records()
+            at = self._partitions(cfg.changelog_topic, [key for key, _ in records])
+            for i, (key, value) in enumerate(records):
+                producer.send(
+                    cfg.changelog_topic,
+                    key=key,
+                    value=value,
+                    partition=None if at is None else at[i],
+                )
         offsets = {
             TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
             for p, off in next_offsets.items()
@@ -284,7 +291,7 @@ class Sink:
             raise
 
     def _partitions(self, topic: str, keys: list[bytes]) -> list[int] | None:
-        """The partition of each keyed verdict, as kafka-python's default partitioner
+        """The partition of each keyed record, as kafka-python's default partitioner
         would pick it, for the whole batch in C: its murmur2 is Python, a quarter of the
         cost of each send (measured).  None: leave it to the producer."""
         if kernels.native is None or "partitioner" in self.w.cfg.producer_options:

@@ -1,0 +1,42 @@
+"""The benchmark scripts still run (they are how the README's figures are made): the
+worker benchmark end to end on a small corpus, against the test broker.  It checks
+exactly one committed verdict per document itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parent.parent / "bench"
+
+
+@pytest.mark.integration
+def test_bench_worker_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_worker.py"),
+            "--docs",
+            "6000",
+            "--rounds",
+            "1",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--results",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    results = json.loads((tmp_path / "bench_worker.json").read_text())
+    (only,) = results["rounds"]
+    assert only["worker"]["verdicts"] == 6000
+    assert only["two_partitions"]["two"]["verdicts"] == 6000
+    assert len(only["two_partitions"]["two"]["assignments"]) == 2
+    assert only["worker"]["docs_per_s"] > 0 and only["file_mode_docs_per_s"] > 0
+    assert "of file mode" in r.stdout.decode()

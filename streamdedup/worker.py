@@ -242,17 +242,18 @@ class Sink:
         producer.begin_transaction()
         keys = [str(o.item.id).encode() if isinstance(o.item, Verdict) else b"" for o in out]
         partitions = self._partitions(cfg.output_topic, keys)
+        sent: list[Any] = []  # each record's future, checked before the commit
+
+        def send(topic: str, **record: Any) -> None:
+            sent.append(producer.send(topic, **record))
+
         for i, o in enumerate(out):
             if isinstance(o.item, Rejected):
                 if cfg.dead_letter_topic:
-                    producer.send(
-                        cfg.dead_letter_topic,
-                        key=o.key,
-                        value=o.value,
-                        headers=dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset),
-                    )
+                    headers = dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset)
+                    send(cfg.dead_letter_topic, key=o.key, value=o.value, headers=headers)
             elif o.item is not None:
-                producer.send(
+                send(
                     cfg.output_topic,
                     key=keys[i],
                     value=verdict_payload(
@@ -264,7 +265,7 @@ class Sink:
             records = w.changelog_records()
             at = self._partitions(cfg.changelog_topic, [key for key, _ in records])
             for i, (key, value) in enumerate(records):
-                producer.send(
+                send(
                     cfg.changelog_topic,
                     key=key,
                     value=value,
@@ -277,6 +278,7 @@ class Sink:
         try:
             # the batch's records go out now, whatever linger_ms says
             _bounded(producer.flush, cfg.transaction_timeout_s)
+            all_delivered(sent)
             failpoints.reach("verdicts-sent")
             _bounded(
                 lambda: producer.send_offsets_to_transaction(offsets, w.consumer.group_metadata()),
@@ -333,6 +335,21 @@ class Sink:
 
 class TransactionStuckError(StreamDedupError):
     """A Kafka transaction call did not return within the transaction timeout."""
+
+
+class UndeliveredError(StreamDedupError):
+    """A record of the batch was not acknowledged: its transaction must not commit."""
+
+
+def all_delivered(futures: list[Any]) -> None:
+    """After the flush, every record sent in the transaction must be acknowledged.
+    kafka-python fails a produce batch that ran out of retries or of its delivery
+    timeout without marking the transaction as failed, so the commit would go through
+    without those records (and the offsets with it): verdicts lost."""
+    for f in futures:
+        if not f.succeeded():
+            reason = f.exception if f.failed() else "no answer after the flush"
+            raise UndeliveredError(f"a record of the batch was not delivered: {reason}")
 
 
 def _bounded(call: Callable[[], Any], timeout_s: float) -> Any:
@@ -615,7 +632,7 @@ class Worker:
         failpoints.reach("index-written")
         try:
             self.sink.publish(out, {p: off + 1 for p, off in last.items()})
-        except (KafkaError, TransactionStuckError) as exc:
+        except (KafkaError, TransactionStuckError, UndeliveredError) as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self.sink.abort()
             self._rewind(first)

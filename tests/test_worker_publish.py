@@ -1,0 +1,100 @@
+"""How the worker hands a batch to Kafka (`Sink.publish`), against a stand-in
+producer: what no broker can be made to do on demand.  Everything else about the
+worker runs against a real broker in test_worker.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kafka.errors import KafkaTimeoutError
+from kafka.future import Future
+from kafka.partitioner.default import murmur2
+
+from streamdedup import kernels
+from streamdedup.decode import Rejected
+from streamdedup.engine import Verdict
+from streamdedup.worker import Outgoing, Sink, UndeliveredError, WorkerConfig
+
+
+class Producer:
+    """Records what is sent; the records numbered in `fail` come back failed, as
+    kafka-python reports a produce batch that ran out of retries or delivery time."""
+
+    def __init__(self, fail: frozenset[int] = frozenset(), partitions: int = 3) -> None:
+        self.fail, self.partitions = fail, partitions
+        self.records: list[tuple[str, dict[str, Any]]] = []
+        self.offsets: Any = None
+        self.committed = False
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def send(self, topic: str, **record: Any) -> Future:
+        future = Future()
+        if len(self.records) in self.fail:
+            future.failure(KafkaTimeoutError("Expiring 1 record(s): 120000 ms has passed"))
+        else:
+            future.success(None)
+        self.records.append((topic, record))
+        return future
+
+    def flush(self) -> None:
+        pass
+
+    def send_offsets_to_transaction(self, offsets: Any, group: Any) -> None:
+        self.offsets = offsets
+
+    def commit_transaction(self) -> None:
+        self.committed = True
+
+
+def sink_with(producer: Producer, changes: list[tuple[bytes, bytes | None]]) -> Sink:
+    cfg = WorkerConfig("localhost:9092", "docs", "verdicts", "dlq", "g", changelog_topic="log")
+    worker = SimpleNamespace(
+        cfg=cfg,
+        consumer=SimpleNamespace(group_metadata=lambda: None),
+        changelog_records=lambda: changes,
+    )
+    sink = Sink(worker)  # type: ignore[arg-type]
+    sink.producer = producer
+    return sink
+
+
+def batch() -> list[Outgoing]:
+    out = [
+        Outgoing(0, i, None, b"{}", Verdict(f"doc-{i}", "unique", None, f"doc-{i}", None, False))
+        for i in range(40)
+    ]
+    out.append(Outgoing(0, 40, b"k", b"not json", Rejected("malformed_json", "bad")))
+    return out
+
+
+def test_a_batch_goes_out_whole_and_commits() -> None:
+    producer = Producer()
+    changes = [(f"doc-{i}".encode(), b"record") for i in range(40)]
+    sink_with(producer, changes).publish(batch(), {0: 41})
+    topics = [topic for topic, _ in producer.records]
+    assert topics.count("verdicts") == 40 and topics.count("dlq") == 1
+    assert topics.count("log") == 40
+    assert producer.committed
+    assert [(tp.partition, o.offset) for tp, o in producer.offsets.items()] == [(0, 41)]
+    if kernels.native is not None:  # partitions chosen here, as the default partitioner would
+        for topic, record in producer.records:
+            if topic != "dlq":
+                assert record["partition"] == (murmur2(record["key"]) & 0x7FFFFFFF) % 3
+
+
+@pytest.mark.parametrize("failed", [0, 17, 40, 41, 80])  # verdicts, dead letter, changelog
+def test_an_undelivered_record_stops_the_commit(failed: int) -> None:
+    """kafka-python fails such a batch without failing the transaction: committing
+    would lose those records and commit the offsets past them."""
+    producer = Producer(fail=frozenset({failed}))
+    changes = [(f"doc-{i}".encode(), b"record") for i in range(40)]
+    with pytest.raises(UndeliveredError, match="not delivered"):
+        sink_with(producer, changes).publish(batch(), {0: 41})
+    assert producer.offsets is None and not producer.committed

@@ -188,7 +188,7 @@ def run_workers(
         "verdicts": len(sources),
         "committed_before_clock": base,
         # more than one or two per process: the group moved partitions mid-run
-        "assignments": [assignment_count(log) for log in logs],
+        "assignments": [len(assignments(log)) for log in logs],
         "seconds": last - start,
         "docs_per_s": (n - base) / max(last - start, 1e-9),
         "lag_samples": samples,
@@ -203,10 +203,6 @@ def assigned_partitions(log: Path) -> int:
     """How many partitions the worker's latest assignment gives it."""
     lines = assignments(log)
     return lines[-1].count("partition=") if lines else 0
-
-
-def assignment_count(log: Path) -> int:
-    return len(assignments(log))
 
 
 def verdict_sources(bootstrap: str, topic: str, n: int) -> list[tuple[int, int]]:

@@ -3,9 +3,8 @@
  * Each function computes bit for bit what a numpy function of the package computes
  * (named in its docstring; for the partitioner, kafka-python's own), which stays the
  * definition, the fallback where this module could not be built, and what the tests
- * compare it with.  numpy pays a pass
- * over memory and an allocation per operation; these loops make one pass each,
- * over data that stays in the CPU cache.
+ * compare it with.  numpy pays a pass over memory and an allocation per operation;
+ * these loops make one pass each, over data that stays in the CPU cache.
  *
  * Arrays cross the boundary as buffers (bytes, or numpy arrays via the buffer
  * protocol) and come back as bytes, so building needs no numpy headers.

@@ -20,6 +20,7 @@ is caught up without publishing again (`Worker._check_positions`).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import logging
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 import orjson
@@ -120,10 +121,10 @@ class WorkerStats:
     started: float = field(default_factory=time.monotonic)
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """What one input message produces: a verdict, a dead letter, or (`item` None)
-    nothing, when its verdict went out before the index was restored from a backup."""
+    nothing, when its verdict went out before the index was restored from a backup.
+    (A tuple: one is built per message, at half a frozen dataclass's cost.)"""
 
     partition: int
     offset: int
@@ -157,8 +158,9 @@ class Progress:
 
     - `applied/NS`: per partition, the next offset whose document the index holds;
     - `published/NS`: per partition, the next offset whose verdict is committed out;
-    - `verdicts/NS/P/OFFSET`: the verdicts of the last applied batch, to publish again
-      if that batch is redelivered.
+    - `verdicts/NS/P/LAST`: the verdicts of the last applied batch, to publish again
+      if that batch is redelivered: one msgpack list of rows per partition and batch,
+      keyed by its last offset (a put and a pack per batch rather than per document).
 
     NS is "group/topic", so a replay and a live worker can share an index."""
 
@@ -187,23 +189,43 @@ class Progress:
     def keep_verdicts(
         self, t: Tables, first: dict[int, int], verdicts: list[tuple[int, int, Verdict]]
     ) -> None:
+        """Store this batch's verdicts; drop those wholly below the batch, which went
+        out in committed transactions.  A redelivered batch need not start where the
+        stored one did, so a stored batch goes only once all of it is below."""
         cur = t.txn.cursor(db=t.db["meta"])
-        for p, lo in first.items():  # verdicts of earlier, committed batches
+        for p, lo in first.items():
             start, stop = self.verdict_key(p, 0), self.verdict_key(p, lo)
             while cur.set_range(start) and bytes(cur.key()) < stop:
                 cur.delete()
+        rows: dict[int, list[tuple[Any, ...]]] = {}
         for p, off, v in verdicts:
-            t.txn.put(self.verdict_key(p, off), msgpack.packb(v.to_dict()), db=t.db["meta"])
-
-    def stored_verdict(self, t: Tables, partition: int, offset: int) -> Verdict:
-        raw = t.txn.get(self.verdict_key(partition, offset), db=t.db["meta"])
-        if raw is None:
-            raise StreamDedupError(
-                f"no stored verdict for {self.ns} partition {partition} offset {offset}, "
-                "which the index has already applied; were the consumer group's offsets "
-                "reset while the index was kept?"
+            rows.setdefault(p, []).append(
+                (off, v.id, v.verdict, v.duplicate_of, v.cluster, v.similarity, v.exact, v.reason)
             )
-        return Verdict.from_dict(msgpack.unpackb(bytes(raw)))
+        for p, batch in rows.items():
+            t.txn.put(self.verdict_key(p, batch[-1][0]), msgpack.packb(batch), db=t.db["meta"])
+
+    def stored_verdicts(self, t: Tables, wanted: list[tuple[int, int]]) -> list[Verdict]:
+        """The stored verdicts of (partition, offset) messages: each in the stored
+        batch of its partition that ends first at or after it (batches never overlap)."""
+        cur = t.txn.cursor(db=t.db["meta"])
+        rows: list[Any]
+        part, rows = -1, []  # the stored batch last read
+        out: list[Verdict] = []
+        for p, offset in wanted:
+            if p != part or not rows or not rows[0][0] <= offset <= rows[-1][0]:
+                key = self.verdict_key(p, offset)
+                found = cur.set_range(key) and bytes(cur.key())[:-8] == key[:-8]
+                part, rows = p, msgpack.unpackb(bytes(cur.value())) if found else []
+            at = bisect.bisect_left(rows, offset, key=lambda row: row[0])
+            if at == len(rows) or rows[at][0] != offset:
+                raise StreamDedupError(
+                    f"no stored verdict for {self.ns} partition {p} offset {offset}, "
+                    "which the index has already applied; were the consumer group's "
+                    "offsets reset while the index was kept?"
+                )
+            out.append(Verdict(*rows[at][1:]))
+        return out
 
 
 class Sink:
@@ -611,13 +633,19 @@ class Worker:
             prog.keep_verdicts(t, first, kept)
             Progress.advance(t, prog.applied, last)
             new = iter(verdicts)
+            redelivered = [
+                (p, m.offset)
+                for (p, m), item in zip(batch, decoded, strict=True)
+                if isinstance(item, Document) and m.offset < applied.get(p, 0)
+            ]
+            stored = iter(prog.stored_verdicts(t, redelivered))
             out.clear()
             again: list[bytes] = []
             for (p, m), item in zip(batch, decoded, strict=True):
                 result: Verdict | Rejected | None = item if isinstance(item, Rejected) else None
                 if isinstance(item, Document):
                     if m.offset < applied.get(p, 0):
-                        result = prog.stored_verdict(t, p, m.offset)
+                        result = next(stored)
                         again.append(id_key(item.id))
                     else:
                         result = next(new)

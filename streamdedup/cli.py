@@ -8,6 +8,7 @@ error record in the output); 2 usage, configuration or index-parameter error;
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -648,7 +649,6 @@ def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    import signal
     import threading
 
     from .broker import EmbeddedBroker
@@ -809,5 +809,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+def entry(argv: Sequence[str] | None = None) -> int:
+    """The console script. Once the command has returned its status, a late SIGINT or
+    SIGTERM (Ctrl-C, a pod stop) must not turn a finished run into a death by signal:
+    Python restores the default handlers while it shuts down, and only an ignored
+    signal stays ignored through that."""
+    status = main(argv)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

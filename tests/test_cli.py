@@ -297,6 +297,20 @@ def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
     assert main(["stats", "--index", str(idx)]) == 0
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_command_finished_keeps_its_exit_status(sig: int) -> None:
+    # A stop arriving while a finished run shuts down must not turn exit 0 into -SIG.
+    script = (
+        "import os, sys, time; from streamdedup.cli import entry\n"
+        "status = entry(['tune', '--threshold', '0.8'])\n"
+        f"os.kill(os.getpid(), {int(sig)}); time.sleep(0.2)\n"
+        "sys.exit(status)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert b"bands" in r.stdout
+
+
 @pytest.mark.integration
 def test_demo_runs_the_worker_on_the_embedded_broker() -> None:
     r = run("demo")

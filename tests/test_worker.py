@@ -206,10 +206,25 @@ def test_restart_resumes_where_it_stopped(kafka_bootstrap: str, tmp_path: Path) 
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs[:150]])
     assert t.run_worker(tmp_path / "idx").returncode == 0
+    # a stopped worker leaves everything it published recorded as such in the index
+    assert progress(tmp_path / "idx", t) == ({0: 150}, {0: 150})
     t.produce([orjson.dumps(d) for d in docs[150:]])
     assert t.run_worker(tmp_path / "idx").returncode == 0
+    assert progress(tmp_path / "idx", t) == ({0: 300}, {0: 300})
     got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
     assert [got[(0, i)] for i in range(len(docs))] == file_mode(tmp_path, docs)
+
+
+def progress(index: Path, t: Topics) -> tuple[dict[int, int], dict[int, int]]:
+    """The next offsets the index records as applied, and as published."""
+    from streamdedup.engine import Deduplicator
+    from streamdedup.worker import Progress
+
+    prog = Progress(t.group, t.input)
+    with Deduplicator(index) as dd:
+        return dd.index.read(
+            lambda tx: (Progress.read(tx, prog.applied), Progress.read(tx, prog.published))
+        )
 
 
 def test_sigterm_finishes_and_exits_0(kafka_bootstrap: str, tmp_path: Path) -> None:

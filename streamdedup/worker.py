@@ -8,7 +8,10 @@ One poll batch is one unit of work:
    source offset (only the latest batch's, per partition);
 3. in ONE Kafka transaction: produce the verdicts, the dead letters and the index's
    changes (with --changelog-topic), and commit the consumer offsets
-   (`send_offsets_to_transaction`).
+   (`send_offsets_to_transaction`);
+4. with the next batch's index transaction (or when idle, or on stopping): record
+   those offsets as published, so messages a broker hands out again after their
+   transaction committed are skipped.
 
 If the process dies between 2 and 3, Kafka redelivers the batch; its messages are
 below the offsets the index recorded, so their stored verdicts are published again

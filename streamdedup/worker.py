@@ -434,7 +434,8 @@ class Worker:
         # present state of the documents a batch published again (see current_changes)
         self._republished: list[Change] = []
         # last offsets whose verdicts Kafka committed and the index does not record yet
-        # as published: recorded by the next batch's write transaction (`_unrecorded`)
+        # as published: the next batch's write transaction records them, or
+        # `record_published` when the worker is idle or stops
         self._unrecorded: dict[int, int] = {}
         self._last_gauges = 0.0
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None

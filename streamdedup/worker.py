@@ -180,13 +180,20 @@ class Progress:
     def read(t: Tables, name: str) -> dict[int, int]:
         return {int(k): int(v) for k, v in (t.meta(name) or {}).items()}
 
+    @staticmethod
+    def past(now: dict[int, int], last: dict[int, int]) -> dict[int, int]:
+        """Per-partition next offsets `now`, moved past the last offsets `last` (never
+        back)."""
+        out = dict(now)
+        for p, hi in last.items():
+            out[p] = max(out.get(p, 0), hi + 1)
+        return out
+
     @classmethod
     def advance(cls, t: Tables, name: str, last: dict[int, int]) -> None:
         """Move per-partition next offsets past `last`, read and written in the same
         write transaction: processes sharing the index update different partitions."""
-        now = cls.read(t, name)
-        for p, hi in last.items():
-            now[p] = max(now.get(p, 0), hi + 1)
+        now = cls.past(cls.read(t, name), last)
         t.set_meta(name, {str(k): v for k, v in now.items()})
 
     def keep_verdicts(
@@ -598,8 +605,7 @@ class Worker:
         applied, published = self.dd.index.read(
             lambda t: (Progress.read(t, prog.applied), Progress.read(t, prog.published))
         )
-        for p, off in self._unrecorded.items():
-            published[p] = max(published.get(p, 0), off + 1)
+        published = Progress.past(published, self._unrecorded)
         records = dict(records)
         for tp in list(records):
             since = self.not_before_ms.get(tp.partition)
@@ -673,8 +679,9 @@ class Worker:
         self.dd.apply(prepared, also=record)
         self._unrecorded.clear()
         failpoints.reach("index-written")
+        next_offsets = {p: off + 1 for p, off in last.items()}
         try:
-            self.sink.publish(out, {p: off + 1 for p, off in last.items()})
+            self.sink.publish(out, next_offsets)
         except (KafkaError, TransactionStuckError, UndeliveredError) as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self.sink.abort()
@@ -693,7 +700,7 @@ class Worker:
             "committed a batch of %d messages in %.3fs; next offsets %s",
             len(out),
             time.perf_counter() - started,
-            {p: off + 1 for p, off in last.items()},
+            next_offsets,
             extra={"batch_messages": len(out)},  # bench/bench_worker.py clocks by these
         )
         self._count(out, applied, time.perf_counter() - started)

@@ -161,7 +161,8 @@ def run_workers(
         p.terminate()
         p.wait(timeout=60)
     assert done >= n, f"only {done} of {n} documents committed within the hour"
-    start, counted, last = clock(logs, partitions)
+    entries = {log: log_entries(log) for log in logs}
+    start, counted, last = clock(entries, partitions)
     if not counted:
         raise SystemExit(
             f"all {n} documents were committed before the clock could start (it starts "
@@ -177,14 +178,14 @@ def run_workers(
         "verdicts": len(sources),
         "committed_before_clock": n - counted,
         # more than one or two per process: the group moved partitions mid-run
-        "assignments": [len(assignments(log)) for log in logs],
+        "assignments": [len(assignments(entries[log])) for log in logs],
         "seconds": last - start,
         "docs_per_s": counted / max(last - start, 1e-9),
         "lag_samples": [x for x in samples if x["t"] >= 0],
     }
 
 
-def clock(logs: list[Path], partitions: int) -> tuple[float, int, float]:
+def clock(logs: dict[Path, list[dict[str, Any]]], partitions: int) -> tuple[float, int, float]:
     """(start, documents committed after it, last commit), from the workers' logs: the
     clock starts at the first commit after the group gave every process its share of
     the partitions (a process that joins late makes the group move partitions while
@@ -192,9 +193,8 @@ def clock(logs: list[Path], partitions: int) -> tuple[float, int, float]:
     and stops at the last."""
     ready, shares = 0.0, 0
     commits: list[tuple[float, int]] = []
-    for log in logs:
-        entries = log_entries(log)
-        moves = [e for e in entries if e["message"].startswith("assigned [")]
+    for log, entries in logs.items():
+        moves = assignments(entries)
         if not moves:
             raise SystemExit(f"a worker never got a partition: see {log}")
         ready = max(ready, moves[-1]["at"])
@@ -220,8 +220,8 @@ def log_entries(log: Path) -> list[dict[str, Any]]:
     return out
 
 
-def assignments(log: Path) -> list[str]:
-    return [e["message"] for e in log_entries(log) if e["message"].startswith("assigned [")]
+def assignments(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in entries if e["message"].startswith("assigned [")]
 
 
 def verdict_sources(bootstrap: str, topic: str, n: int) -> list[tuple[int, int]]:

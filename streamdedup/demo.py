@@ -71,10 +71,15 @@ def _through_kafka(
     from .worker import Worker, WorkerConfig, create_topics
 
     lines = [raw.rstrip(b"\r\n") for raw in source]
-    summary = Summary()
+    summary = Summary(unit="messages", rejected_as="dead-lettered")
     with EmbeddedBroker() as bootstrap:
         topics = ["documents", "verdicts", "documents-dlq"]
         create_topics(bootstrap, topics, 1, {})
+        print(
+            f"broker {bootstrap} (Tansu); worker reads {topics[0]!r}, writes {topics[1]!r}"
+            f" and {topics[2]!r}; verdicts read back with isolation_level=read_committed",
+            file=sys.stderr,
+        )
         cfg = WorkerConfig(
             bootstrap_servers=bootstrap,
             input_topic=topics[0],

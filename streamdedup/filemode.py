@@ -24,6 +24,10 @@ from .pool import Decoded, PreparePool, decode_and_prepare
 
 @dataclass
 class Summary:
+    """Counts for the closing line; `unit` and `rejected_as` name what was read and
+    where rejects went (lines and error records in files, messages and the dead-letter
+    topic on Kafka)."""
+
     lines: int = 0
     unique: int = 0
     duplicates: int = 0
@@ -32,6 +36,8 @@ class Summary:
     rejected: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    unit: str = "lines"
+    rejected_as: str = "rejected"
 
     @property
     def rate(self) -> float:
@@ -51,10 +57,10 @@ class Summary:
 
     def text(self) -> str:
         parts = [
-            f"{self.lines} lines in {self.seconds:.1f}s ({self.rate:,.0f} docs/s)",
+            f"{self.lines} {self.unit} in {self.seconds:.1f}s ({self.rate:,.0f} docs/s)",
             f"unique {self.unique} (empty {self.empty})",
             f"duplicate {self.duplicates} (exact {self.exact})",
-            f"rejected {self.rejected}",
+            f"{self.rejected_as} {self.rejected}",
         ]
         if self.reasons:
             parts[-1] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items())) + ")"

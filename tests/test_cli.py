@@ -316,7 +316,9 @@ def test_demo_runs_the_worker_on_the_embedded_broker() -> None:
     r = run("demo")
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     assert b"Kafka worker on an embedded broker" in r.stderr
-    assert b"2000 lines" in r.stdout and b"duplicate 307 (exact 64)" in r.stdout
+    assert b"broker 127.0.0.1:" in r.stderr
+    assert b"2000 messages" in r.stdout and b"duplicate 307 (exact 64)" in r.stdout
+    assert b"dead-lettered 0" in r.stdout
     assert b"some near-duplicates it found" in r.stdout
 
 

@@ -19,11 +19,15 @@ from . import __version__, kernels
 from .config import EngineOptions, parse_duration_ms
 from .decode import Fields
 from .engine import Deduplicator
-from .errors import StreamDedupError
+from .errors import (
+    EXIT_BROKER,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    StreamDedupError,
+)
 from .lsh import banding, s_curve_table, tune
 from .options import Opt, OptionGroup, add_options, load_toml, resolve
-
-EXIT_OK, EXIT_REJECTED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -673,8 +677,9 @@ def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
+    from .errors import BrokerUnavailableError
     from .filemode import stdin_or_file
-    from .worker import BrokerUnavailableError, require_bootstrap, wait_for_broker
+    from .worker import require_bootstrap, wait_for_broker
 
     require_bootstrap(values)
 
@@ -682,7 +687,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
         wait_for_broker(values["bootstrap_servers"], 30.0)
     except BrokerUnavailableError as exc:
         print(f"streamdedup: error: {exc}", file=sys.stderr)
-        return 3
+        return EXIT_BROKER
     producer = KafkaProducer(
         bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
     )
@@ -802,7 +807,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return HANDLERS[command](args, values)
     except StreamDedupError as exc:
         print(f"streamdedup: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

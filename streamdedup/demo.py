@@ -31,7 +31,8 @@ def sample_stream() -> IO[bytes]:
 
 
 def run_demo(values: dict[str, Any]) -> int:
-    from .cli import EXIT_OK, EXIT_REJECTED, make_progress
+    from .cli import make_progress
+    from .errors import EXIT_OK, EXIT_REJECTED
 
     source_name = values.get("input") or "bundled sample (2,000 crawl-like pages)"
     tmp = None if values.get("index") else tempfile.mkdtemp(prefix="streamdedup-demo-")

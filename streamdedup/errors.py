@@ -1,10 +1,41 @@
-"""The few exception classes callers are expected to catch."""
+"""Every exception streamdedup raises on purpose, each carrying the exit status the
+command line reports for it (`cli.main` maps them in one place: `exc.exit_status`).
+
+Exit statuses (documented in the README, "Bad input and exit status"):
+
+====  ==================================================================
+0     finished; every line / message processed
+1     finished, but some lines were rejected (error records / dead letters)
+2     usage, configuration or index-parameter error (nothing processed)
+3     Kafka: no broker answered, or it refused the connection (auth, TLS)
+4     an input or output file cannot be read or written (missing, a
+      directory, no permission, no space, closed pipe)
+5     the index cannot be opened: not an index, another format, damaged
+6     the index's disk is full (the index is left as it was before the batch)
+7     the worker stopped rather than give wrong verdicts or drop input
+      (input topic recreated, group shared with another index, transactions
+      that keep failing)
+130   interrupted (SIGINT / SIGTERM before the command finished)
+====  ==================================================================
+"""
 
 from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_USAGE = 2
+EXIT_BROKER = 3
+EXIT_IO = 4
+EXIT_INDEX = 5
+EXIT_DISK_FULL = 6
+EXIT_UNSAFE = 7
+EXIT_INTERRUPTED = 130
 
 
 class StreamDedupError(Exception):
     """Base class: anything streamdedup raises on purpose."""
+
+    exit_status: int = EXIT_USAGE
 
 
 class ConfigError(StreamDedupError):
@@ -16,4 +47,35 @@ class ParameterMismatchError(StreamDedupError):
 
 
 class IndexOpenError(StreamDedupError):
-    """The index directory cannot be opened or is damaged."""
+    """The index directory cannot be opened, is not an index, or is of another format."""
+
+    exit_status = EXIT_INDEX
+
+
+class IndexCorruptError(IndexOpenError):
+    """LMDB found the index damaged (a torn or overwritten file)."""
+
+
+class DiskFullError(StreamDedupError):
+    """No room on the index's filesystem for the next batch; nothing of it was written."""
+
+    exit_status = EXIT_DISK_FULL
+
+
+class InputOutputError(StreamDedupError):
+    """An input or output file cannot be opened, read or written."""
+
+    exit_status = EXIT_IO
+
+
+class BrokerUnavailableError(StreamDedupError):
+    """No broker answered within the connection timeout, or it refused us."""
+
+    exit_status = EXIT_BROKER
+
+
+class UnsafeToContinueError(StreamDedupError):
+    """The worker found a state in which going on would drop input or give wrong
+    verdicts; it stops and says what to do instead."""
+
+    exit_status = EXIT_UNSAFE

@@ -31,10 +31,9 @@ import orjson
 from .changelog import index_is_empty, true_end_offsets
 from .decode import Rejected
 from .engine import Deduplicator, Verdict
-from .errors import ConfigError
+from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
 from .index import Tables
 from .worker import (
-    BrokerUnavailableError,
     Outgoing,
     Progress,
     Sink,
@@ -273,7 +272,7 @@ def run_replay(
             stats = worker.run()
         except BrokerUnavailableError as exc:
             log.error("%s", exc)
-            return 3
+            return EXIT_BROKER
         finally:
             if bar is not None:
                 bar.close()

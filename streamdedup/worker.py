@@ -41,15 +41,11 @@ from . import failpoints, kernels
 from .changelog import current_changes, encode_changes, params_record
 from .decode import Fields, Rejected, decode_message
 from .engine import Change, Deduplicator, Document, Verdict
-from .errors import ConfigError, StreamDedupError
+from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError, StreamDedupError
 from .index import Tables, id_key
 from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
-
-
-class BrokerUnavailableError(StreamDedupError):
-    """No broker answered within the connection timeout."""
 
 
 @dataclass(frozen=True)
@@ -1036,7 +1032,7 @@ def run_from_options(
             stats = worker.run()
     except BrokerUnavailableError as exc:
         log.error("%s", exc)
-        return 3
+        return EXIT_BROKER
     finally:
         if metrics is not None:
             metrics.close()

@@ -283,6 +283,14 @@ WINDOW = OptionGroup(
             20_000,
             metavar="N",
         ),
+        Opt(
+            "max-clock-skew",
+            "a message timestamped further than this ahead of the wall clock does not "
+            "move stream time and is stored as of it (counted and logged); 'off': no bound",
+            str,
+            "1h",
+            metavar="DURATION",
+        ),
     ),
 )
 CHANGELOG = OptionGroup(
@@ -532,10 +540,17 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
             durability=values["durability"],
             ttl_ms=parse_duration_ms(values["ttl"]) if values.get("ttl") else None,
             max_expire_per_batch=values.get("max_expire_per_batch", 20_000),
+            max_clock_skew_ms=_clock_skew_ms(values.get("max_clock_skew")),
         ),
         false_positive_weight=values["fp_weight"],
         false_negative_weight=values["fn_weight"],
     )
+
+
+def _clock_skew_ms(text: str | None) -> int | None:
+    if text is None:  # a command without the time-window options
+        return EngineOptions.max_clock_skew_ms
+    return None if text.strip().lower() == "off" else parse_duration_ms(text)
 
 
 def make_progress(mode: str, desc: str, total: int | None = None) -> Any:

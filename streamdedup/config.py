@@ -83,6 +83,12 @@ class EngineOptions:
     # timestamp never expire.
     ttl_ms: int | None = None
     max_expire_per_batch: int = 20_000
+    # Stream time (the newest timestamp seen) moves only with timestamps at most this
+    # far ahead of the wall clock (None: no bound).  A message further ahead is an
+    # outlier: it is stored as of the current stream time and moves nothing, so one
+    # bad producer clock cannot expire the whole window.  Timestamps of 0 or below
+    # count as none (Kafka's "no timestamp" is -1).
+    max_clock_skew_ms: int | None = 3_600_000
 
 
 def parse_duration_ms(text: str) -> int:

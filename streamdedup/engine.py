@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +118,7 @@ class Counters:
     exact_checks: int = 0
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
+    clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -125,6 +127,7 @@ class Counters:
         self.exact_checks += other.exact_checks
         self.replayed += other.replayed
         self.expired += other.expired
+        self.clock_outliers += other.clock_outliers
 
 
 @dataclass(slots=True)
@@ -370,6 +373,9 @@ class Deduplicator:
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`); rebuilt on every run of the transaction.
         self.changes: list[Change] = []
+        # The last applied batch's clock outliers: (position in the batch, timestamp).
+        self.outliers: list[tuple[int, int]] = []
+        self._ts: int | None = None  # the stored timestamp of the document being checked
 
     def __enter__(self) -> Deduplicator:
         return self
@@ -443,6 +449,14 @@ class Deduplicator:
         self._fresh = {}
         clock = int(t.meta("clock") or 0)
         ttl = self.options.ttl_ms
+        skew = self.options.max_clock_skew_ms
+        # Stream time follows the timestamps, but only those at most `skew` ahead of
+        # the wall clock: one message dated 2100 must not expire the whole window.  The
+        # bound is on the future side only, so a replay of old topics is unaffected.
+        now = time.time_ns() // 1_000_000
+        ahead = None if skew is None else now + skew
+        self.outliers = []
+        position = 0
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
         t.batch_postings(
             [
@@ -457,8 +471,18 @@ class Deduplicator:
         for p in parts:
             for i in range(len(p.docs)):
                 ts = p.docs[i].timestamp_ms
-                if ts is not None and ts > clock:
+                if ts is not None and ts <= 0:  # Kafka's "no timestamp" (-1), or unset
+                    ts = None
+                elif ts is not None and ahead is not None and ts > ahead:
+                    # an outlier: stored as of the current stream time (the wall clock
+                    # before any), so it expires with its neighbours; the clock stays
+                    self.outliers.append((position, ts))
+                    self._batch.clock_outliers += 1
+                    ts = clock or now
+                elif ts is not None and ts > clock:
                     clock = ts
+                self._ts = ts
+                position += 1
                 if ttl is not None:
                     self._expire(t, clock - ttl)
                 verdict, inserted = self._check_one(t, p, i, next_docno)
@@ -611,7 +635,7 @@ class Deduplicator:
             similarity=v.similarity,
             exact=v.exact,
             content_hash=p.content[i],
-            timestamp_ms=doc.timestamp_ms,
+            timestamp_ms=self._ts,
             reason=v.reason,
             shingles=p.shingles[i],
         )
@@ -627,11 +651,9 @@ class Deduplicator:
         )
         if index_it:
             self._fresh[docno] = (p, i)
-        e = self._expiry
-        if doc.timestamp_ms is not None and (
-            e.oldest is None or (doc.timestamp_ms, docno) < e.oldest
-        ):
-            e.oldest = (doc.timestamp_ms, docno)
+        e, ts = self._expiry, self._ts
+        if ts is not None and (e.oldest is None or (ts, docno) < e.oldest):
+            e.oldest = (ts, docno)
         self.changes.append(
             Change(
                 p.keys[i],

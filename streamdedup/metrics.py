@@ -63,6 +63,12 @@ class Metrics:
         self.expired = Counter(
             "streamdedup_expired", "Documents forgotten by the time window (--ttl)", registry=r
         )
+        self.clock_outliers = Counter(
+            "streamdedup_clock_outliers",
+            "Messages timestamped further ahead of the wall clock than --max-clock-skew "
+            "(stored as of the stream time, which they do not move)",
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "streamdedup_batch_seconds",
             "Wall time of one poll batch: decode, index transaction, Kafka transaction",

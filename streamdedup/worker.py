@@ -441,6 +441,8 @@ class Worker:
         # `record_published` when the worker is idle or stops
         self._unrecorded: dict[int, int] = {}
         self._last_gauges = 0.0
+        self._outliers_logged = float("-inf")  # monotonic time of the last outlier warning
+        self._outliers_unlogged = 0
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
     # ------------------------------------------------------------------ setup
@@ -627,9 +629,9 @@ class Worker:
         decoded: list[Document | Rejected] = []
         fresh: list[tuple[int, int, Document]] = []
         for p, m in batch:
-            item = decode_message(
-                m.value, m.key, self.cfg.input_format, self.cfg.fields, m.timestamp
-            )
+            # Kafka says "no timestamp" with -1 (some clients send 0): none, never expires
+            ts = m.timestamp if m.timestamp is not None and m.timestamp > 0 else None
+            item = decode_message(m.value, m.key, self.cfg.input_format, self.cfg.fields, ts)
             decoded.append(item)
             if isinstance(item, Document) and m.offset >= applied.get(p, 0):
                 fresh.append((p, m.offset, item))
@@ -674,6 +676,8 @@ class Worker:
         unrecorded = dict(self._unrecorded)
         self.dd.apply(prepared, also=record)
         self._unrecorded.clear()
+        if self.dd.outliers:
+            self._warn_outliers([(fresh[i][0], fresh[i][1], ts) for i, ts in self.dd.outliers])
         failpoints.reach("index-written")
         next_offsets = {p: off + 1 for p, off in last.items()}
         try:
@@ -726,6 +730,27 @@ class Worker:
             m.dead_letters.inc(rejected)
             m.republished.inc(again)
             m.expired.inc(self.dd.last_batch.expired)
+            m.clock_outliers.inc(self.dd.last_batch.clock_outliers)
+
+    def _warn_outliers(self, found: list[tuple[int, int, int]]) -> None:
+        """One warning a minute at most about timestamps too far in the future."""
+        self._outliers_unlogged += len(found)
+        if time.monotonic() - self._outliers_logged < 60.0:
+            return
+        self._outliers_logged = time.monotonic()
+        p, offset, ts = found[0]
+        skew = self.dd.options.max_clock_skew_ms
+        log.warning(
+            "message timestamp %d (partition %d, offset %d) is more than %dms ahead of the "
+            "wall clock (--max-clock-skew): stored as of the current stream time, which it "
+            "does not move (%d such messages since the last warning)",
+            ts,
+            p,
+            offset,
+            skew,
+            self._outliers_unlogged,
+        )
+        self._outliers_unlogged = 0
 
     def _update_gauges(self) -> None:
         m = self.metrics

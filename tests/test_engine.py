@@ -1,6 +1,7 @@
 """Detection behaviour on a real LMDB index."""
 
 import random
+import time
 
 import pytest
 
@@ -301,6 +302,7 @@ def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) ->
 # ---------------------------------------------------------------- time window (--ttl)
 
 HOUR = 3_600_000
+T0 = 1_750_000_000_000  # 2025-06-15: timestamps of 0 or below count as none
 
 
 def timeline(seed: int, rounds: int, per_round: int) -> list[Document]:
@@ -317,7 +319,7 @@ def timeline(seed: int, rounds: int, per_round: int) -> list[Document]:
             else:
                 text = " ".join(words(rnd, 150))
             current.append(text)
-            docs.append(Document(f"r{r}-{j}", text, r * HOUR))
+            docs.append(Document(f"r{r}-{j}", text, T0 + r * HOUR))
         previous = current
     return docs
 
@@ -327,11 +329,11 @@ def test_ttl_forgets_old_documents(tmp_path) -> None:
     base = " ".join(words(rnd, 200))
     opts = EngineOptions(ttl_ms=2 * HOUR)
     with Deduplicator(tmp_path / "i", options=opts) as dd:
-        first = dd.check("a", base, timestamp_ms=0)
-        near = dd.check("b", replace_words(base, 5), timestamp_ms=HOUR)
-        same_text = dd.check("c", base, timestamp_ms=HOUR + 1)
-        later = dd.check("d", replace_words(base, 50), timestamp_ms=4 * HOUR)
-        again = dd.check("a", base, timestamp_ms=4 * HOUR + 1)
+        first = dd.check("a", base, timestamp_ms=T0)
+        near = dd.check("b", replace_words(base, 5), timestamp_ms=T0 + HOUR)
+        same_text = dd.check("c", base, timestamp_ms=T0 + HOUR + 1)
+        later = dd.check("d", replace_words(base, 50), timestamp_ms=T0 + 4 * HOUR)
+        again = dd.check("a", base, timestamp_ms=T0 + 4 * HOUR + 1)
         count = dd.index.read(lambda t: t.count("docs"))
     assert first.verdict == "unique"
     assert near.duplicate_of == "a" and same_text.exact
@@ -381,6 +383,76 @@ def test_ttl_verdicts_do_not_depend_on_batching_or_expiry_budget(tmp_path) -> No
             runs.append(out)
     assert runs[0] == runs[1] == runs[2]
     assert sum(v.is_duplicate for v in runs[0]) > 100
+
+
+YEAR_2100 = 4_102_444_800_000
+
+
+def test_ttl_one_far_future_timestamp_does_not_wipe_the_window(tmp_path) -> None:
+    """300 documents, one dated 2100, then exact copies of the 300: the copies are
+    duplicates (the outlier moved no clock), and the outlier itself is stored as of
+    the stream time, so it expires with its neighbours."""
+    rnd = random.Random(21)
+    base = int(time.time() * 1000) - 5 * HOUR  # in the past: a replay, or a lagging consumer
+    texts = [" ".join(words(rnd, 60)) for _ in range(300)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check_batch([Document(f"a{j}", t, base + j) for j, t in enumerate(texts)])
+        outlier = dd.check("future", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
+        copies = dd.check_batch(
+            [Document(f"b{j}", t, base + 1000 + j) for j, t in enumerate(texts)]
+        )
+        assert outlier.verdict == "unique"
+        stored = dd.index.read(lambda t: t.record(300))
+        assert stored is not None and stored.doc_id == "future"
+        assert stored.timestamp_ms == base + 299  # the stream time when it came
+        assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(copies))
+        assert dd.counters.clock_outliers == 1
+        assert dd.last_batch.clock_outliers == 0
+        clock = dd.index.read(lambda t: t.meta("clock"))
+        assert clock == base + 1299
+        assert dd.index.read(lambda t: t.count("docs")) == 601
+        # an hour of stream time later, the outlier has gone with the first 300
+        dd.check("later", " ".join(words(rnd, 60)), timestamp_ms=base + 2 * HOUR)
+        ids = dd.index.read(lambda t: {t.record(n).doc_id for n in range(602) if t.record(n)})
+    assert ids == {"later"}
+
+
+def test_clock_skew_bound_is_on_the_future_side_only(tmp_path) -> None:
+    rnd = random.Random(22)
+    now = int(time.time() * 1000)
+    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=HOUR)
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        dd.check("old", " ".join(words(rnd, 60)), timestamp_ms=T0)  # long past: trusted
+        dd.check("ahead", " ".join(words(rnd, 60)), timestamp_ms=now + HOUR // 2)
+        assert dd.index.read(lambda t: t.meta("clock")) == now + HOUR // 2
+        dd.check("far", " ".join(words(rnd, 60)), timestamp_ms=now + 2 * HOUR)
+        assert dd.index.read(lambda t: t.meta("clock")) == now + HOUR // 2
+        assert dd.outliers == [(0, now + 2 * HOUR)]
+        assert dd.counters.clock_outliers == 1
+    # without a bound, the clock follows any timestamp (the behaviour asked for by "off")
+    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    with Deduplicator(tmp_path / "j", options=opts) as dd:
+        dd.check("far", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
+        assert dd.index.read(lambda t: t.meta("clock")) == YEAR_2100
+        assert dd.counters.clock_outliers == 0
+
+
+@pytest.mark.parametrize("missing", [None, 0, -1])
+def test_ttl_documents_without_a_timestamp_never_expire(tmp_path, missing) -> None:
+    """Kafka's "no timestamp" is -1 (some clients send 0): such documents never
+    expire, as those without any timestamp."""
+    rnd = random.Random(23)
+    texts = [" ".join(words(rnd, 60)) for _ in range(20)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check_batch([Document(f"a{j}", t, missing) for j, t in enumerate(texts)])
+        dd.check("x", " ".join(words(rnd, 60)), timestamp_ms=T0)
+        copies = dd.check_batch([Document(f"b{j}", t, T0 + 10 * HOUR) for j, t in enumerate(texts)])
+        stored = dd.index.read(lambda t: [t.record(n).timestamp_ms for n in range(20)])
+        clock = dd.index.read(lambda t: t.meta("clock"))
+    assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(copies))
+    assert stored == [None] * 20
+    assert clock == T0 + 10 * HOUR
+    assert dd.counters.expired == 1  # "x" only
 
 
 def test_known_documents_skip_preparation_and_survive_a_race(tmp_path) -> None:

@@ -160,6 +160,55 @@ def test_ttl_bounds_a_long_running_index(kafka_bootstrap: str, tmp_path: Path) -
     assert stats["bucket_sizes"]["postings"] <= 7 * 40 * stats["parameters"]["bands"]
 
 
+def test_ttl_window_survives_a_far_future_timestamp_and_keeps_untimestamped_documents(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Messages without a timestamp (-1, or 0) never expire; 300 documents now, one
+    dated 2100, then 300 exact copies now: with --ttl 1h every copy is a duplicate."""
+    from kafka import KafkaProducer
+
+    rnd = random.Random(36)
+    vocab = [f"w{i}" for i in range(4000)]
+    texts = [" ".join(rnd.choice(vocab) for _ in range(60)) for _ in range(300)]
+    untimed = [" ".join(rnd.choice(vocab) for _ in range(60)) for _ in range(10)]
+    t = Topics(kafka_bootstrap)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+
+    def send(doc_id: str, text: str, ts: int) -> None:
+        p.send(t.input, value=orjson.dumps({"id": doc_id, "text": text}), timestamp_ms=ts)
+
+    for j, text in enumerate(untimed):
+        send(f"u{j}", text, 0 if j % 2 else -1)
+    now = int(time.time() * 1000)
+    for j, text in enumerate(texts):
+        send(f"a{j}", text, now + j)
+    send("future", " ".join(rnd.choice(vocab) for _ in range(60)), 4_102_444_800_000)  # 2100
+    for j, text in enumerate(texts):
+        send(f"b{j}", text, now + 1000 + j)
+    for j, text in enumerate(untimed):
+        send(f"c{j}", text, now + 2000 + j)
+    p.flush()
+    p.close()
+    n = 2 * len(untimed) + 2 * len(texts) + 1
+    r = t.run_worker(tmp_path / "idx", "--ttl", "1h", "--max-poll-records", "100")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    got = [orjson.loads(m.value) for m in t.read(t.output, expect=n)]
+    verdicts = {v["id"]: v for v in got}
+    assert len(verdicts) == n
+    for j in range(len(texts)):
+        assert verdicts[f"b{j}"]["duplicate_of"] == f"a{j}", verdicts[f"b{j}"]
+    for j in range(len(untimed)):
+        assert verdicts[f"c{j}"]["duplicate_of"] == f"u{j}", verdicts[f"c{j}"]
+    stats = orjson.loads(cli("stats", "--index", str(tmp_path / "idx"), "--json").stdout)
+    assert stats["documents"] == n
+    assert stats["clock_ms"] == now + 2000 + len(untimed) - 1
+    offset = len(untimed) + len(texts)
+    assert (
+        f"message timestamp 4102444800000 (partition 0, offset {offset}) is more than "
+        "3600000ms ahead"
+    ).encode() in r.stderr
+
+
 def test_backup_mid_run_restores_and_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
     docs = stream(4000, seed=34)
     t = Topics(kafka_bootstrap)

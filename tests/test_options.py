@@ -62,3 +62,27 @@ def test_flags_and_repeatable_options() -> None:
     assert v["json"] is True and v["consumer_option"] == ["a=1", "b=2"]
     v = resolve(_parse([]), GROUPS, "x", {"consumer-option": ["c=3"]}, {})
     assert v["consumer_option"] == ["c=3"]
+
+
+def test_max_clock_skew_reaches_the_engine(tmp_path, monkeypatch) -> None:
+    from streamdedup.cli import open_engine, parse
+
+    monkeypatch.delenv("STREAMDEDUP_MAX_CLOCK_SKEW", raising=False)
+    base = ["--input-topic", "t", "--output-topic", "o", "--index"]
+
+    def skew(*extra: str) -> int | None:
+        _, _, values = parse(["worker", *base, str(tmp_path / "i"), *extra])
+        with open_engine(values) as dd:
+            return dd.options.max_clock_skew_ms
+
+    assert skew() == 3_600_000
+    assert skew("--max-clock-skew", "30m") == 1_800_000
+    assert skew("--max-clock-skew", "off") is None
+    monkeypatch.setenv("STREAMDEDUP_MAX_CLOCK_SKEW", "2h")
+    assert skew() == 7_200_000
+    with pytest.raises(ConfigError):
+        skew("--max-clock-skew", "soon")
+    # file mode has no time window; the engine keeps its default bound
+    _, _, values = parse(["dedup", "-", "--output", "-", "--index", str(tmp_path / "j")])
+    with open_engine(values) as dd:
+        assert dd.options.max_clock_skew_ms == 3_600_000

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 import socket
@@ -730,24 +731,27 @@ class Worker:
             m.dead_letters.inc(rejected)
             m.republished.inc(again)
             m.expired.inc(self.dd.last_batch.expired)
-            m.clock_outliers.inc(self.dd.last_batch.clock_outliers)
 
     def _warn_outliers(self, found: list[tuple[int, int, int]]) -> None:
-        """One warning a minute at most about timestamps too far in the future."""
+        """Counts the documents the index just took with timestamps too far in the
+        future; warns about them once a minute at most."""
+        if self.metrics is not None:
+            self.metrics.clock_outliers.inc(len(found))
         self._outliers_unlogged += len(found)
         if time.monotonic() - self._outliers_logged < 60.0:
             return
         self._outliers_logged = time.monotonic()
         p, offset, ts = found[0]
-        skew = self.dd.options.max_clock_skew_ms
+        when = dt.datetime.fromtimestamp(min(ts, 253402300799999) / 1000, dt.UTC)
         log.warning(
-            "message timestamp %d (partition %d, offset %d) is more than %dms ahead of the "
-            "wall clock (--max-clock-skew): stored as of the current stream time, which it "
-            "does not move (%d such messages since the last warning)",
-            ts,
+            "message at partition %d, offset %d has timestamp %d (%s), more than %dms ahead "
+            "of the wall clock (--max-clock-skew): stored as of the current stream time, "
+            "which it does not move (%d such messages since the last warning)",
             p,
             offset,
-            skew,
+            ts,
+            when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            self.dd.options.max_clock_skew_ms,
             self._outliers_unlogged,
         )
         self._outliers_unlogged = 0

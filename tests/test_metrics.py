@@ -63,3 +63,31 @@ def test_a_taken_port_is_a_clear_error() -> None:
             Metrics().serve("127.0.0.1", port)
     finally:
         first.close()
+
+
+def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monkeypatch) -> None:
+    import types
+
+    from streamdedup import worker as worker_module
+    from streamdedup.config import EngineOptions
+    from streamdedup.worker import Worker
+
+    clock = [1000.0]
+    monkeypatch.setattr(worker_module.time, "monotonic", lambda: clock[0])
+    w = Worker.__new__(Worker)  # only what the warning needs
+    w.metrics = Metrics()
+    w.dd = types.SimpleNamespace(options=EngineOptions())
+    w._outliers_logged, w._outliers_unlogged = float("-inf"), 0
+    with caplog.at_level("WARNING", logger="streamdedup.worker"):
+        w._warn_outliers([(0, 7, 4_102_444_800_000)])
+        clock[0] += 30
+        w._warn_outliers([(1, 8, 4_102_444_800_001), (1, 9, 4_102_444_800_002)])
+        clock[0] += 31
+        w._warn_outliers([(2, 5, 4_102_444_800_003)])
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("message at partition 0, offset 7 has timestamp 4102444800000")
+    assert "(1 such messages since the last warning)" in lines[0]
+    assert lines[1].startswith("message at partition 2, offset 5 has timestamp 4102444800003")
+    assert "(3 such messages since the last warning)" in lines[1]
+    assert b"streamdedup_clock_outliers_total 4.0" in w.metrics.render()

@@ -250,6 +250,13 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
     return [k.to_bytes(8, "big") for k in keys.tolist()]
 
 
+def _newest_timestamp(t: Tables, bound: int) -> int:
+    """The newest stored timestamp at most `bound` (0: none)."""
+    cur = t.txn.cursor(db=t.db["expiry"])
+    found = cur.prev() if cur.set_range((bound + 1).to_bytes(8, "big")) else cur.last()
+    return int.from_bytes(bytes(cur.key())[:8], "big") if found else 0
+
+
 def _content_hash(encoded: bytes) -> bytes:
     """Of the `encode`d normalised text: 16 bytes of its SHA-256."""
     return hashlib.sha256(encoded).digest()[:16]
@@ -455,6 +462,8 @@ class Deduplicator:
         # bound is on the future side only, so a replay of old topics is unaffected.
         now = time.time_ns() // 1_000_000
         ahead = None if skew is None else now + skew
+        if ahead is not None and clock > ahead:  # moved by an outlier before the bound
+            clock = _newest_timestamp(t, ahead)
         self.outliers = []
         position = 0
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)

@@ -437,6 +437,27 @@ def test_clock_skew_bound_is_on_the_future_side_only(tmp_path) -> None:
         assert dd.counters.clock_outliers == 0
 
 
+def test_a_clock_moved_by_an_outlier_before_the_bound_is_repaired(tmp_path) -> None:
+    """An index whose clock an outlier moved (without the bound, as before it existed)
+    takes its clock back from the newest stored timestamp within the bound, instead of
+    expiring every new document at once until 2100."""
+    rnd = random.Random(24)
+    now = int(time.time() * 1000)
+    unbounded = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    with Deduplicator(tmp_path / "i", options=unbounded) as dd:
+        dd.check("a", " ".join(words(rnd, 60)), timestamp_ms=now - 10)
+        dd.check("future", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
+        dd.check("b", " ".join(words(rnd, 60)), timestamp_ms=now - 5)
+        assert dd.index.read(lambda t: t.meta("clock")) == YEAR_2100
+    texts = [" ".join(words(rnd, 60)) for _ in range(50)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check_batch([Document(f"c{j}", t, now + j) for j, t in enumerate(texts)])
+        copies = dd.check_batch([Document(f"d{j}", t, now + 100 + j) for j, t in enumerate(texts)])
+        clock = dd.index.read(lambda t: t.meta("clock"))
+    assert all(v.exact and v.duplicate_of == f"c{j}" for j, v in enumerate(copies))
+    assert clock == now + 149
+
+
 @pytest.mark.parametrize("missing", [None, 0, -1])
 def test_ttl_documents_without_a_timestamp_never_expire(tmp_path, missing) -> None:
     """Kafka's "no timestamp" is -1 (some clients send 0): such documents never

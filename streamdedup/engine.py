@@ -252,6 +252,9 @@ def _content_hash(encoded: bytes) -> bytes:
     return hashlib.sha256(encoded).digest()[:16]
 
 
+MAX_SEED = (1 << 64) - 1
+
+
 def resolve_params(
     stored: IndexParams | None,
     *,
@@ -295,6 +298,9 @@ def resolve_params(
     k = defaults.num_perm if num_perm is None else num_perm
     if not 0.0 < t < 1.0:
         raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+    s = defaults.seed if seed is None else seed
+    if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
+        raise ConfigError(f"--seed must be between 0 and {MAX_SEED} (2**64 - 1), got {s}")
     if bands is not None and rows is not None:
         band = banding(t, k, bands, rows)
     else:
@@ -306,7 +312,7 @@ def resolve_params(
         bands=band.bands,
         rows=band.rows,
         verify=verify or defaults.verify,
-        seed=defaults.seed if seed is None else seed,
+        seed=s,
     )
 
 

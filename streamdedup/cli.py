@@ -552,6 +552,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
         ),
         false_positive_weight=values["fp_weight"],
         false_negative_weight=values["fn_weight"],
+        changelog=values.get("changelog_topic"),
     )
 
 

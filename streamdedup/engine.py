@@ -316,6 +316,31 @@ def resolve_params(
     )
 
 
+def check_changelog(index: Index, bound: dict[str, str] | None, changelog: str | None) -> None:
+    """Refuse to write an index mirrored to a changelog (`bound`, recorded by the
+    worker: its topic, group and input topic) without writing to that changelog."""
+    if bound is None or bound.get("topic") == changelog:
+        return
+    where = (
+        f"the index at {index.path} is mirrored to the changelog topic {bound['topic']!r} "
+        f"by the worker of group {bound.get('group_id')!r} on topic "
+        f"{bound.get('input_topic')!r}"
+    )
+    if changelog is None:
+        raise ConfigError(
+            f"{where}; documents added here would be missing from that changelog, and a "
+            "restore from it would silently lose them. Send them through the worker's "
+            f"input topic (`streamdedup produce FILE --topic {bound.get('input_topic')}`), "
+            "or check them against a separate index. (A worker on this index: start it "
+            f"with --changelog-topic {bound['topic']}.)"
+        )
+    raise ConfigError(
+        f"{where}; this run names the changelog {changelog!r}, which lacks the documents "
+        f"indexed so far. Use --changelog-topic {bound['topic']}, or start a new index "
+        "for a new changelog."
+    )
+
+
 class Deduplicator:
     """Near-duplicate detection against everything indexed before, persisted in LMDB.
 
@@ -337,7 +362,13 @@ class Deduplicator:
         options: EngineOptions | None = None,
         false_positive_weight: float = 0.02,
         false_negative_weight: float = 0.98,
+        changelog: str | None = None,
     ) -> None:
+        """`changelog`: the changelog topic this engine's changes go to.  An index a
+        worker mirrors to a changelog (`--changelog-topic`) accepts writes only from an
+        engine naming that topic -- whose caller publishes `changes` after every batch,
+        as the worker does -- so that a restore from the changelog is never silently
+        incomplete."""
         self.options = options or EngineOptions()
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
@@ -355,6 +386,7 @@ class Deduplicator:
                 false_positive_weight=false_positive_weight,
                 false_negative_weight=false_negative_weight,
             )
+            check_changelog(self.index, self.index.read(lambda t: t.meta("changelog")), changelog)
             if stored is None:
                 self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
         except BaseException:

@@ -533,7 +533,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
     for name in ("max_bucket_candidates", "max_exact_checks", "batch_size"):
         if values.get(name, 1) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-    return Deduplicator(
+    dd = Deduplicator(
         index,
         threshold=values["threshold"],
         num_perm=values["num_perm"],
@@ -554,6 +554,12 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
         false_negative_weight=values["fn_weight"],
         changelog=values.get("changelog_topic"),
     )
+    try:
+        dd.require_writable()  # before any input is read or output written
+    except BaseException:
+        dd.close()
+        raise
+    return dd
 
 
 def make_progress(mode: str, desc: str, total: int | None = None) -> Any:

@@ -365,11 +365,12 @@ class Deduplicator:
         changelog: str | None = None,
     ) -> None:
         """`changelog`: the changelog topic this engine's changes go to.  An index a
-        worker mirrors to a changelog (`--changelog-topic`) accepts writes only from an
-        engine naming that topic -- whose caller publishes `changes` after every batch,
-        as the worker does -- so that a restore from the changelog is never silently
-        incomplete."""
+        worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
+        an engine naming that topic -- whose caller publishes `changes` after every
+        batch, as the worker does -- so that a restore from the changelog is never
+        silently incomplete.  Reading such an index needs no name."""
         self.options = options or EngineOptions()
+        self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
             stored_rec = self.index.read(lambda t: t.meta("params"))
@@ -386,7 +387,6 @@ class Deduplicator:
                 false_positive_weight=false_positive_weight,
                 false_negative_weight=false_negative_weight,
             )
-            check_changelog(self.index, self.index.read(lambda t: t.meta("changelog")), changelog)
             if stored is None:
                 self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
         except BaseException:
@@ -417,6 +417,11 @@ class Deduplicator:
 
     def close(self) -> None:
         self.index.close()
+
+    def require_writable(self) -> None:
+        """Raise ConfigError now if `apply` would refuse this index (see `changelog`)."""
+        bound = self.index.read(lambda t: t.meta("changelog"))
+        check_changelog(self.index, bound, self.changelog)
 
     @property
     def last_batch(self) -> Counters:
@@ -462,6 +467,7 @@ class Deduplicator:
             return []
 
         def run(t: Tables) -> list[Verdict]:
+            check_changelog(self.index, t.meta("changelog"), self.changelog)
             verdicts = self._apply(t, parts)
             if also is not None:
                 also(t, verdicts)

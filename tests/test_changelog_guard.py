@@ -44,10 +44,15 @@ def test_the_python_api_needs_the_changelog_named(tmp_path: Path) -> None:
         binding = {"topic": "cl", "group_id": "g", "input_topic": "docs"}
         dd.index.write(lambda t: t.set_meta("changelog", binding))
     before = snapshot(index)
-    with pytest.raises(ConfigError, match=r"mirrored to the changelog topic 'cl'.*separate index"):
-        Deduplicator(index)
-    with pytest.raises(ConfigError, match="--changelog-topic cl"):
-        Deduplicator(index, changelog="another")
+    with Deduplicator(index) as dd:  # reading needs no changelog
+        assert dd.index.read(lambda t: t.count("docs")) == 1
+        with pytest.raises(ConfigError, match=r"changelog topic 'cl'.*separate index"):
+            dd.check("b", "eight nine ten eleven twelve")
+    with (
+        Deduplicator(index, changelog="another") as dd,
+        pytest.raises(ConfigError, match="--changelog-topic cl"),
+    ):
+        dd.check("b", "eight nine ten eleven twelve")
     assert snapshot(index) == before
     with Deduplicator(index, changelog="cl") as dd:  # the caller publishes dd.changes
         assert dd.check("b", "eight nine ten eleven twelve").verdict == "unique"

@@ -526,7 +526,9 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
     return args.command, args, values
 
 
-def open_engine(values: dict[str, Any]) -> Deduplicator:
+def open_engine(values: dict[str, Any], *, adds_documents: bool = True) -> Deduplicator:
+    """`adds_documents`: refuse at once an index whose changelog this run would not
+    write (`dedup`, `worker`); `replay` is refused only by a batch adding documents."""
     from .errors import ConfigError
 
     index = _require_index(values)
@@ -555,7 +557,8 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
         changelog=values.get("changelog_topic"),
     )
     try:
-        dd.require_writable()  # before any input is read or output written
+        if adds_documents:
+            dd.require_writable()  # before any input is read or output written
     except BaseException:
         dd.close()
         raise
@@ -744,7 +747,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .replay import run_replay
 
-    return run_replay(values, open_engine)
+    return run_replay(values, lambda v: open_engine(v, adds_documents=False))
 
 
 def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:

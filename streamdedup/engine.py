@@ -419,7 +419,9 @@ class Deduplicator:
         self.index.close()
 
     def require_writable(self) -> None:
-        """Raise ConfigError now if `apply` would refuse this index (see `changelog`)."""
+        """Raise ConfigError now if `apply` would refuse to add documents to this index
+        (see `changelog`); `apply` itself refuses only a batch that changes documents,
+        so a re-run over documents the index holds (`replay --mode reverdict`) goes on."""
         bound = self.index.read(lambda t: t.meta("changelog"))
         check_changelog(self.index, bound, self.changelog)
 
@@ -467,8 +469,9 @@ class Deduplicator:
             return []
 
         def run(t: Tables) -> list[Verdict]:
-            check_changelog(self.index, t.meta("changelog"), self.changelog)
             verdicts = self._apply(t, parts)
+            if self.changes:  # documents stored or forgotten: refused if unlogged
+                check_changelog(self.index, t.meta("changelog"), self.changelog)
             if also is not None:
                 also(t, verdicts)
             return verdicts

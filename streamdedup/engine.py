@@ -476,7 +476,11 @@ class Deduplicator:
                 also(t, verdicts)
             return verdicts
 
-        verdicts = self.index.write(run)
+        # A generous bound on what the batch adds to the file (its text twice, and
+        # 2 KiB a document), so that a batch of unusually large documents still finds
+        # its disk space allocated before it writes (index.Index._reserve).
+        grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
+        verdicts = self.index.write(run, grow=grow)
         self.counters.merge(self._batch)  # only once the batch is committed
         return verdicts
 

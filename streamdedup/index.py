@@ -519,16 +519,18 @@ class Index:
             "space (or move the index to a bigger disk) and run the same command again."
         )
 
-    def write(self, fn: Callable[[Tables], T]) -> T:
+    def write(self, fn: Callable[[Tables], T], grow: int = 0) -> T:
         """Run `fn` in one write transaction, growing the map and retrying as needed.
 
         `fn` may run more than once, so it must not have effects outside the index.
+        `grow`: what the caller expects the transaction may add to the file at most
+        (the disk headroom is at least that).
         """
         self._make_room()
         while True:
             try:
                 with self.env.begin(write=True, buffers=True) as txn:
-                    used = self._reserve()
+                    used = self._reserve(grow)
                     tables = Tables(txn, self.dbs)
                     result = fn(tables)
                     tables.finish()
@@ -546,7 +548,7 @@ class Index:
     def _used(self) -> int:
         return (int(self.env.info()["last_pgno"]) + 1) * self._page_size
 
-    def _reserve(self) -> int:
+    def _reserve(self, grow: int = 0) -> int:
         """Inside a write transaction, before it writes anything (so under the writer
         lock, and no other process is writing): make sure data.mdb's blocks exist up
         to the pages in use plus the headroom.  Writes through the map into pages the
@@ -555,7 +557,8 @@ class Index:
         in use."""
         info = self.env.info()
         used = (int(info["last_pgno"]) + 1) * self._page_size
-        want = min(used + max(self.headroom, 2 * self._largest_growth), int(info["map_size"]))
+        ahead = max(self.headroom, 2 * self._largest_growth, grow)
+        want = min(used + ahead, int(info["map_size"]))
         start = max(self._allocated, used)
         if self._fd is None or want <= start:
             return used

@@ -255,3 +255,64 @@ def test_the_python_api_validates_parameters(tmp_path: Path) -> None:
         Deduplicator(tmp_path / "c", bands=20, rows=7)
     with Deduplicator(tmp_path / "d", num_perm=1024, seed=(1 << 64) - 1) as dd:
         assert dd.check("x", "the extreme values are still accepted").verdict == "unique"
+
+
+@pytest.mark.integration
+def test_a_full_disk_stops_the_worker_with_status_6_before_its_kafka_commit(
+    kafka_bootstrap: str, tmp_path: Path, small_disk: Path
+) -> None:
+    """The batch whose index transaction found no room is not published: the group's
+    committed offsets and the committed verdicts stop where the index stops, and after
+    the disk grows the worker goes on, one verdict per document."""
+    from kafka import KafkaConsumer, TopicPartition
+    from test_worker import FAST_GROUP, Topics
+
+    src = tmp_path / "in.jsonl"
+    ids = write_corpus(src, 6000)  # its index takes about 13 MB
+    t = Topics(kafka_bootstrap)
+    t.produce(src.read_bytes().splitlines())
+    index = small_disk / "index"
+    args = [
+        "worker",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--input-topic",
+        t.input,
+        "--output-topic",
+        t.output,
+        "--dead-letter-topic",
+        t.dlq,
+        "--group-id",
+        t.group,
+        "--index",
+        str(index),
+        "--max-poll-records",
+        "300",
+        "--idle-exit",
+        "4",
+        *FAST_GROUP,
+    ]
+    r = run(*args, code=SMALL_HEADROOM)
+    err = r.stderr.decode()
+    assert r.returncode == 6, err[-3000:]
+    assert "Traceback" not in err and "Bus error" not in err
+    assert "no space left" in err.strip().splitlines()[-1]
+
+    idx = Index(index, readonly=True)
+    try:
+        indexed = idx.read(lambda t: t.count("docs"))
+    finally:
+        idx.close()
+    assert 0 < indexed < len(ids)
+    consumer = KafkaConsumer(bootstrap_servers=kafka_bootstrap, group_id=t.group)
+    committed = consumer.committed(TopicPartition(t.input, 0)) or 0
+    consumer.close()
+    verdicts = [orjson.loads(m.value)["id"] for m in t.read_to_end(t.output)]
+    assert committed <= indexed  # nothing committed past what the index holds
+    assert len(verdicts) == committed and verdicts == ids[:committed]
+
+    subprocess.run(["mount", "-o", "remount,size=128m", str(small_disk)], check=True)
+    r = run(*args)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    verdicts = [orjson.loads(m.value)["id"] for m in t.read_to_end(t.output)]
+    assert verdicts == ids

@@ -10,7 +10,7 @@ import numpy as np
 from . import setcodec
 from .config import IndexParams
 from .engine import stored_band_keys
-from .errors import IndexOpenError
+from .errors import IndexCorruptError, IndexOpenError
 from .index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
 from .signature import estimate_jaccard
 
@@ -95,35 +95,41 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     return entries, problems
 
 
-def _structure(index: Index) -> tuple[list[str], bool]:
+def _structure(index: Index) -> tuple[list[str], str]:
     """LMDB's offline verifier (py-lmdb >= 3: every page reachable exactly once, keys
     in order, the free list).  It reads the file outside any transaction, so its
-    answer counts only if no batch committed meanwhile; returns (problems, counted)."""
+    answer counts only if no batch committed meanwhile.  Returns the problems and
+    "verified", "changed" (not counted) or "unavailable" (an older py-lmdb)."""
     try:
         from lmdb.verify import verify
     except ImportError:
-        return [], False
+        return [], "unavailable"
     before = index.env.info()["last_txnid"]
     try:
         problems = list(verify(str(index.path)))  # type: ignore[no-untyped-call]
     except Exception as exc:
         problems = [f"data.mdb: {exc}"]
-    return problems, index.env.info()["last_txnid"] == before
+    if index.env.info()["last_txnid"] != before:
+        return [], "changed"
+    return problems, "verified"
 
 
 def check_index(index: Index, params: IndexParams) -> dict[str, Any]:
-    """`stats --check`: every table read through, the counters compared, and the file
-    structure verified; damage raises IndexCorruptError."""
+    """`stats --check`: the file structure verified, every table read through and the
+    counters compared; damage raises IndexCorruptError.  The offline verifier goes
+    first: it only reads bytes, where LMDB walking a badly damaged file could crash."""
+
+    def fail(problems: list[str]) -> IndexCorruptError:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return index.damaged(Exception("; ".join(problems[:5]) + more))
+
+    structure, status = _structure(index)
+    if structure:
+        raise fail(structure)
     entries, problems = index.read(lambda t: check_tables(t, params))  # damage: raises
-    structure, counted = _structure(index)
-    if counted:
-        problems += structure
     if problems:
-        shown = "; ".join(problems[:5]) + (
-            f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        )
-        raise index.damaged(Exception(shown))
-    return {"entries": entries, "structure_verified": counted}
+        raise fail(problems)
+    return {"entries": entries, "structure": status}
 
 
 def index_stats(path: str, check: bool = False) -> dict[str, Any]:
@@ -213,11 +219,11 @@ def render_stats(s: dict[str, Any]) -> str:
         c = s["check"]
         lines.append(
             f"  check        ok: {c['entries']:,} entries read, counters agree"
-            + (
-                ", file structure verified"
-                if c["structure_verified"]
-                else " (file structure not verified: the index changed meanwhile)"
-            )
+            + {
+                "verified": ", file structure verified",
+                "changed": " (file structure not verified: a batch committed meanwhile)",
+                "unavailable": " (file structure not verified: needs py-lmdb 3 or later)",
+            }[c["structure"]]
         )
     lines.append(f"  buckets      {b['buckets']:,} holding {b['postings']:,} postings")
     for label, n in b["histogram"].items():

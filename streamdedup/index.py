@@ -468,7 +468,11 @@ class Index:
             raise self.damaged(exc) from exc
         except lmdb.DiskError as exc:
             raise self.disk_full() from exc
-        except (lmdb.Error, OSError) as exc:
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise self.disk_full() from exc
+            raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
+        except lmdb.Error as exc:
             raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
         self._page_size = int(self.env.stat()["psize"])
         self.dbs: dict[str, Any] = {}
@@ -609,6 +613,11 @@ class Index:
             self.env.copy(str(target), compact=True)
         except DAMAGE_ERRORS as exc:
             raise self.damaged(exc) from exc
+        except lmdb.DiskError as exc:
+            raise DiskFullError(
+                f"no space left for the copy in {target} ({exc}); the index itself is "
+                "unchanged. Free some space there, or copy to another disk."
+            ) from exc
         except lmdb.Error as exc:
             raise IndexOpenError(f"cannot copy the index to {target}: {exc}") from exc
         return target

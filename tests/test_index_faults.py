@@ -111,6 +111,14 @@ def test_a_full_disk_stops_dedup_with_status_6_and_keeps_the_index(
     assert again[: len(written)] == out1.read_bytes().splitlines()
 
 
+def test_a_backup_onto_a_full_disk_exits_6(tmp_path: Path, small_disk: Path) -> None:
+    build_index(tmp_path / "i", n=1000)
+    subprocess.run(["mount", "-o", "remount,size=1m", str(small_disk)], check=True)
+    r = run("backup", "--index", str(tmp_path / "i"), str(small_disk / "copy"))
+    assert r.returncode == 6
+    assert "no space left for the copy" in one_line_error(r.stderr)
+
+
 # ------------------------------------------------------------------ damage
 
 

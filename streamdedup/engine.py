@@ -31,7 +31,7 @@ from . import setcodec
 from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
-from .lsh import banding, tune
+from .lsh import banding, check_num_perm, tune
 from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
 from .signature import (
     Fingerprints,
@@ -298,6 +298,7 @@ def resolve_params(
     k = defaults.num_perm if num_perm is None else num_perm
     if not 0.0 < t < 1.0:
         raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+    check_num_perm(k)  # before anything is sized by it
     s = defaults.seed if seed is None else seed
     if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
         raise ConfigError(f"--seed must be between 0 and {MAX_SEED} (2**64 - 1), got {s}")

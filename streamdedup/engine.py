@@ -32,7 +32,7 @@ from . import setcodec
 from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
-from .lsh import banding, tune
+from .lsh import banding, check_num_perm, tune
 from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
 from .signature import (
     Fingerprints,
@@ -262,6 +262,9 @@ def _content_hash(encoded: bytes) -> bytes:
     return hashlib.sha256(encoded).digest()[:16]
 
 
+MAX_SEED = (1 << 64) - 1
+
+
 def resolve_params(
     stored: IndexParams | None,
     *,
@@ -305,6 +308,10 @@ def resolve_params(
     k = defaults.num_perm if num_perm is None else num_perm
     if not 0.0 < t < 1.0:
         raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+    check_num_perm(k)  # before anything is sized by it
+    s = defaults.seed if seed is None else seed
+    if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
+        raise ConfigError(f"--seed must be between 0 and {MAX_SEED} (2**64 - 1), got {s}")
     if bands is not None and rows is not None:
         band = banding(t, k, bands, rows)
     else:
@@ -316,7 +323,32 @@ def resolve_params(
         bands=band.bands,
         rows=band.rows,
         verify=verify or defaults.verify,
-        seed=defaults.seed if seed is None else seed,
+        seed=s,
+    )
+
+
+def check_changelog(index: Index, bound: dict[str, str] | None, changelog: str | None) -> None:
+    """Refuse to write an index mirrored to a changelog (`bound`, recorded by the
+    worker: its topic, group and input topic) without writing to that changelog."""
+    if bound is None or bound.get("topic") == changelog:
+        return
+    where = (
+        f"the index at {index.path} is mirrored to the changelog topic {bound['topic']!r} "
+        f"by the worker of group {bound.get('group_id')!r} on topic "
+        f"{bound.get('input_topic')!r}"
+    )
+    if changelog is None:
+        raise ConfigError(
+            f"{where}; documents added here would be missing from that changelog, and a "
+            "restore from it would silently lose them. Send them through the worker's "
+            f"input topic (`streamdedup produce FILE --topic {bound.get('input_topic')}`), "
+            "or check them against a separate index. (A worker on this index: start it "
+            f"with --changelog-topic {bound['topic']}.)"
+        )
+    raise ConfigError(
+        f"{where}; this run names the changelog {changelog!r}, which lacks the documents "
+        f"indexed so far. Use --changelog-topic {bound['topic']}, or start a new index "
+        "for a new changelog."
     )
 
 
@@ -341,8 +373,15 @@ class Deduplicator:
         options: EngineOptions | None = None,
         false_positive_weight: float = 0.02,
         false_negative_weight: float = 0.98,
+        changelog: str | None = None,
     ) -> None:
+        """`changelog`: the changelog topic this engine's changes go to.  An index a
+        worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
+        an engine naming that topic -- whose caller publishes `changes` after every
+        batch, as the worker does -- so that a restore from the changelog is never
+        silently incomplete.  Reading such an index needs no name."""
         self.options = options or EngineOptions()
+        self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
             stored_rec = self.index.read(lambda t: t.meta("params"))
@@ -393,6 +432,13 @@ class Deduplicator:
     def close(self) -> None:
         self.index.close()
 
+    def require_writable(self) -> None:
+        """Raise ConfigError now if `apply` would refuse to add documents to this index
+        (see `changelog`); `apply` itself refuses only a batch that changes documents,
+        so a re-run over documents the index holds (`replay --mode reverdict`) goes on."""
+        bound = self.index.read(lambda t: t.meta("changelog"))
+        check_changelog(self.index, bound, self.changelog)
+
     @property
     def last_batch(self) -> Counters:
         """The work of the last applied batch."""
@@ -438,11 +484,17 @@ class Deduplicator:
 
         def run(t: Tables) -> list[Verdict]:
             verdicts = self._apply(t, parts)
+            if self.changes:  # documents stored or forgotten: refused if unlogged
+                check_changelog(self.index, t.meta("changelog"), self.changelog)
             if also is not None:
                 also(t, verdicts)
             return verdicts
 
-        verdicts = self.index.write(run)
+        # A generous bound on what the batch adds to the file (its text twice, and
+        # 2 KiB a document), so that a batch of unusually large documents still finds
+        # its disk space allocated before it writes (index.Index._reserve).
+        grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
+        verdicts = self.index.write(run, grow=grow)
         self.counters.merge(self._batch)  # only once the batch is committed
         return verdicts
 

@@ -21,11 +21,18 @@ largest docnos among its postings.  All of one batch happens in one write transa
 its limit is aborted, the map doubled and the batch run again, so callers never see
 MapFullError.  Within a batch the engine reads the buckets it needs ahead and writes
 its postings at the end, a whole batch at once (`Tables.batch_postings`).
+
+The data file is written through a shared memory map, and a page of a sparse file
+that the filesystem cannot back kills the process with SIGBUS.  So before each write
+transaction, under the writer lock, the file's blocks are allocated (`posix_fallocate`)
+up to the pages in use plus a headroom larger than a batch's growth; when the disk
+cannot give that, the batch is refused with `DiskFullError` before anything is written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -38,7 +45,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from .errors import IndexOpenError
+from .errors import DiskFullError, IndexCorruptError, IndexOpenError
 from .postings import Postings
 
 T = TypeVar("T")
@@ -48,6 +55,21 @@ DOCNO_BYTES = 5
 SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 _MAX_ID_KEY = 400  # LMDB keys are limited to 511 bytes
 MAP_FILL = 0.75  # grow the map before a batch once this much of it is used
+# Allocated ahead of the pages in use before each write transaction: at least this,
+# and at least twice the largest growth of one transaction seen by this process.
+DISK_HEADROOM = 64 << 20
+
+# What LMDB says when the file is damaged (a torn or overwritten page, or not LMDB).
+DAMAGE_ERRORS: tuple[type[lmdb.Error], ...] = (
+    lmdb.CorruptedError,
+    lmdb.PageNotFoundError,
+    lmdb.BadValsizeError,
+    lmdb.InvalidError,
+    lmdb.PanicError,
+    lmdb.IncompatibleError,
+    lmdb.BadChecksumError,
+    lmdb.ProblemError,
+)
 
 UNIQUE, DUPLICATE = 0, 1
 
@@ -442,34 +464,123 @@ class Index:
                 readonly=readonly,
                 max_readers=256,
             )
-        except (lmdb.Error, OSError) as exc:
+        except DAMAGE_ERRORS as exc:
+            raise self.damaged(exc) from exc
+        except lmdb.DiskError as exc:
+            raise self.disk_full() from exc
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise self.disk_full() from exc
+            raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
+        except lmdb.Error as exc:
             raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
         self._page_size = int(self.env.stat()["psize"])
         self.dbs: dict[str, Any] = {}
         try:
             for name in self.TABLES:
                 self.dbs[name] = self.env.open_db(name.encode(), create=not readonly)
+        except DAMAGE_ERRORS as exc:
+            self.env.close()
+            raise self.damaged(exc) from exc
         except lmdb.Error as exc:
             self.env.close()
             raise IndexOpenError(f"{self.path} is not a streamdedup index: {exc}") from exc
+        self.headroom = DISK_HEADROOM
+        self._largest_growth = 0
+        self._allocated = 0  # data.mdb's blocks are allocated up to here (this process)
+        self._fd: int | None = None
+        if not readonly:
+            try:
+                self._fd = os.open(self.path / "data.mdb", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                self.env.close()
+                raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
 
-    def write(self, fn: Callable[[Tables], T]) -> T:
+    def damaged(self, exc: Exception) -> IndexCorruptError:
+        return IndexCorruptError(
+            f"the index at {self.path} is damaged ({exc}). Stop every process using it; "
+            "put a backup in its place (`streamdedup restore BACKUP --index NEW_DIR`), "
+            "restore it from the changelog (start the worker with --changelog-topic on an "
+            "empty --index), or rebuild it (`streamdedup replay --mode rebuild` or `dedup` "
+            "over the same input into a new directory)."
+        )
+
+    def disk_full(self, needed: int | None = None) -> DiskFullError:
+        try:
+            st = os.statvfs(self.path)
+            free = f"{st.f_bavail * st.f_frsize / 2**20:,.1f} MiB free"
+        except OSError:
+            free = "free space unknown"
+        need = (
+            ""
+            if needed is None
+            else f"; it keeps {needed / 2**20:,.1f} MiB allocated ahead of its data for the "
+            "next batch"
+        )
+        return DiskFullError(
+            f"no space left for the index at {self.path} ({free}{need}). Nothing of the "
+            "batch was written: the index holds everything committed before it. Free some "
+            "space (or move the index to a bigger disk) and run the same command again."
+        )
+
+    def write(self, fn: Callable[[Tables], T], grow: int = 0) -> T:
         """Run `fn` in one write transaction, growing the map and retrying as needed.
 
         `fn` may run more than once, so it must not have effects outside the index.
+        `grow`: what the caller expects the transaction may add to the file at most
+        (the disk headroom is at least that).
         """
         self._make_room()
         while True:
             try:
                 with self.env.begin(write=True, buffers=True) as txn:
+                    used = self._reserve(grow)
                     tables = Tables(txn, self.dbs)
                     result = fn(tables)
                     tables.finish()
-                    return result
+                self._largest_growth = max(self._largest_growth, self._used() - used)
+                return result
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)  # another process grew it: adopt its size
+            except lmdb.DiskError as exc:  # ENOSPC from LMDB itself (a commit's write)
+                raise self.disk_full() from exc
+            except DAMAGE_ERRORS as exc:
+                raise self.damaged(exc) from exc
+
+    def _used(self) -> int:
+        return (int(self.env.info()["last_pgno"]) + 1) * self._page_size
+
+    def _reserve(self, grow: int = 0) -> int:
+        """Inside a write transaction, before it writes anything (so under the writer
+        lock, and no other process is writing): make sure data.mdb's blocks exist up
+        to the pages in use plus the headroom.  Writes through the map into pages the
+        filesystem cannot back would kill the process (SIGBUS); a batch that cannot
+        have its headroom is refused here, with nothing written.  Returns the bytes
+        in use."""
+        info = self.env.info()
+        used = (int(info["last_pgno"]) + 1) * self._page_size
+        ahead = max(self.headroom, 2 * self._largest_growth, grow)
+        want = min(used + ahead, int(info["map_size"]))
+        start = max(self._allocated, used)
+        if self._fd is None or want <= start:
+            return used
+        try:
+            os.posix_fallocate(self._fd, start, want - start)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise self.disk_full(want - used) from exc
+            # No fallocate on this filesystem: count the free space instead.
+            st = os.statvfs(self.path)
+            if st.f_bavail * st.f_frsize < want - start:
+                raise self.disk_full(want - used) from exc
+        except AttributeError:  # no posix_fallocate on this platform (macOS)
+            st = os.statvfs(self.path)
+            if st.f_bavail * st.f_frsize < want - start:
+                raise self.disk_full(want - used) from None
+        self._allocated = want
+        return used
 
     def _make_room(self) -> None:
         """Double the map ahead of need: a batch that hits the limit is run again, a
@@ -488,6 +599,8 @@ class Index:
                     return fn(Tables(txn, self.dbs))
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
+            except DAMAGE_ERRORS as exc:
+                raise self.damaged(exc) from exc
 
     def copy_to(self, dest: str | os.PathLike[str]) -> Path:
         """A consistent, compacted copy of the index (one read transaction, so writers
@@ -498,6 +611,13 @@ class Index:
         target.mkdir(parents=True, exist_ok=True)
         try:
             self.env.copy(str(target), compact=True)
+        except DAMAGE_ERRORS as exc:
+            raise self.damaged(exc) from exc
+        except lmdb.DiskError as exc:
+            raise DiskFullError(
+                f"no space left for the copy in {target} ({exc}); the index itself is "
+                "unchanged. Free some space there, or copy to another disk."
+            ) from exc
         except lmdb.Error as exc:
             raise IndexOpenError(f"cannot copy the index to {target}: {exc}") from exc
         return target
@@ -507,4 +627,7 @@ class Index:
         return (self.path / "data.mdb").stat().st_blocks * 512
 
     def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self.env.close()

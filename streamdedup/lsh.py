@@ -17,6 +17,18 @@ from .errors import ConfigError
 
 _GRID = np.linspace(0.0, 1.0, 2001)
 
+# Signature length K: the densification probe table (signature.probe_table) holds
+# 16 x K x K int64 values, 128 MiB at K = 1024 (and 2 GiB at 4096), built per process.
+MIN_NUM_PERM, MAX_NUM_PERM = 2, 1024
+
+
+def check_num_perm(num_perm: int) -> None:
+    if not MIN_NUM_PERM <= num_perm <= MAX_NUM_PERM:
+        raise ConfigError(
+            f"--num-perm must be between {MIN_NUM_PERM} and {MAX_NUM_PERM}, got {num_perm} "
+            "(128 is the default; more than a few hundred rarely pays)"
+        )
+
 
 def s_curve(s: float | np.ndarray, bands: int, rows: int) -> np.ndarray:
     return np.asarray(1.0 - (1.0 - np.asarray(s, dtype=np.float64) ** rows) ** bands)
@@ -45,6 +57,7 @@ def error_areas(threshold: float, bands: int, rows: int) -> tuple[float, float]:
 
 def banding(threshold: float, num_perm: int, bands: int, rows: int) -> Banding:
     """A given b x r, checked against K."""
+    check_num_perm(num_perm)
     if bands < 1 or rows < 1 or bands * rows > num_perm:
         raise ConfigError(
             f"--bands {bands} x --rows {rows} needs {bands * rows} hash values; "
@@ -62,8 +75,7 @@ def tune(
     """The b x r (b * r <= K) with the least weighted error area."""
     if not 0.0 < threshold < 1.0:
         raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
-    if num_perm < 1:
-        raise ConfigError(f"--num-perm must be positive, got {num_perm}")
+    check_num_perm(num_perm)
     best: tuple[float, Banding] | None = None
     for rows in range(1, num_perm + 1):
         bands = num_perm // rows

@@ -10,8 +10,8 @@ import numpy as np
 from . import setcodec
 from .config import IndexParams
 from .engine import stored_band_keys
-from .errors import IndexOpenError
-from .index import Index, Tables, id_key
+from .errors import IndexCorruptError, IndexOpenError
+from .index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
 from .signature import estimate_jaccard
 
 
@@ -45,9 +45,97 @@ def bucket_histogram(t: Tables) -> dict[str, Any]:
     }
 
 
-def index_stats(path: str) -> dict[str, Any]:
+def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
+    """Read every key and value of every table once (LMDB checks each page it walks)
+    and hold the tables to each other and to the counters in `meta`.  Returns the
+    entries read and the problems found."""
+    problems: list[str] = []
+    entries = 0
+    kinds: dict[str, int] = {}
+    last_docno = -1
+    sig_bytes = 2 * params.num_perm
+    for name, db in t.db.items():
+        n = 0
+        for key, value in t.txn.cursor(db=db).iternext():
+            n += 1
+            if name == "docs":
+                try:
+                    rec = Record.unpack(bytes(value))
+                except Exception as exc:
+                    if len(problems) < 20:
+                        problems.append(f"docs: record {docno_of(bytes(key))} unreadable ({exc})")
+                    continue
+                last_docno = max(last_docno, docno_of(bytes(key)))
+                for kind, present in (
+                    ("duplicate" if rec.verdict else "unique", True),
+                    ("exact", rec.exact),
+                    ("empty", rec.reason == "empty"),
+                ):
+                    if present:
+                        kinds[kind] = kinds.get(kind, 0) + 1
+            elif name == "sigs" and len(value) != sig_bytes:
+                problems.append(f"sigs: signature {docno_of(bytes(key))} has {len(value)} bytes")
+            elif name == "ids" and len(value) != DOCNO_BYTES:
+                problems.append(f"ids: an entry holds {len(value)} bytes, not a document number")
+        stated = t.count(name)
+        if n != stated:
+            problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
+        entries += n
+    counts = t.meta("counts") or {}
+    for kind in ("unique", "duplicate", "exact", "empty"):
+        if counts.get(kind, 0) != kinds.get(kind, 0):
+            problems.append(
+                f"meta: {counts.get(kind, 0):,} {kind} counted, {kinds.get(kind, 0):,} stored"
+            )
+    if t.count("ids") != t.count("docs"):
+        problems.append(f"ids: {t.count('ids'):,} ids for {t.count('docs'):,} documents")
+    next_docno = int(t.meta("next_docno") or 0)
+    if last_docno >= next_docno:
+        problems.append(f"meta: next document number {next_docno} is not past {last_docno}")
+    return entries, problems
+
+
+def _structure(index: Index) -> tuple[list[str], str]:
+    """LMDB's offline verifier (py-lmdb >= 3: every page reachable exactly once, keys
+    in order, the free list).  It reads the file outside any transaction, so its
+    answer counts only if no batch committed meanwhile.  Returns the problems and
+    "verified", "changed" (not counted) or "unavailable" (an older py-lmdb)."""
+    try:
+        from lmdb.verify import verify
+    except ImportError:
+        return [], "unavailable"
+    before = index.env.info()["last_txnid"]
+    try:
+        problems = list(verify(str(index.path)))  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        problems = [f"data.mdb: {exc}"]
+    if index.env.info()["last_txnid"] != before:
+        return [], "changed"
+    return problems, "verified"
+
+
+def check_index(index: Index, params: IndexParams) -> dict[str, Any]:
+    """`stats --check`: the file structure verified, every table read through and the
+    counters compared; damage raises IndexCorruptError.  The offline verifier goes
+    first: it only reads bytes, where LMDB walking a badly damaged file could crash."""
+
+    def fail(problems: list[str]) -> IndexCorruptError:
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return index.damaged(Exception("; ".join(problems[:5]) + more))
+
+    structure, status = _structure(index)
+    if structure:
+        raise fail(structure)
+    entries, problems = index.read(lambda t: check_tables(t, params))  # damage: raises
+    if problems:
+        raise fail(problems)
+    return {"entries": entries, "structure": status}
+
+
+def index_stats(path: str, check: bool = False) -> dict[str, Any]:
     index, params = _open(path)
     try:
+        checked = check_index(index, params) if check else None
 
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta("counts") or {}
@@ -76,7 +164,10 @@ def index_stats(path: str) -> dict[str, Any]:
                 "oldest_ms": None if (o := t.oldest()) is None else o[0],
             }
 
-        return index.read(read)
+        out = index.read(read)
+        if checked is not None:
+            out["check"] = checked
+        return out
     finally:
         index.close()
 
@@ -124,6 +215,16 @@ def render_stats(s: dict[str, Any]) -> str:
             f"  time span    {_iso(s['oldest_ms'])} .. {_iso(s['clock_ms'])} (message timestamps)"
         )
     b = s["bucket_sizes"]
+    if "check" in s:
+        c = s["check"]
+        lines.append(
+            f"  check        ok: {c['entries']:,} entries read, counters agree"
+            + {
+                "verified": ", file structure verified",
+                "changed": " (file structure not verified: a batch committed meanwhile)",
+                "unavailable": " (file structure not verified: needs py-lmdb 3 or later)",
+            }[c["structure"]]
+        )
     lines.append(f"  buckets      {b['buckets']:,} holding {b['postings']:,} postings")
     for label, n in b["histogram"].items():
         lines.append(f"    size {label:>13}: {n:,}")

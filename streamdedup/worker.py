@@ -456,6 +456,10 @@ class Worker:
             have = t.meta("binding")
             if have is None:
                 t.set_meta("binding", want)
+            if self.cfg.changelog_topic and (have is None or have == want):
+                # From now on only writers of this changelog may add to the index
+                # (`engine.check_changelog`): `dedup` and `replay` are refused.
+                t.set_meta("changelog", {"topic": self.cfg.changelog_topic, **want})
             return have  # type: ignore[no-any-return]
 
         have = self.dd.index.write(check)

@@ -8,6 +8,8 @@ error record in the output); 2 usage, configuration or index-parameter error;
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -555,38 +557,84 @@ def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .filemode import run_dedup, stdin_or_file, stdout_or_file
+    from .filemode import (
+        refuse_same_file,
+        run_dedup,
+        stdin_or_file,
+        stdout_or_file,
+        truncate_output,
+    )
 
     fields = Fields.from_options(values)
-    with open_engine(values) as dd:
-        progress = make_progress(values["progress"], "dedup")
-        source, sink = stdin_or_file(args.input), stdout_or_file(values["output"])
-        summary = None
+    output = values["output"]
+    # Input and output are checked and opened before the index: a run that cannot read
+    # or write its files must not create (or change) an index.
+    refuse_same_file(args.input, output)
+    source = stdin_or_file(args.input)
+    sink = None
+    try:
+        existed = output == "-" or os.path.lexists(output)
+        sink = stdout_or_file(output)
         try:
-            summary = run_dedup(
-                dd,
-                source,
-                sink,
-                fields,
-                batch_size=values["batch_size"],
-                workers=max(0, values["workers"]),
-                progress=progress,
-            )
-        except KeyboardInterrupt:
-            print(
-                "\ninterrupted: the index holds every document whose verdict was written",
-                file=sys.stderr,
-            )
-            return EXIT_INTERRUPTED
-        finally:
-            if progress is not None:
-                progress.close()
-            if source is not sys.stdin.buffer:
-                source.close()
-            if sink is not sys.stdout.buffer:
+            dd = _open_new_or_existing(values)
+        except BaseException:
+            if not existed:
+                with contextlib.suppress(OSError):
+                    os.unlink(output)
+            raise
+        with dd:
+            if output != "-":
+                truncate_output(sink)
+            progress = make_progress(values["progress"], "dedup")
+            try:
+                summary = run_dedup(
+                    dd,
+                    source,
+                    sink,
+                    fields,
+                    batch_size=values["batch_size"],
+                    workers=max(0, values["workers"]),
+                    progress=progress,
+                )
+            except KeyboardInterrupt:
+                _say("\ninterrupted: the index holds every document whose verdict was written")
+                return EXIT_INTERRUPTED
+            finally:
+                if progress is not None:
+                    progress.close()
+    finally:
+        if args.input != "-":
+            source.close()
+        if sink is not None and output != "-":
+            with contextlib.suppress(OSError):  # a write error was reported already
                 sink.close()
-        print(summary.text(), file=sys.stderr)
-        return EXIT_REJECTED if summary.rejected else EXIT_OK
+    _say(summary.text())
+    return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def _open_new_or_existing(values: dict[str, Any]) -> Deduplicator:
+    """`open_engine`, removing the index directory again if this call created it and
+    then failed (a failed start leaves no empty index behind)."""
+    index = _require_index(values)
+    existed = os.path.lexists(index)
+    try:
+        return open_engine(values)
+    except BaseException:
+        if not existed and os.path.isdir(index):
+            import shutil
+
+            # only what opening an index creates: never anything a user put there
+            if set(os.listdir(index)) <= {"data.mdb", "lock.mdb"}:
+                shutil.rmtree(index, ignore_errors=True)
+        raise
+
+
+def _say(text: str) -> None:
+    """A line on stderr; nothing when stderr is closed (`print(file=None)` would write
+    it to stdout, into the verdicts)."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(text, file=sys.stderr)
 
 
 def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -806,11 +854,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args, values = parse(argv)
         return HANDLERS[command](args, values)
     except StreamDedupError as exc:
-        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        _say(f"streamdedup: error: {exc}")
         return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
+        # `stats | head` and the like: the reader had what it wanted (dedup reports a
+        # closed output itself, exit 4, since verdicts went missing)
+        from .filemode import silence_stdout
+
+        silence_stdout()
         return EXIT_OK
 
 

@@ -541,7 +541,7 @@ def open_engine(values: dict[str, Any]) -> Deduplicator:
 
 
 def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
-    if mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
+    if sys.stderr is None or mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
         return None
     from tqdm import tqdm
 
@@ -567,6 +567,8 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
     fields = Fields.from_options(values)
     output = values["output"]
+    _require_index(values)
+    _check_engine_options(values)  # usage errors come before file errors
     # Input and output are checked and opened before the index: a run that cannot read
     # or write its files must not create (or change) an index.
     refuse_same_file(args.input, output)
@@ -610,6 +612,25 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 sink.close()
     _say(summary.text())
     return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def _check_engine_options(values: dict[str, Any]) -> None:
+    """The detection options' own errors (invalid values, --bands without --rows), as
+    for a new index: an existing index refuses any option differing from its own."""
+    from .engine import resolve_params
+
+    resolve_params(
+        None,
+        threshold=values["threshold"],
+        num_perm=values["num_perm"],
+        shingle=values["shingle"],
+        bands=values["bands"],
+        rows=values["rows"],
+        verify=values["verify"],
+        seed=values["seed"],
+        false_positive_weight=values["fp_weight"],
+        false_negative_weight=values["fn_weight"],
+    )
 
 
 def _open_new_or_existing(values: dict[str, Any]) -> Deduplicator:
@@ -849,7 +870,22 @@ HANDLERS = {
 }
 
 
+def _hold_std_fds() -> None:
+    """Started with fd 0, 1 or 2 closed (`>&-`), Python sets sys.stdin/stdout/stderr to
+    None; the next file opened (the index, the output) would get that descriptor and
+    whatever writes to it (a C library's message, a fatal error) would land there.
+    Hold such a descriptor with /dev/null; sys.std* stay None, so `-` still reports
+    the stream as closed."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _hold_std_fds()
     try:
         command, args, values = parse(argv)
         return HANDLERS[command](args, values)

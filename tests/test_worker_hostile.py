@@ -54,3 +54,48 @@ def test_hostile_messages_are_dead_lettered(
     dead = t.read(t.dlq, expect=3)
     assert [dict(m.headers)["streamdedup.reason"] for m in dead] == reasons
     assert all(dict(m.headers)["streamdedup.message"] for m in dead)
+
+
+SASL = [
+    "--security-protocol",
+    "SASL_PLAINTEXT",
+    "--sasl-mechanism",
+    "SCRAM-SHA-256",
+    "--sasl-username",
+    "someone",
+    "--sasl-password",
+    "wrong",
+]
+
+
+@pytest.mark.parametrize("command", ["worker", "replay"])
+def test_sasl_against_a_broker_without_it_says_so(
+    kafka_bootstrap: str, tmp_path: Path, command: str
+) -> None:
+    """kafka-python only logs the refusal and then reports "Unable to bootstrap"."""
+    import subprocess
+    import sys
+
+    extra = ["--output", str(tmp_path / "out.jsonl")] if command == "replay" else []
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            command,
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--index",
+            str(tmp_path / "idx"),
+            "--connect-timeout",
+            "5",
+            *SASL,
+            *extra,
+        ],
+        capture_output=True,
+        timeout=120,
+    )
+    assert r.returncode == 3, r.stderr.decode()[-3000:]
+    assert b"Traceback" not in r.stderr
+    last = r.stderr.decode().strip().splitlines()[-1]
+    assert "authentication or protocol mismatch" in last and "--sasl-mechanism" in last

@@ -1,8 +1,8 @@
 """The `streamdedup` command: argument parsing and dispatch to the subcommands.
 
-Exit status: 0 success; 1 finished, but some input lines were rejected (each has an
-error record in the output); 2 usage, configuration or index-parameter error;
-130 interrupted.
+Exit statuses: see `errors.py` (0 success; 1 finished, but some input lines were
+rejected; 2 usage; 3 broker; 4 input/output file; 5 index; 6 disk full; 7 worker
+stopped for safety; 130 interrupted); `main` maps each exception to its status.
 """
 
 from __future__ import annotations

@@ -615,22 +615,18 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def _check_engine_options(values: dict[str, Any]) -> None:
-    """The detection options' own errors (invalid values, --bands without --rows), as
-    for a new index: an existing index refuses any option differing from its own."""
-    from .engine import resolve_params
+    """The detection options' cheap checks (as `resolve_params` makes them with the
+    index open), so that a usage error is reported before a missing file."""
+    from .errors import ConfigError
+    from .shingle import ShingleSpec
 
-    resolve_params(
-        None,
-        threshold=values["threshold"],
-        num_perm=values["num_perm"],
-        shingle=values["shingle"],
-        bands=values["bands"],
-        rows=values["rows"],
-        verify=values["verify"],
-        seed=values["seed"],
-        false_positive_weight=values["fp_weight"],
-        false_negative_weight=values["fn_weight"],
-    )
+    if values["shingle"] is not None:
+        ShingleSpec.parse(values["shingle"])
+    if (values["bands"] is None) != (values["rows"] is None):
+        raise ConfigError("--bands and --rows go together: give both or neither")
+    t = values["threshold"]
+    if t is not None and not 0.0 < t < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
 
 
 def _open_new_or_existing(values: dict[str, Any]) -> Deduplicator:

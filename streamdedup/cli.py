@@ -747,7 +747,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .worker import require_bootstrap, wait_for_broker
 
     require_bootstrap(values)
-
+    source = stdin_or_file(args.input)  # a missing input is reported before connecting
     try:
         wait_for_broker(values["bootstrap_servers"], 30.0)
     except BrokerUnavailableError as exc:
@@ -758,7 +758,6 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     )
     id_field, ts_field = values["id_field"], values["timestamp_field"]
     sent = unparsed = 0
-    source = stdin_or_file(args.input)
     try:
         for line in source:
             if not line.strip():
@@ -776,7 +775,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
         producer.flush()
     finally:
         producer.close()
-        if source is not sys.stdin.buffer:
+        if args.input != "-":
             source.close()
     print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
     return EXIT_OK

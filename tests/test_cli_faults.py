@@ -208,3 +208,16 @@ def test_an_index_made_by_a_failed_start_is_removed(
     argv[3] = str(tmp_path / "old")
     assert main(argv) == 5
     assert (tmp_path / "old").is_dir()
+
+
+def test_produce_reports_a_missing_input_before_connecting(tmp_path: Path) -> None:
+    from streamdedup.broker import free_port
+
+    r = run(
+        "produce",
+        str(tmp_path / "missing.jsonl"),
+        "--bootstrap-servers",
+        f"127.0.0.1:{free_port()}",
+    )
+    assert r.returncode == 4
+    assert "missing.jsonl: No such file" in one_error_line(r.stderr)

@@ -1,13 +1,15 @@
 """The `streamdedup` command: argument parsing and dispatch to the subcommands.
 
-Exit status: 0 success; 1 finished, but some input lines were rejected (each has an
-error record in the output); 2 usage, configuration or index-parameter error;
-130 interrupted.
+Exit statuses: see `errors.py` (0 success; 1 finished, but some input lines were
+rejected; 2 usage; 3 broker; 4 input/output file; 5 index; 6 disk full; 7 worker
+stopped for safety; 130 interrupted); `main` maps each exception to its status.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -581,7 +583,7 @@ def _clock_skew_ms(text: str | None) -> int | None:
 
 
 def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
-    if mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
+    if sys.stderr is None or mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
         return None
     from tqdm import tqdm
 
@@ -597,38 +599,101 @@ def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .filemode import run_dedup, stdin_or_file, stdout_or_file
+    from .filemode import (
+        refuse_same_file,
+        run_dedup,
+        stdin_or_file,
+        stdout_or_file,
+        truncate_output,
+    )
 
     fields = Fields.from_options(values)
-    with open_engine(values) as dd:
-        progress = make_progress(values["progress"], "dedup")
-        source, sink = stdin_or_file(args.input), stdout_or_file(values["output"])
-        summary = None
+    output = values["output"]
+    _require_index(values)
+    _check_engine_options(values)  # usage errors come before file errors
+    # Input and output are checked and opened before the index: a run that cannot read
+    # or write its files must not create (or change) an index.
+    refuse_same_file(args.input, output)
+    source = stdin_or_file(args.input)
+    sink = None
+    try:
+        existed = output == "-" or os.path.lexists(output)
+        sink = stdout_or_file(output)
         try:
-            summary = run_dedup(
-                dd,
-                source,
-                sink,
-                fields,
-                batch_size=values["batch_size"],
-                workers=max(0, values["workers"]),
-                progress=progress,
-            )
-        except KeyboardInterrupt:
-            print(
-                "\ninterrupted: the index holds every document whose verdict was written",
-                file=sys.stderr,
-            )
-            return EXIT_INTERRUPTED
-        finally:
-            if progress is not None:
-                progress.close()
-            if source is not sys.stdin.buffer:
-                source.close()
-            if sink is not sys.stdout.buffer:
+            dd = _open_new_or_existing(values)
+        except BaseException:
+            if not existed:
+                with contextlib.suppress(OSError):
+                    os.unlink(output)
+            raise
+        with dd:
+            if output != "-":
+                truncate_output(sink)
+            progress = make_progress(values["progress"], "dedup")
+            try:
+                summary = run_dedup(
+                    dd,
+                    source,
+                    sink,
+                    fields,
+                    batch_size=values["batch_size"],
+                    workers=max(0, values["workers"]),
+                    progress=progress,
+                )
+            except KeyboardInterrupt:
+                _say("\ninterrupted: the index holds every document whose verdict was written")
+                return EXIT_INTERRUPTED
+            finally:
+                if progress is not None:
+                    progress.close()
+    finally:
+        if args.input != "-":
+            source.close()
+        if sink is not None and output != "-":
+            with contextlib.suppress(OSError):  # a write error was reported already
                 sink.close()
-        print(summary.text(), file=sys.stderr)
-        return EXIT_REJECTED if summary.rejected else EXIT_OK
+    _say(summary.text())
+    return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def _check_engine_options(values: dict[str, Any]) -> None:
+    """The detection options' cheap checks (as `resolve_params` makes them with the
+    index open), so that a usage error is reported before a missing file."""
+    from .errors import ConfigError
+    from .shingle import ShingleSpec
+
+    if values["shingle"] is not None:
+        ShingleSpec.parse(values["shingle"])
+    if (values["bands"] is None) != (values["rows"] is None):
+        raise ConfigError("--bands and --rows go together: give both or neither")
+    t = values["threshold"]
+    if t is not None and not 0.0 < t < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+
+
+def _open_new_or_existing(values: dict[str, Any]) -> Deduplicator:
+    """`open_engine`, removing the index directory again if this call created it and
+    then failed (a failed start leaves no empty index behind)."""
+    index = _require_index(values)
+    existed = os.path.lexists(index)
+    try:
+        return open_engine(values)
+    except BaseException:
+        if not existed and os.path.isdir(index):
+            import shutil
+
+            # only what opening an index creates: never anything a user put there
+            if set(os.listdir(index)) <= {"data.mdb", "lock.mdb"}:
+                shutil.rmtree(index, ignore_errors=True)
+        raise
+
+
+def _say(text: str) -> None:
+    """A line on stderr; nothing when stderr is closed (`print(file=None)` would write
+    it to stdout, into the verdicts)."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            print(text, file=sys.stderr)
 
 
 def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -724,7 +789,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from .worker import require_bootstrap, wait_for_broker
 
     require_bootstrap(values)
-
+    source = stdin_or_file(args.input)  # a missing input is reported before connecting
     try:
         wait_for_broker(values["bootstrap_servers"], 30.0)
     except BrokerUnavailableError as exc:
@@ -735,7 +800,6 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     )
     id_field, ts_field = values["id_field"], values["timestamp_field"]
     sent = unparsed = 0
-    source = stdin_or_file(args.input)
     try:
         for line in source:
             if not line.strip():
@@ -753,7 +817,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
         producer.flush()
     finally:
         producer.close()
-        if source is not sys.stdin.buffer:
+        if args.input != "-":
             source.close()
     print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
     return EXIT_OK
@@ -843,16 +907,36 @@ HANDLERS = {
 }
 
 
+def _hold_std_fds() -> None:
+    """Started with fd 0, 1 or 2 closed (`>&-`), Python sets sys.stdin/stdout/stderr to
+    None; the next file opened (the index, the output) would get that descriptor and
+    whatever writes to it (a C library's message, a fatal error) would land there.
+    Hold such a descriptor with /dev/null; sys.std* stay None, so `-` still reports
+    the stream as closed."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.open(os.devnull, os.O_RDWR)  # the lowest free descriptor: this one
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _hold_std_fds()
     try:
         command, args, values = parse(argv)
         return HANDLERS[command](args, values)
     except StreamDedupError as exc:
-        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        _say(f"streamdedup: error: {exc}")
         return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
+        # `stats | head` and the like: the reader had what it wanted (dedup reports a
+        # closed output itself, exit 4, since verdicts went missing)
+        from .filemode import silence_stdout
+
+        silence_stdout()
         return EXIT_OK
 
 

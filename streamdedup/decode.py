@@ -8,6 +8,8 @@ machine-readable reason and a human message, and processing goes on.
 from __future__ import annotations
 
 import json
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ MISSING_TEXT = "missing_text"
 BAD_TEXT = "bad_text"
 
 _INT64 = 1 << 63
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,13 @@ def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> 
         obj = _slow_json(raw)
         if isinstance(obj, Rejected):
             return obj
+    else:
+        if isinstance(obj, dict) and isinstance(obj.get(fields.id_field), float):
+            # orjson reads integers beyond 64 bits as floats: let the stdlib parser
+            # tell `1e5` (a float id) from `123456789012345678901` (too big an integer)
+            exact = _slow_json(raw)
+            if isinstance(exact, dict):
+                obj = exact
     return from_mapping(obj, fields, "JSON", timestamp_ms)
 
 
@@ -73,7 +83,14 @@ def _slow_json(raw: bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        return Rejected(MALFORMED, f"malformed JSON: {exc.msg} at column {exc.colno}")
+        # some of the stdlib's messages end in "at" already ("Invalid control character at")
+        where = "column" if exc.msg.endswith(" at") else "at column"
+        return Rejected(MALFORMED, f"malformed JSON: {exc.msg} {where} {exc.colno}")
+    except RecursionError:
+        return Rejected(MALFORMED, "malformed JSON: arrays or objects nested too deeply")
+    except ValueError:  # an integer of more digits than Python converts to an int
+        limit = sys.get_int_max_str_digits()
+        return Rejected(MALFORMED, f"malformed JSON: a number with more than {limit} digits")
 
 
 def from_mapping(
@@ -109,7 +126,39 @@ def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
         return Rejected(BAD_ID, f"integer id {doc_id} does not fit in 64 bits")
     if isinstance(doc_id, str) and not doc_id:
         return Rejected(BAD_ID, f"field {name!r} is an empty string")
+    if isinstance(doc_id, str) and _SURROGATE.search(doc_id):
+        # JSON lets `\ud800` through; such an id cannot be stored, keyed or written out
+        return Rejected(
+            BAD_ID,
+            f"field {name!r} holds a lone surrogate (\\u{_surrogate(doc_id)}): not valid text",
+        )
     return doc_id
+
+
+def _surrogate(text: str) -> str:
+    found = _SURROGATE.search(text)
+    return f"{ord(found.group()):04x}" if found else ""
+
+
+def _unpack(value: bytes) -> Any:
+    """msgpack, or why not (several of its exceptions have no message of their own)."""
+    try:
+        return msgpack.unpackb(value, raw=False, strict_map_key=False)
+    except UnicodeDecodeError as exc:
+        return Rejected(INVALID_UTF8, f"msgpack string not valid UTF-8: {exc.reason}")
+    except msgpack.StackError:
+        return Rejected(MALFORMED_MSGPACK, "malformed msgpack: nested too deeply")
+    except msgpack.ExtraData as exc:
+        extra = len(exc.extra) if isinstance(exc.extra, bytes | bytearray) else "some"
+        return Rejected(
+            MALFORMED_MSGPACK, f"malformed msgpack: {extra} extra bytes after the value"
+        )
+    except msgpack.FormatError:
+        return Rejected(MALFORMED_MSGPACK, "malformed msgpack: a reserved type byte (0xc1)")
+    except TypeError:  # unhashable: a map or array used as a map key
+        return Rejected(MALFORMED_MSGPACK, "malformed msgpack: a map or array as a map key")
+    except ValueError as exc:
+        return Rejected(MALFORMED_MSGPACK, f"malformed msgpack: {exc or 'cannot be decoded'}")
 
 
 EMPTY_MESSAGE = "empty_message"
@@ -133,10 +182,9 @@ def decode_message(
             TOO_LARGE, f"message is {len(value)} bytes, over the limit of {fields.max_bytes}"
         )
     if fmt == "msgpack":
-        try:
-            obj = msgpack.unpackb(value, raw=False, strict_map_key=False)
-        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-            return Rejected(MALFORMED_MSGPACK, f"malformed msgpack: {exc or type(exc).__name__}")
+        obj = _unpack(value)
+        if isinstance(obj, Rejected):
+            return obj
         return from_mapping(obj, fields, "msgpack", timestamp_ms)
     if key is None:
         return Rejected(MISSING_ID, "raw message has no key (the key is the document id)")

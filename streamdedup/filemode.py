@@ -9,6 +9,9 @@ gives those documents their stored verdicts back.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -19,6 +22,7 @@ import orjson
 
 from .decode import Fields, Rejected
 from .engine import Deduplicator, Prepared, Verdict
+from .errors import ConfigError, InputOutputError
 from .pool import Decoded, PreparePool, decode_and_prepare
 
 
@@ -80,13 +84,22 @@ def error_record(item: Rejected, line: int) -> dict[str, Any]:
 
 def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
     batch: list[bytes] = []
-    for raw in stream:
-        batch.append(raw.rstrip(b"\r\n"))
-        if len(batch) >= batch_size:
-            yield batch
-            batch = []
+    try:
+        for raw in stream:
+            batch.append(raw.rstrip(b"\r\n"))
+            if len(batch) >= batch_size:
+                yield batch
+                batch = []
+    except OSError as exc:
+        raise read_error(stream, exc) from exc
     if batch:
         yield batch
+
+
+def read_error(stream: IO[bytes], exc: OSError) -> InputOutputError:
+    name = getattr(stream, "name", "the input")
+    where = "stdin" if name == "<stdin>" else name
+    return InputOutputError(f"cannot read {where}: {exc.strerror or exc}")
 
 
 def run_dedup(
@@ -125,8 +138,7 @@ def run_dedup(
                 )
                 out.append(orjson.dumps(record))
             out.append(b"")
-            sink.write(b"\n".join(out))
-            sink.flush()
+            _deliver(sink, b"\n".join(out), summary.lines - len(decoded))
             summary.seconds = time.perf_counter() - started
             if progress is not None:
                 progress.update(len(decoded))
@@ -140,9 +152,96 @@ def run_dedup(
     return summary
 
 
+def _deliver(sink: IO[bytes], data: bytes, written: int) -> None:
+    """Write and flush one batch's output lines; a failure is an `InputOutputError`
+    (exit 4): the batch is already in the index, and the user must know that verdicts
+    are missing from the output -- also when a reader closed the pipe early (`| head`)."""
+    name = getattr(sink, "name", "the output")
+    where = "stdout" if name == "<stdout>" else name
+    try:
+        sink.write(data)
+        sink.flush()
+    except BrokenPipeError as exc:
+        silence_stdout()
+        raise InputOutputError(
+            f"the reader of {where} closed it early: the verdicts after the first "
+            f"{written:,} were not delivered (the index holds their documents: run the same "
+            "input again for every verdict)"
+        ) from exc
+    except OSError as exc:
+        raise InputOutputError(
+            f"cannot write the verdicts to {where}: {exc.strerror or exc} ({written:,} written "
+            "before; the index holds this batch: run the same input again once that is fixed)"
+        ) from exc
+
+
+def silence_stdout() -> None:
+    """After the reader of stdout went away, point fd 1 at /dev/null so that Python's
+    flush of stdout at exit does not fail a second time and print a traceback."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _identity(path: str, std: Any) -> tuple[int, int] | None:
+    """(device, inode) of the regular file `path` is (`-`: the file behind `std`)."""
+    try:
+        st = os.fstat(std.fileno()) if path == "-" else os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def refuse_same_file(input_path: str, output_path: str) -> None:
+    """Writing the verdicts over the input would truncate it before it is read: refuse
+    any spelling of the same file (relative, absolute, symlink, hard link, and stdin or
+    stdout redirected from or to it)."""
+    src = _identity(input_path, sys.stdin)
+    if src is not None and src == _identity(output_path, sys.stdout):
+        where = {"-": "stdout"}.get(output_path, output_path)
+        source = {"-": "stdin"}.get(input_path, input_path)
+        raise ConfigError(
+            f"the output ({where}) is the input file ({source}): writing verdicts there "
+            "would destroy it; choose another --output"
+        )
+
+
 def stdin_or_file(path: str) -> IO[bytes]:
-    return sys.stdin.buffer if path == "-" else open(path, "rb")
+    if path == "-":
+        if sys.stdin is None or _closed(sys.stdin):
+            raise InputOutputError("stdin is closed: give INPUT as a file, or open stdin")
+        return sys.stdin.buffer
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise InputOutputError(f"cannot read {path}: {exc.strerror or exc}") from exc
 
 
 def stdout_or_file(path: str) -> IO[bytes]:
-    return sys.stdout.buffer if path == "-" else open(path, "wb")
+    """The output, opened but not yet truncated (`truncate_output` does that once the
+    index is open, so a failed start leaves an existing output file as it was)."""
+    if path == "-":
+        if sys.stdout is None or _closed(sys.stdout):
+            raise InputOutputError("stdout is closed: give --output FILE, or open stdout")
+        return sys.stdout.buffer
+    try:  # "wb" without O_TRUNC
+        return open(path, "wb", opener=lambda p, _: os.open(p, os.O_WRONLY | os.O_CREAT, 0o666))
+    except OSError as exc:
+        raise InputOutputError(
+            f"cannot write the verdicts to {path}: {exc.strerror or exc}"
+        ) from exc
+
+
+def truncate_output(sink: IO[bytes]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        if stat.S_ISREG(os.fstat(sink.fileno()).st_mode):
+            os.ftruncate(sink.fileno(), 0)
+
+
+def _closed(std: Any) -> bool:
+    try:
+        os.fstat(std.fileno())
+    except (OSError, ValueError, AttributeError):
+        return True
+    return False

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -73,3 +75,46 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     root.setLevel(level.upper())
     # kafka-python is chatty at INFO (every connection, every coordinator lookup)
     logging.getLogger("kafka").setLevel(max(logging.WARNING, root.level))
+
+
+class KafkaRefusals(logging.Handler):
+    """Remembers the last authentication or TLS failure kafka-python logs.
+
+    When the broker refuses the client (a SASL mechanism it does not offer, a wrong user
+    name or password, a TLS handshake failure), kafka-python only logs the reason and
+    later gives up with "Unable to bootstrap"; `explain` turns that into what to check.
+    Installed once on the `kafka` logger; `reset` before connecting."""
+
+    _REFUSAL = re.compile(r"\b\w*(?:Sasl|Authentication|SSL|Ssl)\w*Error\b|\[SSL: \w+\]")
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    @classmethod
+    def install(cls) -> KafkaRefusals:
+        logger = logging.getLogger("kafka")
+        for handler in logger.handlers:
+            if isinstance(handler, cls):
+                return handler
+        handler = cls()
+        logger.addHandler(handler)
+        return handler
+
+    def reset(self) -> None:
+        self.last = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            found = self._REFUSAL.search(record.getMessage())
+            if found:
+                self.last = found.group(0)
+
+    def explain(self, bootstrap_servers: str, exc: BaseException) -> str:
+        if self.last is None:
+            return f"cannot use the Kafka cluster at {bootstrap_servers}: {exc}"
+        return (
+            f"the Kafka broker at {bootstrap_servers} refused the connection ({self.last}): "
+            "an authentication or protocol mismatch; check --security-protocol, "
+            "--sasl-mechanism, --sasl-username/--sasl-password and the --ssl-* files"
+        )

@@ -15,6 +15,7 @@ one process without sharing counters.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -33,6 +34,26 @@ from prometheus_client import (
 from .errors import ConfigError
 
 _BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A connection that sends no complete request within this many seconds is closed:
+# each connection holds a thread while it is open.
+IDLE_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback to stderr for anything a handler raises,
+        which would break a `--log-format json` log; a client that hangs up or stays
+        silent is routine, anything else goes through the package's logging."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        log.warning("metrics request from %s failed", client_address[0], exc_info=True)
 
 
 @dataclass(frozen=True)
@@ -92,7 +113,7 @@ class Metrics:
         )
         self._beat = time.monotonic()
         self._lag: dict[tuple[str, int], int] = {}
-        self._server: ThreadingHTTPServer | None = None
+        self._server: _Server | None = None
 
     # -- fed by the worker
     def heartbeat(self) -> None:
@@ -130,6 +151,8 @@ class Metrics:
         metrics = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = IDLE_TIMEOUT_S  # socket timeout: an idle connection is closed
+
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
@@ -151,10 +174,9 @@ class Metrics:
                 pass  # scrapes every few seconds would drown the worker's own log
 
         try:
-            self._server = ThreadingHTTPServer((host, port), Handler)
+            self._server = _Server((host, port), Handler)
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc}") from exc
-        self._server.daemon_threads = True
         threading.Thread(
             target=self._server.serve_forever, name="streamdedup-metrics", daemon=True
         ).start()

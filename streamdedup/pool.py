@@ -95,7 +95,7 @@ def _chunks(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
     """(offset, data) pieces of about TASK_BYTES, each ending at a line end (the last
     one at the end of the input)."""
     offset, carry = 0, b""
-    while block := source.read(TASK_BYTES):
+    while block := _read(source):
         data = carry + block
         cut = data.rfind(b"\n") + 1
         if cut:
@@ -104,6 +104,15 @@ def _chunks(source: IO[bytes]) -> Iterator[tuple[int, bytes]]:
         carry = data[cut:]
     if carry:
         yield offset, carry
+
+
+def _read(source: IO[bytes]) -> bytes:
+    try:
+        return source.read(TASK_BYTES)
+    except OSError as exc:
+        from .filemode import read_error
+
+        raise read_error(source, exc) from exc
 
 
 def _file_path(source: IO[bytes]) -> str | None:

@@ -44,6 +44,7 @@ from .decode import Fields, Rejected, decode_message
 from .engine import Change, Deduplicator, Document, Verdict
 from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError, StreamDedupError
 from .index import Tables, id_key
+from .logs import KafkaRefusals
 from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
@@ -505,13 +506,13 @@ class Worker:
 
         wait_for_broker(self.cfg.bootstrap_servers, self.cfg.connect_timeout_s)
         common = {"bootstrap_servers": self.cfg.bootstrap_servers, "client_id": self.cfg.client_id}
+        refusals = KafkaRefusals.install()  # kafka-python only logs why it was refused
+        refusals.reset()
         try:
             self.sink.open(common)
             self.consumer = KafkaConsumer(**common, **consumer_settings(self.cfg))
         except (KafkaTimeoutError, KafkaConnectionError, TransactionStuckError) as exc:
-            raise BrokerUnavailableError(
-                f"cannot use the Kafka cluster at {self.cfg.bootstrap_servers}: {exc}"
-            ) from exc
+            raise BrokerUnavailableError(refusals.explain(self.cfg.bootstrap_servers, exc)) from exc
         except (KafkaConfigurationError, TypeError, AssertionError) as exc:
             # kafka-python checks its settings with asserts and exceptions of its own
             raise ConfigError(f"Kafka client settings rejected: {exc}") from exc

@@ -17,6 +17,7 @@ from streamdedup.decode import (
     Fields,
     Rejected,
     decode_json,
+    decode_message,
 )
 from streamdedup.engine import Document
 
@@ -91,3 +92,153 @@ def test_custom_field_names_and_known_id_on_text_errors() -> None:
     assert decode_json(b'{"url": "u", "body": "b"}', fields) == Document("u", "b")
     out = decode_json(b'{"url": "u", "body": 3}', fields)
     assert isinstance(out, Rejected) and out.id == "u"
+
+
+# -- hostile input: none of it may raise, and no Document may carry an id that cannot
+# be stored (msgpack), keyed or written out (orjson)
+
+MALFORMED_MSGPACK = "malformed_msgpack"
+
+
+def _usable(doc: Document) -> None:
+    import msgpack
+
+    msgpack.packb(doc.id)
+    orjson.dumps({"id": doc.id})
+
+
+surrogates = st.integers(0xD800, 0xDFFF).map(lambda c: f"\\u{c:04x}")
+escaped_text = st.lists(
+    st.one_of(surrogates, st.sampled_from(["a", " ", "b", "\\u00e9", "\\n"])), max_size=6
+).map("".join)
+
+
+@given(escaped_text, escaped_text)
+def test_escaped_surrogates_never_reach_an_id(doc_id: str, text: str) -> None:
+    raw = f'{{"id": "{doc_id}", "text": "{text}"}}'.encode()
+    out = decode_json(raw, F)
+    assert isinstance(out, Document | Rejected)
+    if isinstance(out, Document):
+        _usable(out)
+        assert out.text == json.loads(raw)["text"]  # texts keep their surrogates
+    else:
+        assert out.reason == BAD_ID and out.message
+
+
+def test_lone_surrogate_id_is_a_bad_id() -> None:
+    out = decode_json(b'{"id": "\\ud800", "text": "x"}', F)
+    assert out == Rejected(BAD_ID, "field 'id' holds a lone surrogate (\\ud800): not valid text")
+    # a later error keeps the id it found: it must not be such an id either
+    out = decode_json(b'{"id": "a\\udfff", "text": 3}', F)
+    assert isinstance(out, Rejected) and out.reason == BAD_ID and out.id is None
+
+
+@given(st.integers(1, 5000), st.sampled_from(["[", '{"a":', '{"id": 1, "text": "x", "n": [']))
+def test_deep_nesting_is_malformed_not_a_crash(depth: int, opener: str) -> None:
+    out = decode_json((opener * depth).encode() + b"\\ud800", F)
+    assert isinstance(out, Rejected) and out.reason == MALFORMED
+
+
+def test_three_thousand_levels() -> None:
+    for raw in (b"[" * 3000 + b"]" * 3000, b'{"id": "\\ud800", "x": ' + b"[" * 3000):
+        out = decode_json(raw, F)
+        assert out == Rejected(MALFORMED, "malformed JSON: arrays or objects nested too deeply")
+
+
+def test_integer_ids_beyond_64_bits_say_so() -> None:
+    for big in (2**64, 123456789012345678901234567890, -(2**70)):
+        out = decode_json(b'{"id": %d, "text": "x"}' % big, F)
+        assert out == Rejected(BAD_ID, f"integer id {big} does not fit in 64 bits")
+    out = decode_json(b'{"id": 1e5, "text": "x"}', F)  # a float is still a float
+    assert isinstance(out, Rejected) and "is a float" in out.message
+    out = decode_json(b'{"id": ' + b"1" * 5000 + b', "text": "x"}', F)
+    assert isinstance(out, Rejected) and out.reason == MALFORMED and "digits" in out.message
+
+
+def test_malformed_json_messages_read_well() -> None:
+    out = decode_json(b'{"id": "a\x01", "text": "x"}', F)
+    assert out == Rejected(MALFORMED, "malformed JSON: Invalid control character at column 10")
+    out = decode_json(b'{"id": "a', F)
+    assert out == Rejected(MALFORMED, "malformed JSON: Unterminated string starting at column 8")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"\x91" * 3000, MALFORMED_MSGPACK),  # nested too deeply (StackError)
+        (b"\xc1", MALFORMED_MSGPACK),  # reserved byte (FormatError)
+        (b"\x81\x80\x00", MALFORMED_MSGPACK),  # a map as a map key (TypeError)
+        (b"\x81\x91\x01\x01", MALFORMED_MSGPACK),  # an array as a map key
+        (b"\x01\x02", MALFORMED_MSGPACK),  # extra data
+        (b"\xd9", MALFORMED_MSGPACK),  # truncated
+        (b"\xa1\xff", INVALID_UTF8),
+    ],
+)
+def test_malformed_msgpack_says_why(value: bytes, reason: str) -> None:
+    out = decode_message(value, None, "msgpack", F)
+    assert isinstance(out, Rejected) and out.reason == reason
+    assert out.message.split(": ", 1)[1].strip()  # a real message after the prefix
+
+
+def test_deep_nesting_in_kafka_messages() -> None:
+    json_deep = b'{"id": "\\ud800", "x": ' + b"[" * 3000
+    out = decode_message(json_deep, None, "json", F)
+    assert isinstance(out, Rejected) and out.reason == MALFORMED
+
+
+def test_lone_surrogates_in_every_message_format() -> None:
+    import msgpack
+
+    out = decode_message(b'{"id": "\\udc00", "text": "x"}', None, "json", F)
+    assert isinstance(out, Rejected) and out.reason == BAD_ID
+    # msgpack and raw decode strictly: the surrogate's UTF-8 form is invalid there
+    packed = msgpack.packb({"id": "\ud800", "text": "x"}, unicode_errors="surrogatepass")
+    out = decode_message(packed, None, "msgpack", F)
+    assert isinstance(out, Rejected) and out.reason == INVALID_UTF8
+    out = decode_message(b"text", "\ud800".encode("utf-8", "surrogatepass"), "raw", F)
+    assert isinstance(out, Rejected) and out.reason == INVALID_UTF8
+
+
+@given(st.binary(max_size=300), st.one_of(st.none(), st.binary(max_size=20)))
+def test_arbitrary_messages_never_raise(value: bytes, key: bytes | None) -> None:
+    for fmt in ("json", "msgpack", "raw"):
+        out = decode_message(value, key, fmt, F)
+        assert isinstance(out, Document | Rejected)
+        if isinstance(out, Document):
+            _usable(out)
+        else:
+            assert out.message
+
+
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text()
+    | st.binary(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        # tuples are packed as arrays: an array as a map key, which Python cannot hash
+        | st.dictionaries(
+            st.one_of(
+                st.text(max_size=3), st.integers(-(2**63), 2**63 - 1), st.tuples(st.booleans())
+            ),
+            inner,
+            max_size=3,
+        )
+    ),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.sampled_from(["id", "text", "x"]), msgpack_values))
+def test_msgpack_maps_decode_or_say_why(obj: dict[str, object]) -> None:
+    import msgpack
+
+    out = decode_message(msgpack.packb(obj), None, "msgpack", F)
+    if isinstance(out, Document):
+        assert out.text == obj["text"] and out.id == obj["id"]
+    else:
+        reasons = {MISSING_ID, BAD_ID, MISSING_TEXT, BAD_TEXT, MALFORMED_MSGPACK}
+        assert out.reason in reasons and out.message

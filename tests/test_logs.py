@@ -62,3 +62,27 @@ def test_kafka_client_repeats_are_rate_limited() -> None:
     f.every_s = 0
     again = rec("kafka.producer.sender", "retrying %s")
     assert f.filter(again) and again.msg.endswith("(and 99 more like it)")
+
+
+def test_kafka_refusals_are_remembered_and_explained() -> None:
+    import logging
+
+    from streamdedup.logs import KafkaRefusals
+
+    refusals = KafkaRefusals.install()
+    assert KafkaRefusals.install() is refusals  # one per process
+    refusals.reset()
+    timeout = TimeoutError("Unable to bootstrap from b:9092")
+    assert refusals.explain("b:9092", timeout) == (
+        "cannot use the Kafka cluster at b:9092: Unable to bootstrap from b:9092"
+    )
+    kafka = logging.getLogger("kafka.net.connection")
+    kafka.warning("Bootstrap connection to %s failed: %s", "bootstrap-0", "no route")
+    assert refusals.last is None
+    kafka.error("Connection failed: %s", "[Error 58] SaslAuthenticationFailedError: bad")
+    assert "SaslAuthenticationFailedError" in refusals.explain("b:9092", timeout)
+    assert "authentication or protocol mismatch" in refusals.explain("b:9092", timeout)
+    refusals.reset()
+    kafka.error("Connection lost: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
+    assert refusals.last == "[SSL: CERTIFICATE_VERIFY_FAILED]"
+    refusals.reset()

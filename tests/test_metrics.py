@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
+import logging
+import socket
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamdedup import metrics
+from streamdedup.logs import setup_logging
 from streamdedup.metrics import HealthPolicy, Metrics
 
 
@@ -91,3 +103,63 @@ def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monke
     assert lines[1].startswith("message at partition 2, offset 5 has timestamp 4102444800003")
     assert "(3 such messages since the last warning)" in lines[1]
     assert b"streamdedup_clock_outliers_total 4.0" in w.metrics.render()
+
+
+@contextlib.contextmanager
+def json_log() -> Iterator[None]:
+    """The package's JSON log on stderr for the test, then the old handlers back."""
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    setup_logging("info", "json")
+    try:
+        yield
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+def test_client_hangups_and_handler_errors_keep_the_log_json(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = Metrics()
+    with json_log():
+        port = m.serve("127.0.0.1", 0)
+        try:
+            for payload in (b"GET /metrics HTTP/1.1\r\nHost: x\r\n", b"GET /metri"):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(payload)
+                time.sleep(0.2)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()  # a reset in the middle of the request
+            monkeypatch.setattr(m, "render", lambda: 1 / 0)
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                get(port, "/metrics")  # the server hangs up without an answer
+            time.sleep(0.5)
+        finally:
+            m.close()
+    err = capfd.readouterr().err
+    records = [json.loads(line) for line in err.splitlines()]  # every line is JSON
+    assert [r["message"] for r in records] == ["metrics request from 127.0.0.1 failed"]
+    assert "ZeroDivisionError" in records[0]["exception"]
+
+
+def test_idle_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics, "IDLE_TIMEOUT_S", 0.5, raising=False)
+    m = Metrics()
+    port = m.serve("127.0.0.1", 0)
+    try:
+        before = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+        time.sleep(0.2)
+        assert threading.active_count() == before + 5  # a thread per open connection
+        started = time.monotonic()
+        for s in idle:
+            s.settimeout(5)
+            assert s.recv(1) == b""  # closed by the server, not by our timeout
+            s.close()
+        assert time.monotonic() - started < 3
+        time.sleep(0.2)
+        assert threading.active_count() == before
+        assert get(port, "/healthz")[0] == 200  # and it still serves
+    finally:
+        m.close()

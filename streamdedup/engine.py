@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from .signature import (
     FingerprintSets,
     Signatures,
     band_keys,
+    distinct_counts,
     estimate_jaccard,
     fingerprint_sets,
     signatures,
@@ -130,7 +132,8 @@ class Counters:
 @dataclass(slots=True)
 class Change:
     """One change to the index, as the changelog carries it: a document stored
-    (`record` set) or forgotten (`record` None)."""
+    (`record` set) or forgotten (`record` None).  A copy promoted to owner of its
+    content (`Deduplicator._forget`) is stored again, with the owner's data."""
 
     key: bytes
     docno: int
@@ -138,6 +141,7 @@ class Change:
     signature: bytes | None
     shingle_set: bytes | None
     owns_content: bool
+    text: bytes | None = None  # compressed normalised text (exact verification)
 
 
 @dataclass
@@ -164,9 +168,15 @@ class Prepared:
     band_keys: list[list[bytes]]
     fingerprints: FingerprintSets | None  # exact verification only
     set_blobs: list[bytes] | None  # the same sets, encoded for the index
+    # Exact verification only: distinct 64-bit shingle hashes per document (the
+    # fingerprint sets lose collisions), and the zlib-compressed normalised texts
+    # from which a candidate's exact shingle set is computed again.
+    distinct: list[int] | None = None
+    texts: list[bytes] | None = None
 
 
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
+TEXT_LEVEL = 6  # zlib level of the stored texts
 
 
 class Preparer:
@@ -208,6 +218,7 @@ class Preparer:
         sig_parts: list[Signatures] = []
         set_parts: list[FingerprintSets] = []
         blobs: list[bytes] = []
+        distinct: list[int] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
@@ -217,7 +228,9 @@ class Preparer:
             sig_parts.append(signatures(sets, p.num_perm, p.seed))
             if exact:
                 set_parts.append(sets)
-                blobs += setcodec.encode_sets(sets)
+                counts = distinct_counts(batch, sets).tolist()
+                distinct += counts
+                blobs += setcodec.encode_stored(sets, counts)
         sigs = np.concatenate(sig_parts)
         flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
         return Prepared(
@@ -231,6 +244,8 @@ class Preparer:
             band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
             fingerprints=FingerprintSets.concat(set_parts) if exact else None,
             set_blobs=blobs if exact else None,
+            distinct=distinct if exact else None,
+            texts=[zlib.compress(r, TEXT_LEVEL) for r in raw] if exact else None,
         )
 
 
@@ -245,6 +260,14 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
     sig = np.frombuffer(signature, dtype="<u2")[None, :]
     keys = band_keys(sig, params.bands, params.rows, params.seed)[0]
     return [k.to_bytes(8, "big") for k in keys.tolist()]
+
+
+def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
+    """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
+    `encode`d) text: the set exact verification measures."""
+    raw = zlib.decompress(text)
+    norm = None if shingler.spec.kind == "word" else [raw.decode("utf-8", "surrogatepass")]
+    return np.unique(shingler.batch(norm, [raw]).hashes)
 
 
 def _content_hash(encoded: bytes) -> bytes:
@@ -355,6 +378,7 @@ class Deduplicator:
             self.index.close()
             raise
         self.preparer = Preparer(self.params)
+        self._shingler = Shingler(self.params.shingle)  # exact re-checks
         self._counts: dict[str, int] = {}
         k, t = self.params.num_perm, self.params.threshold
         # Signature estimates have sd sqrt(J(1-J)/K); a candidate whose estimate is four
@@ -525,9 +549,11 @@ class Deduplicator:
             return verdict, 1
         same = t.docno_for_content(content)
         orig = None if same is None else t.record(same)
-        if same is not None and orig is not None and self._expired(orig):
-            self._forget(t, same, id_key(orig.doc_id))  # its content is free again
-            orig = None
+        while same is not None and orig is not None and self._expired(orig):
+            # Forgetting the owner promotes its oldest copy, which may have expired too.
+            self._forget(t, same, id_key(orig.doc_id))
+            same = t.docno_for_content(content)
+            orig = None if same is None else t.record(same)
         if orig is not None:
             verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
             self._insert(t, p, i, docno, verdict, index_it=False)
@@ -556,7 +582,10 @@ class Deduplicator:
         rows: list[bytes] = []
         for d in sorted(found):
             if self._expiry.behind and (r := t.record(d)) is not None and self._expired(r):
-                continue
+                heir = self._successor(t, d, r)
+                if heir is None:
+                    continue
+                d = heir
             fresh = self._fresh.get(d)
             raw = fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(d)
             if raw is not None:
@@ -574,29 +603,72 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
-        assert p.fingerprints is not None
-        mine = p.fingerprints.of(i)
+        assert p.fingerprints is not None and p.distinct is not None and p.texts is not None
+        mine, n_mine = p.fingerprints.of(i), p.distinct[i]
+        exact_mine: npt.NDArray[np.uint64] | None = None
         best: tuple[float, int] | None = None
         for checks, j in enumerate(order):
             floor = threshold if best is None else best[0]
             if checks >= self.options.max_exact_checks or est[j] < floor - self._margin:
                 break
-            other = self._fingerprints(t, docnos[j])
-            sim = setcodec.jaccard(mine, other)
+            d = docnos[j]
+            other, n_other = self._fingerprints(t, d)
             c.exact_checks += 1
+            fp_other = len(other) if not isinstance(other, bytes) else setcodec.count(other)
+            bound = setcodec.jaccard_bound(
+                setcodec.jaccard(mine, other), len(mine), fp_other, n_mine, n_other
+            )
+            if bound < floor:  # sound: the exact Jaccard is at most the bound
+                continue
+            if exact_mine is None:
+                exact_mine = exact_shingles(self._shingler, p.texts[i])
+            sim = setcodec.exact_jaccard(
+                exact_mine, exact_shingles(self._shingler, self._text(t, d))
+            )
             if sim >= threshold and (best is None or sim > best[0]):
-                best = (sim, docnos[j])
+                best = (sim, d)
         if best is None:
             return None
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
 
-    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints | bytes:
-        """A candidate's set: from memory if this batch holds it, else as stored."""
+    def _successor(self, t: Tables, docno: int, rec: Record) -> int | None:
+        """An expired candidate the window has not forgotten yet (the batch's budget
+        ran out) is forgotten now; the copy of its content still inside the window
+        that takes it over (if any) is the candidate instead, as it would be had the
+        window caught up, so verdicts do not depend on the budget."""
+        while True:
+            content = rec.content_hash
+            owned = t.docno_for_content(content) == docno
+            self._forget(t, docno, id_key(rec.doc_id))
+            heir = t.docno_for_content(content) if owned else None
+            got = None if heir is None else t.record(heir)
+            if heir is None or got is None:
+                return None
+            if not self._expired(got):
+                return heir
+            docno, rec = heir, got
+
+    def _fingerprints(self, t: Tables, docno: int) -> tuple[Fingerprints | bytes, int]:
+        """A candidate's fingerprint set (from memory if this batch holds it, else as
+        stored) and its number of distinct 64-bit shingle hashes."""
         fresh = self._fresh.get(docno)
-        if fresh is not None and fresh[0].fingerprints is not None:
-            return fresh[0].fingerprints.of(fresh[1])
-        return t.shingle_set(docno)
+        if (
+            fresh is not None
+            and fresh[0].fingerprints is not None
+            and fresh[0].distinct is not None
+        ):
+            return fresh[0].fingerprints.of(fresh[1]), fresh[0].distinct[fresh[1]]
+        distinct, _, code = setcodec.parse_stored(t.shingle_set(docno))
+        return code, distinct
+
+    def _text(self, t: Tables, docno: int) -> bytes:
+        """A candidate's compressed normalised text: from memory if this batch holds
+        it, else as stored."""
+        fresh = self._fresh.get(docno)
+        if fresh is not None and fresh[0].texts is not None:
+            return fresh[0].texts[fresh[1]]
+        return t.text(docno)
 
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
@@ -616,6 +688,7 @@ class Deduplicator:
             shingles=p.shingles[i],
         )
         sets = p.set_blobs
+        text = p.texts[i] if index_it and p.texts is not None else None
         owns = t.put_document(
             docno,
             p.keys[i],
@@ -624,6 +697,7 @@ class Deduplicator:
             bucket_keys=p.band_keys[i] if index_it else [],
             shingle_set=sets[i] if index_it and sets is not None else None,
             register_content=p.shingles[i] > 0,
+            text=text,
         )
         if index_it:
             self._fresh[docno] = (p, i)
@@ -640,18 +714,38 @@ class Deduplicator:
                 p.sig_bytes[i] if index_it else None,
                 sets[i] if index_it and sets is not None else None,
                 owns,
+                text,
             )
         )
 
     def _forget(self, t: Tables, docno: int, key: bytes) -> None:
+        """Remove a document (replaced by new content, or expired).  If it owned its
+        content and copies of it live on, the oldest copy becomes the owner and takes
+        over its signature, postings, set and text, so later exact and near
+        duplicates still find that content while any copy of it lives."""
         self._fresh.pop(docno, None)
         old = t.record(docno)
         if old is not None:
             self._count(old, -1)
         raw = t.signature(docno)
         keys = [] if raw is None else stored_band_keys(raw, self.params)
+        heir = None
+        if old is not None and t.docno_for_content(old.content_hash) == docno:
+            heir = t.first_copy(old.content_hash)
+        if heir is not None:  # read before `remove_document` deletes them
+            shingle_set = t.shingle_set(docno) or None
+            text = t.text(docno) or None
         t.remove_document(docno, key, keys)
         self.changes.append(Change(key, docno, None, None, None, False))
+        if heir is None or old is None:
+            return
+        heir_rec = t.record(heir)
+        if heir_rec is None:
+            return
+        t.adopt(heir, old.content_hash, raw, keys, shingle_set, text)
+        self.changes.append(
+            Change(id_key(heir_rec.doc_id), heir, heir_rec, raw, shingle_set, True, text)
+        )
 
 
 __all__ = [

@@ -181,6 +181,10 @@ def _id_forms(doc_id: str) -> list[str | int]:
     return forms
 
 
+def _fingerprints(t: Tables, docno: int) -> Any:
+    return setcodec.decode(setcodec.parse_stored(t.shingle_set(docno))[2])
+
+
 def _neighbours(
     t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
@@ -194,7 +198,7 @@ def _neighbours(
     others = np.stack([np.frombuffer(s, dtype="<u2") for _, s in rows if s is not None])
     est = estimate_jaccard(mine, others)
     order = np.argsort(-est, kind="stable")[:limit]
-    own_set = setcodec.decode(t.shingle_set(docno)) if params.verify == "exact" else None
+    own_set = _fingerprints(t, docno) if params.verify == "exact" else None
     out = []
     for j in order:
         d = rows[int(j)][0]
@@ -204,7 +208,7 @@ def _neighbours(
             "estimated_similarity": round(float(est[j]), 4),
         }
         if own_set is not None:
-            other = setcodec.decode(t.shingle_set(d))
+            other = _fingerprints(t, d)
             entry["jaccard"] = round(setcodec.jaccard(own_set, other), 4)
         out.append(entry)
     return out

@@ -9,7 +9,8 @@ its smallest -- in a sorted set, simply the first of the bin, so the one sort th
 builds the sets also builds the signatures.  An empty bin borrows the value of the
 first non-empty bin on a fixed, seeded probe sequence (optimal densification,
 Shrivastava 2017), so P[sig_i(A) == sig_i(B)] = J(A, B) still holds, for the
-fingerprint sets that exact verification measures.
+fingerprint sets (which the exact verification uses only as a sound filter: see
+setcodec).
 
 Stored signatures keep the low 16 bits of each bin's minimum (b-bit minwise
 hashing, Li & Koenig 2010): two different minima agree by accident with
@@ -98,6 +99,31 @@ def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
     offsets[:-1] = np.searchsorted(pairs, np.arange(n, dtype=kind) << FINGERPRINT_BITS)
     offsets[-1] = len(pairs)
     return FingerprintSets((pairs & _FINGERPRINT_MASK).astype(np.uint32), offsets)
+
+
+def distinct_counts(batch: ShingleBatch, sets: FingerprintSets) -> npt.NDArray[np.int64]:
+    """Each document's number of distinct 64-bit shingle hashes.
+
+    A fingerprint set is smaller than its document's list of shingle hashes only
+    where fingerprints repeat: a repeated shingle, or two shingles that collide in
+    24 bits.  Where none repeats (most pages), every hash is distinct and the set's
+    size is the answer; the other documents are counted again on their full hashes,
+    together, in one sort (the fingerprint mix is a bijection, so distinct hashes
+    are distinct shingles' hashes exactly)."""
+    counts = batch.counts
+    out = sets.counts.copy()
+    redo = counts > out
+    if not redo.any():
+        return out
+    docs = np.flatnonzero(redo)
+    hashes = batch.hashes[np.repeat(redo, counts)]
+    doc = np.repeat(docs, counts[docs])
+    order = np.lexsort((hashes, doc))
+    hashes, doc = hashes[order], doc[order]
+    new = np.ones(len(hashes), dtype=np.bool_)
+    new[1:] = (hashes[1:] != hashes[:-1]) | (doc[1:] != doc[:-1])
+    out[docs] = np.bincount(doc[new], minlength=len(out))[docs]
+    return out
 
 
 def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:

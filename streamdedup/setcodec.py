@@ -128,7 +128,7 @@ def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
 
 def encode_stored(sets: FingerprintSets, distinct: list[int]) -> list[bytes]:
     """Each document's set as stored: its count of distinct 64-bit shingle hashes
-    (`signature.distinct_counts`), then its Elias-Fano code."""
+    (`signature.fingerprint_sets_and_counts`), then its Elias-Fano code."""
     pack = _DISTINCT.pack
     return [pack(n) + code for n, code in zip(distinct, encode_sets(sets), strict=True)]
 

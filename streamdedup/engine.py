@@ -33,14 +33,7 @@ from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
 from .lsh import banding, tune
-from .shingle import (
-    Shingler,
-    ShingleSpec,
-    encode,
-    normalise,
-    normalise_utf8,
-    split_by_length,
-)
+from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
 from .signature import (
     Fingerprints,
     FingerprintSets,
@@ -48,7 +41,6 @@ from .signature import (
     band_keys,
     estimate_jaccard,
     fingerprint_sets,
-    fingerprint_sets_and_counts,
     signatures,
 )
 
@@ -175,12 +167,10 @@ class Prepared:
     band_keys: list[list[bytes]]
     fingerprints: FingerprintSets | None  # exact verification only
     set_blobs: list[bytes] | None  # the same sets, encoded for the index
-    # Exact verification only: distinct 64-bit shingle hashes per document (the
-    # fingerprint sets lose collisions), and the zlib-compressed normalised texts
-    # from which a candidate's exact shingle set is computed again.
-    distinct: list[int] | None = None
+    # Exact verification only: the zlib-compressed normalised texts, from which a
+    # candidate's exact shingle set is computed again, and each document's 64-bit
+    # shingle hashes (views of the batch's array), its own exact set.
     texts: list[bytes] | None = None
-    # each document's shingle hashes, for exact re-checks (views: no copy made)
     hashes: list[npt.NDArray[np.uint64]] | None = None
 
 
@@ -227,23 +217,18 @@ class Preparer:
         sig_parts: list[Signatures] = []
         set_parts: list[FingerprintSets] = []
         blobs: list[bytes] = []
-        distinct: list[int] = []
         hashes: list[npt.NDArray[np.uint64]] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
             batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
-            if exact:
-                sets, n_distinct = fingerprint_sets_and_counts(batch, p.seed)
-                counts = n_distinct.tolist()
-                distinct += counts
-                set_parts.append(sets)
-                blobs += setcodec.encode_stored(sets, counts)
-                hashes += [batch.of(j) for j in range(len(sets))]
-            else:
-                sets = fingerprint_sets(batch, p.seed)
+            sets = fingerprint_sets(batch, p.seed)
             shingles += batch.counts.tolist()
             sig_parts.append(signatures(sets, p.num_perm, p.seed))
+            if exact:
+                set_parts.append(sets)
+                blobs += setcodec.encode_sets(sets)
+                hashes += [batch.of(j) for j in range(len(sets))]
         sigs = np.concatenate(sig_parts)
         flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
         return Prepared(
@@ -257,7 +242,6 @@ class Preparer:
             band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
             fingerprints=FingerprintSets.concat(set_parts) if exact else None,
             set_blobs=blobs if exact else None,
-            distinct=distinct if exact else None,
             hashes=hashes if exact else None,
             texts=[zlib.compress(r, TEXT_LEVEL) for r in raw] if exact else None,
         )
@@ -632,25 +616,25 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
-        assert p.fingerprints is not None and p.distinct is not None and p.texts is not None
-        mine, n_mine = p.fingerprints.of(i), p.distinct[i]
-        exact_mine: npt.NDArray[np.uint64] | None = None
+        assert p.fingerprints is not None
+        mine = p.fingerprints.of(i)
+        exact_mine: npt.NDArray[np.uint64] | None = None  # 64-bit, once needed
         best: tuple[float, int] | None = None
         for checks, j in enumerate(order):
             floor = threshold if best is None else best[0]
             if checks >= self.options.max_exact_checks or est[j] < floor - self._margin:
                 break
             d = docnos[j]
-            other, n_other = self._fingerprints(t, d)
+            other = self._fingerprints(t, d)
             c.exact_checks += 1
-            fp_other = len(other) if not isinstance(other, bytes) else setcodec.count(other)
+            if exact_mine is None:
+                exact_mine = _own_shingles(p, i)
+            size = len(other) if not isinstance(other, bytes) else setcodec.count(other)
             bound = setcodec.jaccard_bound(
-                setcodec.jaccard(mine, other), len(mine), fp_other, n_mine, n_other
+                setcodec.jaccard(mine, other), len(mine), size, len(exact_mine)
             )
             if bound < floor:  # sound: the exact Jaccard is at most the bound
                 continue
-            if exact_mine is None:
-                exact_mine = _own_shingles(p, i)
             sim = setcodec.exact_jaccard(exact_mine, self._exact_shingles(t, d))
             if sim >= threshold and (best is None or sim > best[0]):
                 best = (sim, d)
@@ -676,18 +660,13 @@ class Deduplicator:
                 return heir
             docno, rec = heir, got
 
-    def _fingerprints(self, t: Tables, docno: int) -> tuple[Fingerprints | bytes, int]:
-        """A candidate's fingerprint set (from memory if this batch holds it, else as
-        stored) and its number of distinct 64-bit shingle hashes."""
+    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints | bytes:
+        """A candidate's fingerprint set: from memory if this batch holds it, else as
+        stored."""
         fresh = self._fresh.get(docno)
-        if (
-            fresh is not None
-            and fresh[0].fingerprints is not None
-            and fresh[0].distinct is not None
-        ):
-            return fresh[0].fingerprints.of(fresh[1]), fresh[0].distinct[fresh[1]]
-        distinct, _, code = setcodec.parse_stored(t.shingle_set(docno))
-        return code, distinct
+        if fresh is not None and fresh[0].fingerprints is not None:
+            return fresh[0].fingerprints.of(fresh[1])
+        return t.shingle_set(docno)
 
     def _exact_shingles(self, t: Tables, docno: int) -> npt.NDArray[np.uint64]:
         """A candidate's exact shingle set: from memory if this batch holds it, else

@@ -9,8 +9,8 @@ meta        name                       msgpack (parameters, counters, offsets)
 ids         encoded document id        docno (5 bytes, big-endian)
 docs        docno                      msgpack record: id, verdict, links, hashes
 sigs        docno                      signature: K little-endian uint16
-sets        docno + chunk number       distinct shingle count + Elias-Fano coded
-                                       shingle fingerprints (exact verification)
+sets        docno + chunk number       Elias-Fano coded shingle fingerprints (exact
+                                       verification: a sound filter)
 texts       docno + chunk number       zlib-compressed normalised text (exact
                                        verification: re-shingled to 64-bit hashes)
 content     normalised-content hash    docno of the document owning that content
@@ -159,7 +159,7 @@ class Tables:
         return None if raw is None else bytes(raw)
 
     def shingle_set(self, docno: int) -> bytes:
-        """The stored set (`setcodec.encode_stored`), chunks joined; b"" if none."""
+        """The stored fingerprint set (`setcodec.encode`d), chunks joined; b"" if none."""
         return self._chunked(docno, "sets")
 
     def _chunked(self, docno: int, table: str) -> bytes:

@@ -8,15 +8,14 @@ one (the set shrinks), and a shingle of one document may share one with a differ
 shingle of another (the intersection grows), so Jaccard on fingerprints is not the
 Jaccard of the shingle sets -- for one-shingle documents, 300,000 of them collide in
 thousands of pairs at "Jaccard 1.0".  It is used only where it is sound:
-`jaccard_bound` turns it, with each document's count of distinct 64-bit shingle
-hashes stored in front of the code (`encode_stored`), into an upper bound on the
-true Jaccard, which rejects almost every candidate below the threshold; a candidate
-at or above it is checked exactly on its 64-bit shingle hashes (the engine re-shingles
-its stored text).  Whole batches are encoded with a few numpy calls.
+`jaccard_bound` turns it, with the new document's count of distinct 64-bit shingle
+hashes, into an upper bound on the true Jaccard, which rejects almost every
+candidate below the threshold; a candidate at or above it is checked exactly on its
+64-bit shingle hashes (the engine shingles its stored text again).  Whole batches are
+encoded with a few numpy calls.
 
 Layout: u32 n | u8 low_bytes | n low parts of low_bytes bytes each (little-endian)
-| bit-packed unary code of the high parts (Elias-Fano upper half).  As stored:
-u32 distinct 64-bit shingle hashes, then that code.
+| bit-packed unary code of the high parts (Elias-Fano upper half).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from .shingle import offsets_of
 from .signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
 
 _HEADER = struct.Struct("<IB")
-_DISTINCT = struct.Struct("<I")
 _LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}
 
 
@@ -126,45 +124,29 @@ def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
-def encode_stored(sets: FingerprintSets, distinct: list[int]) -> list[bytes]:
-    """Each document's set as stored: its count of distinct 64-bit shingle hashes
-    (`signature.fingerprint_sets_and_counts`), then its Elias-Fano code."""
-    pack = _DISTINCT.pack
-    return [pack(n) + code for n, code in zip(distinct, encode_sets(sets), strict=True)]
-
-
-def parse_stored(stored: bytes) -> tuple[int, int, bytes]:
-    """(distinct 64-bit shingle hashes, fingerprints, the Elias-Fano code) of a
-    stored set."""
-    (distinct,) = _DISTINCT.unpack_from(stored)
-    code = stored[_DISTINCT.size :]
-    (fingerprints,) = _DISTINCT.unpack_from(code)
-    return distinct, fingerprints, code
-
-
 def count(code: bytes) -> int:
     """The number of fingerprints in an Elias-Fano code."""
-    return int(_DISTINCT.unpack_from(code)[0])
+    return int(_HEADER.unpack_from(code)[0])
 
 
-def jaccard_bound(
-    fp_jaccard: float, fp_a: int, fp_b: int, distinct_a: int, distinct_b: int
-) -> float:
+def jaccard_bound(fp_jaccard: float, fp_a: int, fp_b: int, distinct_a: int) -> float:
     """A sound upper bound on the Jaccard of two shingle sets A and B (of 64-bit
-    hashes) from the Jaccard of their fingerprint sets f(A), f(B).
+    hashes) from the Jaccard of their fingerprint sets f(A), f(B), |f(A)|, |f(B)|
+    and |A| (the new document's, whose hashes are at hand; B's need not be stored).
 
-    With n_X = |X| and c_X = n_X - |f(X)| (shingles lost to collisions within X),
-    every shared shingle maps to a shared fingerprint, and a shared fingerprint g
-    stands for at most min(m_A(g), m_B(g)) shared shingles (m_X(g): the shingles of X
-    on g), so |A & B| <= I_fp + min(c_A, c_B).  Jaccard grows with the intersection
-    at fixed n_A, n_B, so the bound follows; each step is exact integer arithmetic
-    but the last division, which rounds the same way as the exact Jaccard's."""
+    Every shared shingle maps to a shared fingerprint, and a shared fingerprint g
+    stands for at most min(m_A(g), m_B(g)) shared shingles (m_X(g): the shingles of
+    X on g), so |A & B| <= I_fp + c_A, with c_A = |A| - |f(A)| the shingles A lost
+    to collisions within itself, and |A & B| <= |A|.  J = I / (|A| + |B| - I) grows
+    with I and falls with |B| >= |f(B)|, so J <= I_ub / (|A| + |f(B)| - I_ub), which
+    also holds where |f(B)| < I (then J <= I / |A|).  Integers throughout but the last
+    division, which rounds as the exact Jaccard's does (monotone)."""
     if fp_a == 0 or fp_b == 0:
         return 0.0
     # I_fp back from the fingerprint Jaccard: exact integers, far inside float range
     inter_fp = round(fp_jaccard * (fp_a + fp_b) / (1.0 + fp_jaccard))
-    inter = min(inter_fp + min(distinct_a - fp_a, distinct_b - fp_b), distinct_a, distinct_b)
-    return inter / (distinct_a + distinct_b - inter)
+    inter = min(inter_fp + distinct_a - fp_a, distinct_a)
+    return inter / (distinct_a + fp_b - inter)
 
 
 def exact_jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:

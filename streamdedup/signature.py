@@ -86,71 +86,19 @@ def probe_table(num_perm: int, seed: int) -> npt.NDArray[np.int64]:
 def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
     """One sort over (document, fingerprint) pairs for the whole batch; 32-bit
     pairs, which sort twice as fast, when the batch's document numbers fit."""
-    return _fingerprint_sets(batch, seed, False)[0]
-
-
-def fingerprint_sets_and_counts(
-    batch: ShingleBatch, seed: int
-) -> tuple[FingerprintSets, npt.NDArray[np.int64]]:
-    """`fingerprint_sets`, and each document's number of distinct 64-bit shingle
-    hashes, which its fingerprint set undercounts where two shingles collide."""
-    sets, distinct = _fingerprint_sets(batch, seed, True)
-    assert distinct is not None
-    return sets, distinct
-
-
-def _fingerprint_sets(
-    batch: ShingleBatch, seed: int, count: bool
-) -> tuple[FingerprintSets, npt.NDArray[np.int64] | None]:
     n = len(batch.offsets) - 1
     mixed = fmix64_np(batch.hashes ^ np.uint64(seed_key(seed, 1)))
     kind = np.dtype(np.uint32 if n <= _NARROW_DOCS else np.uint64)
     pairs: npt.NDArray[np.unsignedinteger[Any]] = (mixed >> _TOP).astype(kind)
     pairs |= np.repeat(np.arange(n, dtype=kind) << FINGERPRINT_BITS, batch.counts)
-    unsorted = pairs.copy() if count else pairs
     pairs.sort()
     keep = np.ones(len(pairs), dtype=np.bool_)
     np.not_equal(pairs[1:], pairs[:-1], out=keep[1:])
-    repeated = pairs[~keep] if count else pairs[:0]
     pairs = pairs[keep]
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[:-1] = np.searchsorted(pairs, np.arange(n, dtype=kind) << FINGERPRINT_BITS)
     offsets[-1] = len(pairs)
-    sets = FingerprintSets((pairs & _FINGERPRINT_MASK).astype(np.uint32), offsets)
-    if not count:
-        return sets, None
-    distinct = sets.counts.copy()
-    if len(repeated):  # sorted already: keep the first of each run
-        first = np.ones(len(repeated), dtype=np.bool_)
-        np.not_equal(repeated[1:], repeated[:-1], out=first[1:])
-        distinct += _collisions(unsorted, repeated[first], batch.hashes, n)
-    return sets, distinct
-
-
-def _collisions(
-    pairs: npt.NDArray[np.unsignedinteger[Any]],
-    repeated: npt.NDArray[np.unsignedinteger[Any]],
-    hashes: U64,
-    n: int,
-) -> npt.NDArray[np.int64]:
-    """Per document, the distinct shingle hashes lost to fingerprints they share.
-
-    Only the (document, fingerprint) pairs that occur more than once (`repeated`,
-    sorted and distinct: a repeated shingle, or a 24-bit collision) are looked at
-    again, on the full 64-bit hashes behind them; they are few.  (The fingerprint's
-    mix is a bijection of the hash, so distinct hashes are counted exactly.)"""
-    at = np.searchsorted(repeated, pairs)
-    at[at == len(repeated)] = 0
-    hit = repeated[at] == pairs
-    group, full = pairs[hit].astype(np.uint64), hashes[hit]
-    order = np.lexsort((full, group))
-    group, full = group[order], full[order]
-    # a group's first hash is its fingerprint's; each further distinct hash is lost
-    lost = np.zeros(len(full), dtype=np.bool_)
-    lost[1:] = (full[1:] != full[:-1]) & (group[1:] == group[:-1])
-    doc = (group[lost] >> np.uint64(FINGERPRINT_BITS)).astype(np.int64)
-    out: npt.NDArray[np.int64] = np.bincount(doc, minlength=n).astype(np.int64)
-    return out
+    return FingerprintSets((pairs & _FINGERPRINT_MASK).astype(np.uint32), offsets)
 
 
 def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:

@@ -254,10 +254,14 @@ class Tables:
             keys = native_keys(b"".join(bucket_keys))
             self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
         for table, value in (("sets", shingle_set), ("texts", text)):
-            if value is not None:
-                for i in range(0, max(len(value), 1), SET_CHUNK):
-                    chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
-                    self._put_last(chunk_key, value[i : i + SET_CHUNK], table)
+            if value is None:
+                continue
+            if len(value) < SET_CHUNK:  # most sets, and many texts: one chunk
+                self._put_last(dk + b"\x00\x00", value, table)
+                continue
+            for i in range(0, len(value), SET_CHUNK):
+                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
+                self._put_last(chunk_key, value[i : i + SET_CHUNK], table)
 
     def _put_last(self, key: bytes, value: bytes, table: str) -> None:
         """Put a key that is normally the table's largest (docnos only grow): LMDB's

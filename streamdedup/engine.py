@@ -17,6 +17,7 @@ verified by signature or by exact Jaccard -> unique.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 import os
@@ -33,7 +34,15 @@ from .config import EngineOptions, IndexParams, Verify
 from .errors import ConfigError, ParameterMismatchError
 from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
 from .lsh import banding, tune
-from .shingle import Shingler, ShingleSpec, encode, normalise, normalise_utf8, split_by_length
+from .shingle import (
+    ShingleBatch,
+    Shingler,
+    ShingleSpec,
+    encode,
+    normalise,
+    normalise_utf8,
+    split_by_length,
+)
 from .signature import (
     Fingerprints,
     FingerprintSets,
@@ -171,7 +180,20 @@ class Prepared:
     # candidate's exact shingle set is computed again, and each document's 64-bit
     # shingle hashes (views of the batch's array), its own exact set.
     texts: list[bytes] | None = None
-    hashes: list[npt.NDArray[np.uint64]] | None = None
+    hashes: HashParts | None = None
+
+
+@dataclass(frozen=True)
+class HashParts:
+    """The shingle hashes of a batch's documents, as its sub-batches made them (a
+    few arrays, not one per document: cheap to pickle to and from `--workers`)."""
+
+    parts: list[ShingleBatch]
+    starts: list[int]  # the batch position of each part's first document
+
+    def of(self, i: int) -> npt.NDArray[np.uint64]:
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self.parts[k].of(i - self.starts[k])
 
 
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
@@ -217,7 +239,8 @@ class Preparer:
         sig_parts: list[Signatures] = []
         set_parts: list[FingerprintSets] = []
         blobs: list[bytes] = []
-        hashes: list[npt.NDArray[np.uint64]] = []
+        hash_parts: list[ShingleBatch] = []
+        starts: list[int] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
@@ -228,7 +251,8 @@ class Preparer:
             if exact:
                 set_parts.append(sets)
                 blobs += setcodec.encode_sets(sets)
-                hashes += [batch.of(j) for j in range(len(sets))]
+                starts.append(part.start)
+                hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
         flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
         return Prepared(
@@ -242,7 +266,7 @@ class Preparer:
             band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
             fingerprints=FingerprintSets.concat(set_parts) if exact else None,
             set_blobs=blobs if exact else None,
-            hashes=hashes if exact else None,
+            hashes=HashParts(hash_parts, starts) if exact else None,
             texts=[zlib.compress(r, TEXT_LEVEL) for r in raw] if exact else None,
         )
 
@@ -271,7 +295,7 @@ def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
 def _own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
     """A prepared document's sorted distinct 64-bit shingle hashes."""
     assert p.hashes is not None
-    return _distinct(p.hashes[i])
+    return _distinct(p.hashes.of(i))
 
 
 def _distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

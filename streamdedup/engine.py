@@ -197,6 +197,7 @@ class HashParts:
 
 
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
+EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
 TEXT_LEVEL = 1  # zlib level of the stored texts (6: 4% smaller, 1.7 times the time)
 
 
@@ -428,6 +429,9 @@ class Deduplicator:
         # fingerprints are in memory, so a later document of the same batch checks
         # against them without reading and decoding what was just written.
         self._fresh: dict[int, tuple[Prepared, int]] = {}
+        # Exact shingle sets of this batch's re-checked candidates (re-emissions of a
+        # page check against the same earlier page again and again).
+        self._exact: dict[int, npt.NDArray[np.uint64]] = {}
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`); rebuilt on every run of the transaction.
         self.changes: list[Change] = []
@@ -502,6 +506,7 @@ class Deduplicator:
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
         self._fresh = {}
+        self._exact = {}
         clock = int(t.meta("clock") or 0)
         ttl = self.options.ttl_ms
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
@@ -527,6 +532,7 @@ class Deduplicator:
                 out.append(verdict)
         t.flush_postings()
         self._fresh = {}  # not kept past the batch: it holds the batch's arrays
+        self._exact = {}
         t.set_meta("next_docno", next_docno)
         t.set_meta("counts", self._counts)
         t.set_meta("clock", clock)
@@ -695,10 +701,18 @@ class Deduplicator:
     def _exact_shingles(self, t: Tables, docno: int) -> npt.NDArray[np.uint64]:
         """A candidate's exact shingle set: from memory if this batch holds it, else
         from its stored text, shingled again."""
+        got = self._exact.get(docno)
+        if got is not None:
+            return got
         fresh = self._fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
-            return _own_shingles(*fresh)
-        return exact_shingles(self._shingler, t.text(docno))
+            got = _own_shingles(*fresh)
+        else:
+            got = exact_shingles(self._shingler, t.text(docno))
+        if len(self._exact) >= EXACT_CACHE:
+            self._exact.clear()
+        self._exact[docno] = got
+        return got
 
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
@@ -754,6 +768,7 @@ class Deduplicator:
         over its signature, postings, set and text, so later exact and near
         duplicates still find that content while any copy of it lives."""
         self._fresh.pop(docno, None)
+        self._exact.pop(docno, None)
         old = t.record(docno)
         if old is not None:
             self._count(old, -1)

@@ -34,17 +34,18 @@ SEED = IndexParams().seed
 SPEC = ShingleSpec()  # word:5
 
 
-def fingerprints(texts: list[str]) -> list[list[int]]:
+def fingerprints(texts: list[str], spec: ShingleSpec = SPEC) -> list[list[int]]:
     """Each text's fingerprint set, as the index computes it."""
-    batch = Shingler(SPEC).batch(None, [encode(normalise(t)) for t in texts])
+    norm = [normalise(t) for t in texts]
+    batch = Shingler(spec).batch(norm, [encode(t) for t in norm])
     sets = fingerprint_sets(batch, SEED)
     return [sets.of(i).tolist() for i in range(len(texts))]
 
 
-def colliding(texts: list[str]) -> list[tuple[str, str]]:
+def colliding(texts: list[str], spec: ShingleSpec = SPEC) -> list[tuple[str, str]]:
     """Pairs of one-shingle texts whose (distinct) shingles share a fingerprint."""
     by_fp: dict[int, list[str]] = defaultdict(list)
-    for text, fps in zip(texts, fingerprints(texts), strict=True):
+    for text, fps in zip(texts, fingerprints(texts, spec), strict=True):
         assert len(fps) == 1
         by_fp[fps[0]].append(text)
     return [(g[0], g[1]) for g in by_fp.values() if len(g) > 1]
@@ -65,6 +66,19 @@ def test_short_documents_with_colliding_fingerprints_are_unique(tmp_path) -> Non
         verdicts += dd.check_batch(docs[len(docs) // 2 :])  # ... and across batches
         # the fingerprints do collide: the same signature, so each pair is a candidate
         assert dd.counters.exact_checks >= len(pairs)
+    assert [v.verdict for v in verdicts] == ["unique"] * len(docs)
+
+
+def test_colliding_char_shingles_are_unique(tmp_path) -> None:
+    """The same with `char` shingling (the stored text is decoded to be shingled)."""
+    spec = ShingleSpec.parse("char:8")
+    texts = [f"é{n:06d}" for n in range(30_000)]  # 7 characters: one shingle each
+    pairs = colliding(texts, spec)
+    assert pairs
+    docs = [Document(f"{i}-{j}", t) for i, pair in enumerate(pairs) for j, t in enumerate(pair)]
+    with Deduplicator(tmp_path / "i", shingle=spec) as dd:
+        verdicts = dd.check_batch(docs[:1])
+        verdicts += dd.check_batch(docs[1:])
     assert [v.verdict for v in verdicts] == ["unique"] * len(docs)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from .config import IndexParams
 from .engine import Change, Verdict
 from .errors import IndexOpenError
-from .index import Index, Record, Tables, docno_key, docno_of
+from .index import Index, Record, Tables, docno_of
 from .signature import band_keys
 
 log = logging.getLogger("streamdedup.changelog")
@@ -38,7 +38,14 @@ def encode_changes(changes: list[Change]) -> list[tuple[bytes, bytes | None]]:
         if c.record is None:
             out.append((c.key, None))  # a tombstone: compaction drops the document
         else:
-            value = [c.docno, c.record.pack(), c.signature, c.shingle_set, c.owns_content]
+            value = [
+                c.docno,
+                c.record.pack(),
+                c.signature,
+                c.shingle_set,
+                c.owns_content,
+                c.text,
+            ]
             out.append((c.key, msgpack.packb(value)))
     return out
 
@@ -61,8 +68,9 @@ def current_changes(t: Tables, keys: list[bytes]) -> list[Change]:
             continue
         signature = t.signature(docno)
         shingle_set = t.shingle_set(docno) if signature is not None else None
+        text = t.text(docno) if signature is not None else None
         owns = t.docno_for_content(record.content_hash) == docno
-        out.append(Change(key, docno, record, signature, shingle_set or None, owns))
+        out.append(Change(key, docno, record, signature, shingle_set or None, owns, text or None))
     return out
 
 
@@ -100,8 +108,12 @@ class _Restorer:
                 t.remove_document(old, key, [])
             if value is None:
                 continue
-            docno, packed, sig, shingle_set, owns = msgpack.unpackb(value)
+            docno, packed, sig, shingle_set, _owns, *rest = msgpack.unpackb(value)
+            text = rest[0] if rest else None
             record = Record.unpack(packed)
+            # Content owners and copies are set from the whole restored state at
+            # the end (`_finish`): records of different ids come in any order
+            # across partitions, a promotion's possibly before its owner's removal.
             t.put_document(
                 docno,
                 key,
@@ -110,9 +122,8 @@ class _Restorer:
                 bucket_keys=[],
                 shingle_set=shingle_set,
                 register_content=False,
+                text=text,
             )
-            if owns:
-                t.txn.put(record.content_hash, docno_key(docno), db=t.db["content"])
             self.max_docno = max(self.max_docno, docno)
 
 
@@ -160,12 +171,22 @@ def _apply(
 
 
 def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
-    """Recompute what the engine keeps in `meta` from the restored documents."""
+    """Recompute what the engine keeps in `meta` from the restored documents, and
+    which document owns each content: the one indexed (with a signature), else the
+    oldest; the others are its copies."""
     counts: dict[str, int] = {}
     clock = 0
     n = 0
-    for _, raw in t.txn.cursor(db=t.db["docs"]):
+    t.txn.drop(t.db["content"], delete=False)
+    t.txn.drop(t.db["copies"], delete=False)
+    unindexed: list[tuple[bytes, bytes]] = []
+    for dk, raw in t.txn.cursor(db=t.db["docs"]):
         rec = Record.unpack(bytes(raw))
+        if rec.shingles > 0:
+            if t.signature(docno_of(bytes(dk))) is not None:
+                t.txn.put(rec.content_hash, bytes(dk), db=t.db["content"], overwrite=False)
+            else:
+                unindexed.append((rec.content_hash, bytes(dk)))
         v = Verdict.from_record(rec)
         for kind in (v.verdict, "exact" if v.exact else None, v.reason):
             if kind in ("unique", "duplicate", "exact", "empty"):
@@ -173,6 +194,9 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
         if rec.timestamp_ms is not None:
             clock = max(clock, rec.timestamp_ms)
         n += 1
+    for content, dk in unindexed:
+        if not t.txn.put(content, dk, db=t.db["content"], overwrite=False):
+            t.txn.put(content + dk, b"", db=t.db["copies"])
     t.set_meta("next_docno", max_docno + 1)
     t.set_meta("counts", counts)
     t.set_meta("clock", clock)

@@ -9,11 +9,20 @@ meta        name                       msgpack (parameters, counters, offsets)
 ids         encoded document id        docno (5 bytes, big-endian)
 docs        docno                      msgpack record: id, verdict, links, hashes
 sigs        docno                      signature: K little-endian uint16
-sets        docno + chunk number       Elias-Fano coded shingle fingerprints
-content     normalised-content hash    docno of the first document with it
+sets        docno + chunk number       Elias-Fano coded shingle fingerprints (exact
+                                       verification: a sound filter)
+texts       docno + chunk number       zlib-compressed normalised text (exact
+                                       verification: re-shingled to 64-bit hashes)
+content     normalised-content hash    docno of the document owning that content
+copies      content hash + docno       empty: the other live documents with it
 postings    partition + level          a sorted run of band postings (postings.py)
 expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 ==========  =========================  ============================================
+
+A content hash is owned by one document, the one indexed (signature, postings,
+set, text); its exact copies are stored without those and listed in `copies`.  When
+the owner is forgotten, the oldest copy takes its place (`Tables.adopt`), so a copy
+stays findable, as an exact and as a near duplicate, as long as it lives.
 
 Documents are numbered in arrival order, so "the newest N of a hot bucket" are the
 largest docnos among its postings.  All of one batch happens in one write transaction
@@ -172,9 +181,13 @@ class Tables:
         return None if raw is None else bytes(raw)
 
     def shingle_set(self, docno: int) -> bytes:
+        """The stored fingerprint set (`setcodec.encode`d), chunks joined; b"" if none."""
+        return self._chunked(docno, "sets")
+
+    def _chunked(self, docno: int, table: str) -> bytes:
         """The chunks joined; only a full chunk can have a next one (gets are cheaper
-        than a cursor: most sets are one or two chunks)."""
-        prefix, db = docno_key(docno), self.db["sets"]
+        than a cursor: most values are one or two chunks)."""
+        prefix, db = docno_key(docno), self.db[table]
         parts: list[bytes] = []
         for n in range(1 << 16):
             raw = self.txn.get(prefix + n.to_bytes(2, "big"), db=db)
@@ -185,9 +198,21 @@ class Tables:
                 break
         return b"".join(parts)
 
+    def text(self, docno: int) -> bytes:
+        """The stored compressed text (`texts`), chunks joined; b"" if none."""
+        return self._chunked(docno, "texts")
+
     def docno_for_content(self, content_hash: bytes) -> int | None:
         raw = self.txn.get(content_hash, db=self.db["content"])
         return None if raw is None else docno_of(bytes(raw))
+
+    def first_copy(self, content_hash: bytes) -> int | None:
+        """The oldest live copy of a content hash other than its owner, if any."""
+        cur = self.txn.cursor(db=self.db["copies"])
+        if not cur.set_range(content_hash):
+            return None
+        key = bytes(cur.key())
+        return docno_of(key[len(content_hash) :]) if key.startswith(content_hash) else None
 
     def put_document(
         self,
@@ -198,29 +223,67 @@ class Tables:
         bucket_keys: list[bytes],
         shingle_set: bytes | None,
         register_content: bool,
+        text: bytes | None = None,
     ) -> bool:
-        """Store a document; True if it became the owner of its content hash."""
+        """Store a document; True if it became the owner of its content hash (else,
+        with `register_content`, it is listed as one of that content's copies)."""
         dk = docno_key(docno)
         self.txn.put(key, dk, db=self.db["ids"])
         self._put_last(dk, record.pack(), "docs")
-        if signature is not None:
-            self._put_last(dk, signature, "sigs")
-        if bucket_keys and self._postings is not None:
-            self._postings.add(bucket_keys, docno)
-        elif bucket_keys:
-            keys = native_keys(b"".join(bucket_keys))
-            self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
-        if shingle_set is not None:
-            for i in range(0, max(len(shingle_set), 1), SET_CHUNK):
-                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
-                self._put_last(chunk_key, shingle_set[i : i + SET_CHUNK], "sets")
+        self._put_data(docno, signature, bucket_keys, shingle_set, text)
         if record.timestamp_ms is not None:
             self.txn.put(expiry_key(record.timestamp_ms, docno), b"", db=self.db["expiry"])
         if register_content:  # the first document with this content stays its owner
-            return bool(
+            owns = bool(
                 self.txn.put(record.content_hash, dk, db=self.db["content"], overwrite=False)
             )
+            if not owns:
+                self.txn.put(record.content_hash + dk, b"", db=self.db["copies"])
+            return owns
         return False
+
+    def adopt(
+        self,
+        docno: int,
+        content_hash: bytes,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        text: bytes | None,
+    ) -> None:
+        """Make a copy the owner of its content, with the forgotten owner's signature,
+        postings, set and text (identical content: identical data)."""
+        dk = docno_key(docno)
+        self.txn.delete(content_hash + dk, db=self.db["copies"])
+        self.txn.put(content_hash, dk, db=self.db["content"])
+        self._put_data(docno, signature, bucket_keys, shingle_set, text, adopted=True)
+
+    def _put_data(
+        self,
+        docno: int,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        text: bytes | None,
+        adopted: bool = False,
+    ) -> None:
+        dk = docno_key(docno)
+        if signature is not None:
+            self._put_last(dk, signature, "sigs")
+        if bucket_keys and self._postings is not None:
+            self._postings.add(bucket_keys, docno, adopted=adopted)
+        elif bucket_keys:
+            keys = native_keys(b"".join(bucket_keys))
+            self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
+        for table, value in (("sets", shingle_set), ("texts", text)):
+            if value is None:
+                continue
+            if len(value) < SET_CHUNK:  # most sets, and many texts: one chunk
+                self._put_last(dk + b"\x00\x00", value, table)
+                continue
+            for i in range(0, len(value), SET_CHUNK):
+                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
+                self._put_last(chunk_key, value[i : i + SET_CHUNK], table)
 
     def _put_last(self, key: bytes, value: bytes, table: str) -> None:
         """Put a key that is normally the table's largest (docnos only grow): LMDB's
@@ -231,7 +294,8 @@ class Tables:
             self.txn.put(key, value, db=db)
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
-        """Forget a document entirely (its id, record, postings and content entry)."""
+        """Forget a document entirely (its id, record, postings, set, text and content
+        or copies entry).  The caller promotes an owner's copy (`adopt`)."""
         dk = docno_key(docno)
         record = self.record(docno)
         self.txn.delete(key, db=self.db["ids"])
@@ -242,11 +306,14 @@ class Tables:
             self.postings.remove(docno)
             if self._postings is not None:
                 self._postings.stale.update(bucket_keys)
-        cur = self.txn.cursor(db=self.db["sets"])
-        while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
-            cur.delete()
+        for table in ("sets", "texts"):
+            cur = self.txn.cursor(db=self.db[table])
+            while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
+                cur.delete()
         if record is not None and self.docno_for_content(record.content_hash) == docno:
             self.txn.delete(record.content_hash, db=self.db["content"])
+        elif record is not None:
+            self.txn.delete(record.content_hash + dk, db=self.db["copies"])
         if record is not None and record.timestamp_ms is not None:
             self.txn.delete(expiry_key(record.timestamp_ms, docno), db=self.db["expiry"])
 
@@ -299,7 +366,10 @@ class Tables:
         docnos = np.repeat(
             np.array([d for d, _ in docs], dtype=np.uint64), [len(row) // 8 for _, row in docs]
         )
-        self.postings.add(flat, docnos)  # docnos ascend already
+        if postings.adopted:  # an adopted copy is older than the batch's documents
+            order = np.argsort(docnos, kind="stable")
+            flat, docnos = flat[order], docnos[order]
+        self.postings.add(flat, docnos)  # docnos ascending
 
     def _newest(self, bk: bytes, cap: int) -> list[int]:
         """A bucket's stored postings, newest first, at most `cap` of them."""
@@ -401,13 +471,15 @@ class _Postings:
     buffered: set[int] = field(default_factory=set)
     dropped: set[int] = field(default_factory=set)  # buffered, then removed
     stale: set[bytes] = field(default_factory=set)  # stored postings removed since
+    adopted: bool = False  # a copy took over an owner's postings (docnos out of order)
 
-    def add(self, band_keys: list[bytes], docno: int) -> None:
+    def add(self, band_keys: list[bytes], docno: int, adopted: bool = False) -> None:
         row = b"".join(band_keys)
         self.docs.append((docno, row))
         self.buffered.add(docno)
         added = self.added
-        if row in self.rows:
+        self.adopted |= adopted
+        if row in self.rows and not adopted:
             if row not in self.quiet:  # a quiet row shares no key
                 for bk in band_keys:
                     if bk in added:
@@ -436,7 +508,18 @@ class _Postings:
 class Index:
     """One LMDB environment in a directory.  Open it after fork, never before."""
 
-    TABLES = ("meta", "ids", "docs", "sigs", "sets", "content", "expiry", "postings")
+    TABLES = (
+        "meta",
+        "ids",
+        "docs",
+        "sigs",
+        "sets",
+        "texts",
+        "content",
+        "copies",
+        "expiry",
+        "postings",
+    )
 
     def __init__(
         self,
@@ -478,7 +561,13 @@ class Index:
         self.dbs: dict[str, Any] = {}
         try:
             for name in self.TABLES:
-                self.dbs[name] = self.env.open_db(name.encode(), create=not readonly)
+                try:
+                    self.dbs[name] = self.env.open_db(name.encode(), create=not readonly)
+                except lmdb.NotFoundError:
+                    # Read-only, an index of an older format may lack a table; its
+                    # stored parameters then say which format it is, and it is refused.
+                    if name == "meta":
+                        raise
         except DAMAGE_ERRORS as exc:
             self.env.close()
             raise self.damaged(exc) from exc

@@ -9,9 +9,10 @@ import numpy as np
 
 from . import setcodec
 from .config import IndexParams
-from .engine import stored_band_keys
+from .engine import exact_shingles, stored_band_keys
 from .errors import IndexCorruptError, IndexOpenError
 from .index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
+from .shingle import Shingler
 from .signature import estimate_jaccard
 
 
@@ -282,6 +283,11 @@ def _id_forms(doc_id: str) -> list[str | int]:
     return forms
 
 
+def _exact_set(t: Tables, shingler: Shingler, docno: int) -> Any:
+    """A document's exact shingle set, from its stored text (as verification reads it)."""
+    return exact_shingles(shingler, t.text(docno))
+
+
 def _neighbours(
     t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
@@ -295,7 +301,8 @@ def _neighbours(
     others = np.stack([np.frombuffer(s, dtype="<u2") for _, s in rows if s is not None])
     est = estimate_jaccard(mine, others)
     order = np.argsort(-est, kind="stable")[:limit]
-    own_set = setcodec.decode(t.shingle_set(docno)) if params.verify == "exact" else None
+    shingler = Shingler(params.shingle)
+    own_set = _exact_set(t, shingler, docno) if params.verify == "exact" else None
     out = []
     for j in order:
         d = rows[int(j)][0]
@@ -305,8 +312,8 @@ def _neighbours(
             "estimated_similarity": round(float(est[j]), 4),
         }
         if own_set is not None:
-            other = setcodec.decode(t.shingle_set(d))
-            entry["jaccard"] = round(setcodec.jaccard(own_set, other), 4)
+            other = _exact_set(t, shingler, d)
+            entry["jaccard"] = round(setcodec.exact_jaccard(own_set, other), 4)
         out.append(entry)
     return out
 

@@ -1,13 +1,18 @@
-"""Compact storage of shingle sets for exact verification.
+"""Compact storage of shingle sets: the fast filter of exact verification.
 
 A document's shingle set is kept as its fingerprint set (`signature.fingerprint_sets`:
 the sorted, distinct top 24 bits of its seeded shingle hashes), Elias-Fano coded with
 the low part rounded up to whole bytes: about 2.2 bytes per shingle for a typical 3 KB
-page, instead of 8.  Jaccard computed on fingerprints differs from Jaccard on
-shingles only through fingerprint collisions: for two documents of n shingles each,
-about n_only_a * n_only_b / 2**24 spurious matches, e.g. 2e-4 matches (a Jaccard
-shift below 1e-6) for two 500-shingle pages at J = 0.8.  Whole batches are encoded
-with a few numpy calls.
+page, instead of 8.  Fingerprints are lossy: two shingles of one document may share
+one (the set shrinks), and a shingle of one document may share one with a different
+shingle of another (the intersection grows), so Jaccard on fingerprints is not the
+Jaccard of the shingle sets -- for one-shingle documents, 300,000 of them collide in
+thousands of pairs at "Jaccard 1.0".  It is used only where it is sound:
+`jaccard_bound` turns it, with the new document's count of distinct 64-bit shingle
+hashes, into an upper bound on the true Jaccard, which rejects almost every
+candidate below the threshold; a candidate at or above it is checked exactly on its
+64-bit shingle hashes (the engine shingles its stored text again).  Whole batches are
+encoded with a few numpy calls.
 
 Layout: u32 n | u8 low_bytes | n low parts of low_bytes bytes each (little-endian)
 | bit-packed unary code of the high parts (Elias-Fano upper half).
@@ -111,6 +116,41 @@ def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
         return kernels.native.jaccard(np.ascontiguousarray(a, dtype=np.uint32), other)
     if isinstance(b, bytes):
         b = decode(b)
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    pos = np.searchsorted(b, a)
+    pos[pos == len(b)] = 0
+    inter = int(np.count_nonzero(b[pos] == a))
+    return inter / (len(a) + len(b) - inter)
+
+
+def count(code: bytes) -> int:
+    """The number of fingerprints in an Elias-Fano code."""
+    return int(_HEADER.unpack_from(code)[0])
+
+
+def jaccard_bound(fp_jaccard: float, fp_a: int, fp_b: int, distinct_a: int) -> float:
+    """A sound upper bound on the Jaccard of two shingle sets A and B (of 64-bit
+    hashes) from the Jaccard of their fingerprint sets f(A), f(B), |f(A)|, |f(B)|
+    and |A| (the new document's, whose hashes are at hand; B's need not be stored).
+
+    Every shared shingle maps to a shared fingerprint, and a shared fingerprint g
+    stands for at most min(m_A(g), m_B(g)) shared shingles (m_X(g): the shingles of
+    X on g), so |A & B| <= I_fp + c_A, with c_A = |A| - |f(A)| the shingles A lost
+    to collisions within itself, and |A & B| <= |A|.  J = I / (|A| + |B| - I) grows
+    with I and falls with |B| >= |f(B)|, so J <= I_ub / (|A| + |f(B)| - I_ub), which
+    also holds where |f(B)| < I (then J <= I / |A|).  Integers throughout but the last
+    division, which rounds as the exact Jaccard's does (monotone)."""
+    if fp_a == 0 or fp_b == 0:
+        return 0.0
+    # I_fp back from the fingerprint Jaccard: exact integers, far inside float range
+    inter_fp = round(fp_jaccard * (fp_a + fp_b) / (1.0 + fp_jaccard))
+    inter = min(inter_fp + distinct_a - fp_a, distinct_a)
+    return inter / (distinct_a + fp_b - inter)
+
+
+def exact_jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
+    """Jaccard of two sorted arrays of distinct 64-bit shingle hashes."""
     if len(a) == 0 or len(b) == 0:
         return 0.0
     pos = np.searchsorted(b, a)

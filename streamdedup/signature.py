@@ -9,7 +9,8 @@ its smallest -- in a sorted set, simply the first of the bin, so the one sort th
 builds the sets also builds the signatures.  An empty bin borrows the value of the
 first non-empty bin on a fixed, seeded probe sequence (optimal densification,
 Shrivastava 2017), so P[sig_i(A) == sig_i(B)] = J(A, B) still holds, for the
-fingerprint sets that exact verification measures.
+fingerprint sets (which the exact verification uses only as a sound filter: see
+setcodec).
 
 Stored signatures keep the low 16 bits of each bin's minimum (b-bit minwise
 hashing, Li & Koenig 2010): two different minima agree by accident with

@@ -41,7 +41,13 @@ from . import failpoints, kernels
 from .changelog import current_changes, encode_changes, params_record
 from .decode import Fields, Rejected, decode_message
 from .engine import Change, Deduplicator, Document, Verdict
-from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError, StreamDedupError
+from .errors import (
+    EXIT_BROKER,
+    BrokerUnavailableError,
+    ConfigError,
+    StreamDedupError,
+    UnsafeToContinueError,
+)
 from .index import Tables, id_key
 from .metrics import Metrics
 
@@ -68,6 +74,10 @@ class WorkerConfig:
     idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
     changelog_topic: str | None = None
     transaction_timeout_s: float = 60.0
+    # Kafka transactions failed in a row (the same batch, redelivered each time): after
+    # this many /healthz answers 503; after `stop_after_failures` the worker exits (7)
+    unhealthy_after_failures: int = 5
+    stop_after_failures: int = 50
 
     @classmethod
     def from_options(cls, values: dict[str, Any], **overrides: Any) -> WorkerConfig:
@@ -150,6 +160,40 @@ def dead_letter_headers(
         ("streamdedup.source.partition", str(partition).encode()),
         ("streamdedup.source.offset", str(offset).encode()),
     ]
+
+
+# Room left under the producer's max_request_size for what a record costs beyond its
+# key, value and headers (the record batch header is 61 bytes; varints, request framing).
+RECORD_MARGIN = 1024
+# A dead letter's key longer than this is cut too (the id of a hostile message).
+DEAD_LETTER_MAX_KEY = 1024
+
+
+def fit_dead_letter(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], max_bytes: int
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """A dead letter that fits in one produce request of at most `max_bytes`: the
+    message as it came, or, when it would not fit, its key and value cut short and
+    headers saying so (`streamdedup.truncated: true`, `streamdedup.original_size`: the
+    value's length in bytes, `streamdedup.original_key_size` when the key was cut).
+    A record over the producer's limit fails its whole transaction, every time the
+    batch is redelivered: one oversized message would stop the worker for good."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+    if size + RECORD_MARGIN <= max_bytes:
+        return key, value, headers
+    headers = [
+        *headers,
+        ("streamdedup.truncated", b"true"),
+        ("streamdedup.original_size", str(len(value or b"")).encode()),
+    ]
+    if key is not None and len(key) > DEAD_LETTER_MAX_KEY:
+        headers.append(("streamdedup.original_key_size", str(len(key)).encode()))
+        key = key[:DEAD_LETTER_MAX_KEY]
+    rest = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, b"", headers)
+    room = max(0, max_bytes - RECORD_MARGIN - rest - 8)  # 8: the value's length varint
+    return key, (value or b"")[:room], headers
 
 
 class Progress:
@@ -271,6 +315,7 @@ class Sink:
         keys = [str(o.item.id).encode() if isinstance(o.item, Verdict) else b"" for o in out]
         partitions = self._partitions(cfg.output_topic, keys)
         sent: list[Any] = []  # each record's future, checked before the commit
+        limit = int(getattr(producer, "config", {}).get("max_request_size", 1 << 20))
 
         def send(topic: str, **record: Any) -> None:
             sent.append(producer.send(topic, **record))
@@ -279,7 +324,8 @@ class Sink:
             if isinstance(o.item, Rejected):
                 if cfg.dead_letter_topic:
                     headers = dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset)
-                    send(cfg.dead_letter_topic, key=o.key, value=o.value, headers=headers)
+                    key, value, headers = fit_dead_letter(o.key, o.value, headers, limit)
+                    send(cfg.dead_letter_topic, key=key, value=value, headers=headers)
             elif o.item is not None:
                 send(
                     cfg.output_topic,
@@ -441,6 +487,7 @@ class Worker:
         # `record_published` when the worker is idle or stops
         self._unrecorded: dict[int, int] = {}
         self._last_gauges = 0.0
+        self._failed_in_a_row = 0  # Kafka transactions, since the last one that committed
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
     # ------------------------------------------------------------------ setup
@@ -681,8 +728,15 @@ class Worker:
         except (KafkaError, TransactionStuckError, UndeliveredError) as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self.sink.abort()
+            self._failed(exc)
             self._rewind(first)
             return
+        if self._failed_in_a_row:
+            if self._failed_in_a_row >= self.cfg.unhealthy_after_failures:
+                log.info("a transaction committed again, after %d failed", self._failed_in_a_row)
+            self._failed_in_a_row = 0
+            if self.metrics is not None:
+                self.metrics.trouble(None)
         self._params_logged = bool(self.cfg.changelog_topic)
         failpoints.reach("committed")
         # Recorded with the next batch (or when idle, or on close) rather than in a
@@ -702,6 +756,33 @@ class Worker:
         self._count(out, applied, time.perf_counter() - started)
         if self.on_batch is not None:
             self.on_batch(self, out)
+
+    def _failed(self, exc: Exception) -> None:
+        """Count a failed Kafka transaction.  A batch that fails every time it is
+        redelivered (a record the broker or the producer refuses) would otherwise keep
+        the loop turning, /healthz green, and nothing committed, for good: after
+        `unhealthy_after_failures` in a row /healthz answers 503 (a supervisor restarts
+        the process, which may clear a client-side fault) and the log says why; after
+        `stop_after_failures` the worker stops (exit 7).  Retries back off, up to 5 s."""
+        n = self._failed_in_a_row = self._failed_in_a_row + 1
+        cfg = self.cfg
+        if n >= cfg.stop_after_failures:
+            raise UnsafeToContinueError(
+                f"{n} Kafka transactions in a row failed, the last with: {exc}. Nothing "
+                "was committed since (the batch stays unpublished and will be redelivered "
+                "to the next worker). If the brokers are down, start the worker again once "
+                "they answer; if a record is refused (a verdict or dead letter over the "
+                "broker's or the producer's size limits, an authorization error), fix "
+                "that setting (--producer-option max_request_size=..., the topics' "
+                "max.message.bytes, ACLs) and start the worker again."
+            )
+        if n >= cfg.unhealthy_after_failures:
+            why = f"{n} Kafka transactions in a row failed, the last with: {exc}"
+            log.error("%s; reporting unhealthy on /healthz", why)
+            if self.metrics is not None:
+                self.metrics.trouble(why)
+        if n >= 2:
+            self.stop_event.wait(min(0.25 * 2 ** (n - 2), 5.0))
 
     def _count(self, out: list[Outgoing], applied: dict[int, int], seconds: float) -> None:
         s = self.stats

@@ -1,0 +1,137 @@
+"""The worker facing hostile input and faults, against a real broker: messages too
+large to dead-letter as they are, transactions that keep failing, a recreated input
+topic, rewound group offsets, and a second index in the same consumer group."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from test_operations import scrape
+from test_worker import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
+
+from streamdedup.broker import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_an_oversized_dead_letter_is_truncated_and_the_rest_goes_through(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A 2 MiB non-JSON message is over the producer's max_request_size (1 MiB): sent
+    as it is, it failed every transaction of its batch, for good.  It goes to the
+    dead-letter topic cut short, with headers saying so; every good message gets its
+    verdict."""
+    from kafka import KafkaProducer
+
+    docs = stream(60, seed=41)
+    huge = b"<html>" + b"x" * (2 << 20)
+    t = Topics(kafka_bootstrap)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=8 << 20, linger_ms=5)
+    values = [orjson.dumps(d) for d in docs[:30]] + [huge] + [orjson.dumps(d) for d in docs[30:]]
+    for v in values:
+        p.send(t.input, value=v, key=b"hostile" if v is huge else None)
+    p.flush()
+    p.close()
+    r = t.run_worker(tmp_path / "idx", "--max-poll-records", "1000")
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
+    expected = file_mode(tmp_path, docs)
+    offsets = [i for i in range(len(values)) if i != 30]
+    assert sorted(got) == [(0, i) for i in offsets]
+    assert [got[(0, i)] for i in offsets] == expected
+    dead = t.read(t.dlq, expect=1)
+    assert len(dead) == 1
+    headers = dict(dead[0].headers)
+    assert headers["streamdedup.reason"] == b"malformed_json"
+    assert headers["streamdedup.truncated"] == b"true"
+    assert headers["streamdedup.original_size"] == str(len(huge)).encode()
+    assert headers["streamdedup.source.offset"] == b"30"
+    assert dead[0].key == b"hostile"
+    assert 0 < len(dead[0].value) < 1 << 20 and huge.startswith(dead[0].value)
+
+
+def long_id_docs(n: int) -> list[bytes]:
+    """Documents whose verdicts are over a 600-byte max_request_size."""
+    return [orjson.dumps({"id": f"{i}-" + "i" * 700, "text": f"text {i} here"}) for i in range(n)]
+
+
+def test_transactions_that_keep_failing_make_health_fail(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Every transaction fails (the producer refuses each verdict as too large): the
+    loop turns, but nothing commits; /healthz must say so, with the reason."""
+    t = Topics(kafka_bootstrap)
+    t.produce(long_id_docs(5))
+    port = free_port()
+    proc = subprocess.Popen(
+        t.worker_args(
+            tmp_path / "idx",
+            "--metrics-port",
+            str(port),
+            "--producer-option",
+            "max_request_size=600",
+        ),
+        stderr=subprocess.PIPE,
+    )
+    try:
+        health = (0, "")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            time.sleep(0.5)
+            try:
+                health = scrape(port, "/healthz")
+            except OSError:
+                continue
+            if health[0] == 503:
+                break
+        assert health[0] == 503, health
+        assert "Kafka transactions in a row failed" in health[1], health
+        assert "MessageSizeTooLarge" in health[1], health
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert b"reporting unhealthy on /healthz" in err, err.decode()[-3000:]
+    assert t.read(t.output, timeout=3) == []
+
+
+def test_transactions_that_keep_failing_stop_the_worker(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """After `stop_after_failures` failed transactions in a row the worker stops with
+    UnsafeToContinueError (exit 7) instead of turning for good; nothing was committed,
+    so the group's offsets still point at the batch."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    from streamdedup.engine import Deduplicator
+    from streamdedup.errors import UnsafeToContinueError
+    from streamdedup.worker import Worker, WorkerConfig, parse_pairs
+
+    t = Topics(kafka_bootstrap)
+    t.produce(long_id_docs(5))
+    cfg = WorkerConfig(
+        t.bootstrap,
+        t.input,
+        t.output,
+        t.dlq,
+        t.group,
+        consumer_options=parse_pairs(FAST_GROUP[1::2], "--consumer-option"),
+        producer_options={"max_request_size": 600},
+        unhealthy_after_failures=2,
+        stop_after_failures=4,
+        idle_exit_s=60,
+    )
+    started = time.time()
+    with (
+        Deduplicator(tmp_path / "idx") as dd,
+        pytest.raises(UnsafeToContinueError, match="4 Kafka transactions in a row failed"),
+    ):
+        Worker(cfg, dd).run()
+    assert time.time() - started < 50
+    c = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=t.group, enable_auto_commit=False)
+    assert c.committed(TopicPartition(t.input, 0)) is None
+    c.close()

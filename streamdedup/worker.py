@@ -615,16 +615,61 @@ class Worker:
     def _check_positions(self, records: dict[Any, list[Any]]) -> set[int]:
         """Once per assignment: if the index is behind a partition's committed position
         (it was restored from a backup), rewind to where the index stands; that range
-        is applied again without publishing its verdicts a second time."""
+        is applied again without publishing its verdicts a second time.
+
+        The worker (not `replay`, which positions itself) also refuses an input topic
+        that is not the one the index processed (`_check_topic`), and says loudly when
+        the group's position is below what the index has published: the group's
+        offsets were rewound, by hand or by a tool.  Those messages are skipped, not
+        checked again, and the worker goes on rather than stopping: each of them was
+        checked and its verdict committed before (checking it again would make it a
+        duplicate of itself), so skipping drops nothing, while stopping would turn an
+        offset reset into a crash loop with no way forward but a new index.  What the
+        operator may have wanted -- their verdicts again -- is what `replay` gives, and
+        the warning says how."""
         applied: dict[int, int] | None = None
+        published: dict[int, int] = {}
         rewound: set[int] = set()
-        for tp in self.consumer.assignment():
+        fresh = [tp for tp in self.consumer.assignment() if tp.partition not in self._checked]
+        if fresh and self._assign is None:
+            applied, published = self.dd.index.read(
+                lambda t: (
+                    Progress.read(t, self.progress.applied),
+                    Progress.read(t, self.progress.published),
+                )
+            )
+            published = Progress.past(published, self._unrecorded)
+            self._check_topic(fresh, applied)
+        for tp in fresh:
             p = tp.partition
-            if p in self._checked:
-                continue
             if applied is None:
                 applied = self.dd.index.read(lambda t: Progress.read(t, self.progress.applied))
             position = records[tp][0].offset if records.get(tp) else self.consumer.position(tp)
+            if position is not None and position < published.get(p, 0):
+                log.warning(
+                    "consumer group %r is at offset %d of partition %d of %s, below what "
+                    "index %s has already checked and published (up to offset %d): the "
+                    "group's offsets were rewound. Messages %d to %d are SKIPPED, not checked "
+                    "again (their verdicts went out before; checked again, each would be a "
+                    "duplicate of itself). To get their verdicts again: streamdedup replay "
+                    "--mode reverdict --index %s --input-topic %s --group-id "
+                    "%s-reverdict --from-offsets %d:%d --output FILE. To check them afresh: "
+                    "streamdedup replay --mode rebuild --index NEW_DIR --input-topic %s.",
+                    self.cfg.group_id,
+                    position,
+                    p,
+                    self.cfg.input_topic,
+                    self.dd.index.path,
+                    published[p],
+                    position,
+                    published[p] - 1,
+                    self.dd.index.path,
+                    self.cfg.input_topic,
+                    self.cfg.group_id,
+                    p,
+                    position,
+                    self.cfg.input_topic,
+                )
             self._checked.add(p)
             self._silent_until.pop(p, None)
             if p in applied and position is not None and applied[p] < position:
@@ -639,6 +684,60 @@ class Worker:
                 self.consumer.seek(tp, applied[p])
                 rewound.add(p)
         return rewound
+
+    def _check_topic(self, fresh: list[Any], applied: dict[int, int]) -> None:
+        """Refuse an input topic that was deleted and recreated (or truncated) since
+        the index processed it: the index records, per partition, the next offset it
+        applied, and everything below is skipped as done.  On a recreated topic that
+        would drop every new message below those offsets -- no verdict, no log line,
+        lag 0.  Two signs: the topic's id (Kafka 2.8+ brokers report one; the first
+        seen is kept in the index) changed, or a partition now ends below the offset
+        the index applied.  Nothing is processed before these checks."""
+        topic, ns = self.cfg.input_topic, self.progress.ns
+        key = f"topic-id/{ns}"
+        cluster = getattr(getattr(self.consumer, "_client", None), "cluster", None)
+        found = cluster.topic_id(topic) if cluster is not None else None
+        now = None if found is None else str(found)
+
+        def keep(t: Tables) -> str | None:
+            have: str | None = t.meta(key)
+            if now is not None and (have is None or not applied):
+                t.set_meta(key, now)  # nothing applied yet: nothing to mistake
+                return None
+            return have
+
+        before = self.dd.index.write(keep)
+        where = (
+            f"index {self.dd.index.path} has processed input topic {topic!r} for consumer "
+            f"group {self.cfg.group_id!r} up to offsets {dict(sorted(applied.items()))}"
+        )
+        todo = (
+            "Nothing was processed: going on would skip every new message below those "
+            "offsets as if already processed. To process the new topic from its start, "
+            "run the worker with a new, empty --index directory and a new --group-id. "
+            "To check its messages against what this index holds instead, run "
+            f"`streamdedup replay --mode reverdict --index {self.dd.index.path} "
+            f"--input-topic {topic} --group-id NEW_GROUP --output-topic VERDICTS --follow`."
+        )
+        if before is not None and now is not None and before != now:
+            raise UnsafeToContinueError(
+                f"{where}, but the topic was deleted and recreated since (its topic id "
+                f"was {before}, it is now {now}). {todo}"
+            )
+        ours = [tp for tp in fresh if tp.partition in applied]
+        if not ours:
+            return
+        ends = self.consumer.end_offsets(ours)
+        short = {
+            tp.partition: ends[tp]
+            for tp in ours
+            if ends.get(tp) is not None and ends[tp] < applied[tp.partition]
+        }
+        if short:
+            raise UnsafeToContinueError(
+                f"{where}, but the topic now ends at offsets {short}: it was deleted and "
+                f"recreated, or truncated. {todo}"
+            )
 
     def process(self, records: dict[Any, list[Any]]) -> None:
         from kafka.errors import KafkaError

@@ -135,3 +135,70 @@ def test_transactions_that_keep_failing_stop_the_worker(
     c = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=t.group, enable_auto_commit=False)
     assert c.committed(TopicPartition(t.input, 0)) is None
     c.close()
+
+
+def recreate(t: Topics) -> None:
+    """Delete the input topic and create it again, empty."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=t.bootstrap)
+    admin.delete_topics([t.input])
+    deadline = time.time() + 30
+    while t.input in admin.list_topics() and time.time() < deadline:
+        time.sleep(0.2)
+    admin.create_topics([NewTopic(t.input, 1, 1)])
+    admin.close()
+
+
+@pytest.mark.parametrize("again", [40, 150])
+def test_a_recreated_input_topic_is_refused(
+    kafka_bootstrap: str, tmp_path: Path, again: int
+) -> None:
+    """The input topic is deleted and recreated, with fewer messages than the index
+    processed (the partition ends below the index's offsets) or more (only the topic
+    id tells): the worker refuses (exit 7) rather than skip the new messages as
+    processed, and says what to do."""
+    docs = stream(100 + again, seed=42)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[:100]])
+    index = tmp_path / "idx"
+    assert t.run_worker(index).returncode == 0
+    assert len(t.read(t.output, expect=100)) == 100
+    recreate(t)
+    t.produce([orjson.dumps(d) for d in docs[100:]])
+    r = t.run_worker(index)
+    err = r.stderr.decode()
+    assert r.returncode == 7, err[-3000:]
+    assert "deleted and recreated" in err and "Nothing was processed" in err, err[-3000:]
+    assert "new, empty --index" in err and "replay --mode reverdict" in err, err[-3000:]
+    assert len(t.read(t.output, timeout=3)) == 100, "no verdict was published"
+
+
+def test_rewound_group_offsets_are_reported(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The group's committed offsets are rewound below what the index published: the
+    worker skips those messages (their verdicts went out before) and says so loudly,
+    with how to get their verdicts again; later messages are processed as usual."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    docs = stream(110, seed=43)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[:100]])
+    index = tmp_path / "idx"
+    assert t.run_worker(index).returncode == 0
+    tp = TopicPartition(t.input, 0)
+    c = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=t.group, enable_auto_commit=False)
+    c.assign([tp])
+    c.commit({tp: OffsetAndMetadata(20, "", -1)})
+    assert c.committed(tp) == 20
+    c.close()
+    t.produce([orjson.dumps(d) for d in docs[100:]])
+    r = t.run_worker(index)
+    err = r.stderr.decode()
+    assert r.returncode == 0, err[-3000:]
+    assert "the group's offsets were rewound" in err, err[-3000:]
+    assert "Messages 20 to 99 are SKIPPED" in err, err[-3000:]
+    assert "--from-offsets 0:20" in err, err[-3000:]
+    got = verdicts_by_offset(t.read(t.output, expect=110))
+    assert sorted(got) == [(0, i) for i in range(110)]
+    assert [got[(0, i)] for i in range(110)] == file_mode(tmp_path, docs)

@@ -49,6 +49,7 @@ from .errors import (
     UnsafeToContinueError,
 )
 from .index import Tables, id_key
+from .membership import IndexAssignor, identity, index_of_offsets, offsets_metadata
 from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
@@ -345,8 +346,10 @@ class Sink:
                     value=value,
                     partition=None if at is None else at[i],
                 )
+        # the index's id goes with the offsets: a worker on another index refuses them
+        tag = offsets_metadata(getattr(w, "index_id", None))
         offsets = {
-            TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
+            TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, tag, -1)
             for p, off in next_offsets.items()
         }
         try:
@@ -488,21 +491,32 @@ class Worker:
         self._unrecorded: dict[int, int] = {}
         self._last_gauges = 0.0
         self._failed_in_a_row = 0  # Kafka transactions, since the last one that committed
+        # set by bind_index: this index's id and when it was bound to the group
+        self.index_id: str | None = None
+        self._assignor: IndexAssignor | None = None
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
     # ------------------------------------------------------------------ setup
 
     def bind_index(self) -> None:
-        """An index serves one consumer group on one input topic: refuse anything else."""
+        """An index serves one consumer group on one input topic: refuse anything else.
+        (And one group is served by one index: see `streamdedup.membership`.)"""
         want = {"group_id": self.cfg.group_id, "input_topic": self.cfg.input_topic}
 
-        def check(t: Tables) -> dict[str, str] | None:
+        def check(t: Tables) -> tuple[dict[str, str] | None, dict[str, Any]]:
             have = t.meta("binding")
             if have is None:
                 t.set_meta("binding", want)
-            return have  # type: ignore[no-any-return]
+            return have, identity(t, fresh=have is None)
 
-        have = self.dd.index.write(check)
+        have, ident = self.dd.index.write(check)
+        self.index_id = str(ident["id"])
+        self._assignor = IndexAssignor(
+            self.cfg.group_id,
+            self.index_id,
+            float(ident["bound_at"]),
+            str(self.dd.index.path.resolve()),
+        )
         if have is not None and have != want:
             raise ConfigError(
                 f"index {self.dd.index.path} belongs to consumer group {have['group_id']!r} "
@@ -547,7 +561,10 @@ class Worker:
         common = {"bootstrap_servers": self.cfg.bootstrap_servers, "client_id": self.cfg.client_id}
         try:
             self.sink.open(common)
-            self.consumer = KafkaConsumer(**common, **consumer_settings(self.cfg))
+            settings = consumer_settings(self.cfg)
+            if self._assign is None and self._assignor is not None:
+                settings["partition_assignment_strategy"] = [self._assignor]
+            self.consumer = KafkaConsumer(**common, **settings)
         except (KafkaTimeoutError, KafkaConnectionError, TransactionStuckError) as exc:
             raise BrokerUnavailableError(
                 f"cannot use the Kafka cluster at {self.cfg.bootstrap_servers}: {exc}"
@@ -591,6 +608,8 @@ class Worker:
                 if self._finished():
                     break
                 records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+                if self._assignor is not None and self._assignor.refusal is not None:
+                    raise UnsafeToContinueError(self._assignor.refusal)
                 rewound = self._check_positions(records)
                 records = {tp: m for tp, m in records.items() if tp.partition not in rewound}
                 if not self.consumer.assignment():
@@ -640,6 +659,7 @@ class Worker:
             )
             published = Progress.past(published, self._unrecorded)
             self._check_topic(fresh, applied)
+            self._check_committer(fresh, applied)
         for tp in fresh:
             p = tp.partition
             if applied is None:
@@ -684,6 +704,48 @@ class Worker:
                 self.consumer.seek(tp, applied[p])
                 rewound.add(p)
         return rewound
+
+    def _check_committer(self, fresh: list[Any], applied: dict[int, int]) -> None:
+        """The group's offsets of a partition this index never processed were committed
+        by a worker on another index: this one is a second index in the group, alone in
+        it for now (the join-time check needs two members to compare).  Refuse before
+        processing anything.  An index restored from the changelog has the offsets as
+        its progress, so it is not refused.  Brokers that do not keep offsets' metadata
+        (the embedded Tansu 0.6) leave only a warning here."""
+        unknown: dict[int, int] = {}
+        for tp in fresh:
+            if tp.partition in applied:
+                continue
+            committed = self.consumer.committed(tp, metadata=True)
+            if committed is None:
+                continue
+            other = index_of_offsets(getattr(committed, "metadata", None))
+            if other is None:
+                unknown[tp.partition] = committed.offset
+            elif other != self.index_id:
+                raise UnsafeToContinueError(
+                    f"consumer group {self.cfg.group_id!r} has offsets on partition "
+                    f"{tp.partition} of {self.cfg.input_topic!r} committed by a worker on "
+                    f"another index (id {other}); this worker's index "
+                    f"{self.dd.index.path} (id {self.index_id}) never processed it. Two "
+                    "indexes in one group would split the input partitions between them, "
+                    "and duplicates across the two halves would never be found. Nothing "
+                    "was processed. Run every worker of the group on the same --index "
+                    "directory (processes on one host), or give this index its own "
+                    "--group-id (it then reads the whole topic)."
+                )
+        if unknown:
+            log.warning(
+                "index %s has never processed partitions %s of %s, but consumer group %r "
+                "has offsets committed there (%s): the messages before them are not in "
+                "this index, and their duplicates will not be found. If another worker on "
+                "another index serves this group, stop this one: one group, one index.",
+                self.dd.index.path,
+                sorted(unknown),
+                self.cfg.input_topic,
+                self.cfg.group_id,
+                unknown,
+            )
 
     def _check_topic(self, fresh: list[Any], applied: dict[int, int]) -> None:
         """Refuse an input topic that was deleted and recreated (or truncated) since

@@ -202,3 +202,65 @@ def test_rewound_group_offsets_are_reported(kafka_bootstrap: str, tmp_path: Path
     got = verdicts_by_offset(t.read(t.output, expect=110))
     assert sorted(got) == [(0, i) for i in range(110)]
     assert [got[(0, i)] for i in range(110)] == file_mode(tmp_path, docs)
+
+
+def test_a_second_index_in_the_group_is_refused(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """A worker on another index joins a group whose worker runs: it is refused at
+    join time (exit 7, before processing anything) and the first keeps every
+    partition, so duplicates across partitions are still found.  Started later, alone
+    in the group, it is refused by the committed offsets' metadata."""
+    from kafka import KafkaProducer
+
+    t = Topics(kafka_bootstrap, partitions=2)
+    first_log = tmp_path / "first.log"
+    with open(first_log, "wb") as handle:
+        first = subprocess.Popen(
+            t.worker_args(tmp_path / "idx"), stdout=subprocess.DEVNULL, stderr=handle
+        )
+        try:
+            deadline = time.time() + 60
+            while b'assigned ["TopicPartition' not in first_log.read_bytes():
+                assert time.time() < deadline and first.poll() is None, first_log.read_text()
+                time.sleep(0.3)
+            second = t.run_worker(tmp_path / "other-idx", idle=20)
+            err = second.stderr.decode()
+            assert second.returncode == 7, err[-3000:]
+            assert "is served by index" in err and "another one" in err, err[-3000:]
+            assert "--group-id" in err and "Nothing was processed" in err, err[-3000:]
+            docs = stream(200, seed=44)
+            originals = [d for d in docs if "edited" not in d["text"]][:50]
+            t.produce([orjson.dumps(d) for d in originals], partitions=2)
+            p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+            for i, d in enumerate(originals):  # each copy on the other partition
+                copy = {"id": f"copy-{d['id']}", "text": d["text"]}
+                p.send(t.input, value=orjson.dumps(copy), partition=(i + 1) % 2)
+            p.flush()
+            p.close()
+            verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=100, timeout=90)]
+        finally:
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(timeout=30) == 0, first_log.read_text()[-3000:]
+    by_id = {v["id"]: v for v in verdicts}
+    assert len(verdicts) == len(by_id) == 100
+    for d in originals:  # whichever partition went first, the other is its duplicate
+        pair = (by_id[d["id"]], by_id[f"copy-{d['id']}"])
+        assert sorted(v["verdict"] for v in pair) == ["duplicate", "unique"], pair
+    alone = t.run_worker(tmp_path / "other-idx")
+    err = alone.stderr.decode()
+    if keeps_offsets_metadata(t):
+        assert alone.returncode == 7, err[-3000:]
+        assert "committed by a worker on another index" in err, err[-3000:]
+    else:  # Tansu 0.6 drops it: only the warning is left
+        assert alone.returncode == 0, err[-3000:]
+        assert "has never processed partitions [0, 1]" in err, err[-3000:]
+    assert len(t.read(t.output, timeout=3)) == 100
+
+
+def keeps_offsets_metadata(t: Topics) -> bool:
+    """Whether the broker returns the metadata committed with the group's offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=t.group, enable_auto_commit=False)
+    committed = c.committed(TopicPartition(t.input, 0), metadata=True)
+    c.close()
+    return bool(committed is not None and committed.metadata)

@@ -9,10 +9,11 @@ Each index gets a random id the first time a worker binds it to its group (kept 
 index, so processes sharing the directory share it; a backup keeps it), with the time
 of that binding.  Workers join the group with `IndexAssignor`, which puts both in the
 member metadata of the JoinGroup request.  The group's leader, whichever member it is,
-sees every member's: if they name more than one index, the index bound to the group
-earliest keeps the group (the one that was serving it: a newcomer cannot displace it),
-and the members on any other index are assigned no partitions and an error in their
-assignment's user data.  They stop (`UnsafeToContinueError`, exit 7) before they
+sees every member's: if they name more than one index, the index the leader last
+saw serving the group keeps it (a newcomer cannot displace a running worker; the
+leader is normally the group's oldest member), else the index bound to the group
+earliest; the members on any other index are assigned no partitions and an error in
+their assignment's user data.  They stop (`UnsafeToContinueError`, exit 7) before they
 process anything.  Indexes bound before ids existed count as bound at time 0.
 
 A member alone in the group cannot be compared with anyone; the worker's second check
@@ -109,6 +110,7 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             "host": socket.gethostname(),
         }
         self.refusal: str | None = None
+        self.serving: str | None = None  # the index last seen holding the group
 
     def metadata(self, topics: Any) -> Any:
         return ConsumerProtocolSubscription(self.version, list(topics), orjson.dumps(self.mine))
@@ -116,7 +118,14 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
     def assign(self, cluster: Any, members: Any) -> dict[str, Any]:
         info = {m.member_id: _decode(m.metadata.user_data) for m in members}
         known = [i for i in info.values() if i is not None and "index" in i]
-        kept = min(known, key=lambda i: (float(i.get("bound_at", 0)), str(i["index"])))
+        if not known:  # no member says (none of ours): nothing to compare
+            return dict(RangePartitionAssignor.assign(cluster, members))
+        serving = [i for i in known if i["index"] == self.serving]
+        kept = (
+            serving[0]
+            if serving
+            else min(known, key=lambda i: (float(i.get("bound_at", 0)), str(i["index"])))
+        )
         ours = [m for m in members if (info[m.member_id] or {}).get("index") == kept["index"]]
         out: dict[str, Any] = dict(RangePartitionAssignor.assign(cluster, ours))
         for m in members:
@@ -137,3 +146,5 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         info = _decode(assignment.user_data)
         if info is not None and info.get("refused"):
             self.refusal = refusal_message(self.group, self.mine, info.get("kept") or {})
+        else:
+            self.serving = str(self.mine["index"])

@@ -650,6 +650,12 @@ class Worker:
         published: dict[int, int] = {}
         rewound: set[int] = set()
         fresh = [tp for tp in self.consumer.assignment() if tp.partition not in self._checked]
+        if self._assign is None:
+            # checked once a fetch answered for them (it brings the partition's end, see
+            # _check_topic); until then none of their messages can be processed
+            fresh = [
+                tp for tp in fresh if records.get(tp) or self.consumer.highwater(tp) is not None
+            ]
         if fresh and self._assign is None:
             applied, published = self.dd.index.read(
                 lambda t: (
@@ -754,7 +760,10 @@ class Worker:
         would drop every new message below those offsets -- no verdict, no log line,
         lag 0.  Two signs: the topic's id (Kafka 2.8+ brokers report one; the first
         seen is kept in the index) changed, or a partition now ends below the offset
-        the index applied.  Nothing is processed before these checks."""
+        the index applied.  Nothing is processed before these checks.  The end is the
+        high watermark of the last fetch response: Tansu 0.6 answers an end-offset
+        query with the last record batch's base offset + 1 (measured), below the end
+        whenever that batch holds more than one record."""
         topic, ns = self.cfg.input_topic, self.progress.ns
         key = f"topic-id/{ns}"
         cluster = getattr(getattr(self.consumer, "_client", None), "cluster", None)
@@ -789,11 +798,11 @@ class Worker:
         ours = [tp for tp in fresh if tp.partition in applied]
         if not ours:
             return
-        ends = self.consumer.end_offsets(ours)
+        ends = {tp: self.consumer.highwater(tp) for tp in ours}
         short = {
-            tp.partition: ends[tp]
-            for tp in ours
-            if ends.get(tp) is not None and ends[tp] < applied[tp.partition]
+            tp.partition: end
+            for tp, end in ends.items()
+            if end is not None and end < applied[tp.partition]
         }
         if short:
             raise UnsafeToContinueError(

@@ -154,10 +154,11 @@ def recreate(t: Topics) -> None:
 def test_a_recreated_input_topic_is_refused(
     kafka_bootstrap: str, tmp_path: Path, again: int
 ) -> None:
-    """The input topic is deleted and recreated, with fewer messages than the index
-    processed (the partition ends below the index's offsets) or more (only the topic
-    id tells): the worker refuses (exit 7) rather than skip the new messages as
-    processed, and says what to do."""
+    """The input topic is deleted and recreated, with more messages than the index
+    processed (only the topic id tells) or fewer (the partition ends below the index's
+    offsets; the topic id the index kept is removed, as on a broker without ids, to
+    check that sign alone): the worker refuses (exit 7) rather than skip the new
+    messages as processed, and says what to do."""
     docs = stream(100 + again, seed=42)
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs[:100]])
@@ -166,10 +167,18 @@ def test_a_recreated_input_topic_is_refused(
     assert len(t.read(t.output, expect=100)) == 100
     recreate(t)
     t.produce([orjson.dumps(d) for d in docs[100:]])
+    if again < 100:
+        from streamdedup.engine import Deduplicator
+
+        with Deduplicator(index) as dd:
+            key = f"topic-id/{t.group}/{t.input}".encode()
+            dd.index.write(lambda tx: tx.txn.delete(key, db=tx.db["meta"]))
     r = t.run_worker(index)
     err = r.stderr.decode()
     assert r.returncode == 7, err[-3000:]
-    assert "deleted and recreated" in err and "Nothing was processed" in err, err[-3000:]
+    sign = "now ends at offsets {0: 40}" if again < 100 else "its topic id was"
+    assert sign in err and "deleted and recreated" in err, err[-3000:]
+    assert "Nothing was processed" in err, err[-3000:]
     assert "new, empty --index" in err and "replay --mode reverdict" in err, err[-3000:]
     assert len(t.read(t.output, timeout=3)) == 100, "no verdict was published"
 

@@ -63,3 +63,21 @@ def test_a_taken_port_is_a_clear_error() -> None:
             Metrics().serve("127.0.0.1", port)
     finally:
         first.close()
+
+
+def test_trouble_fails_health_until_cleared() -> None:
+    """A loop that turns without progress (transactions failing in a row) is unhealthy
+    however recent its heartbeat."""
+    m = Metrics()
+    port = m.serve("127.0.0.1", 0)
+    try:
+        m.trouble("5 Kafka transactions in a row failed, the last with: boom")
+        m.heartbeat()
+        assert get(port, "/healthz") == (
+            503,
+            "5 Kafka transactions in a row failed, the last with: boom\n",
+        )
+        m.trouble(None)
+        assert get(port, "/healthz") == (200, "ok\n")
+    finally:
+        m.close()

@@ -607,7 +607,7 @@ class Worker:
                     self.metrics.heartbeat()
                 if self._finished():
                     break
-                records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+                records = self._poll()
                 if self._assignor is not None and self._assignor.refusal is not None:
                     raise UnsafeToContinueError(self._assignor.refusal)
                 rewound = self._check_positions(records)
@@ -630,6 +630,20 @@ class Worker:
         finally:
             self.close()
         return self.stats
+
+    def _poll(self) -> Any:
+        from kafka.errors import InconsistentGroupProtocolError
+
+        try:
+            return self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+        except InconsistentGroupProtocolError as exc:
+            raise UnsafeToContinueError(
+                f"consumer group {self.cfg.group_id!r} has members that join with another "
+                "partition assignor than this worker's (streamdedup-index, which checks "
+                "that the group's workers share one index): workers of an older streamdedup "
+                "version, or other consumers, are in the group. Nothing was processed. "
+                "Stop them, then start this one (upgrade every worker of a group together)."
+            ) from exc
 
     def _check_positions(self, records: dict[Any, list[Any]]) -> set[int]:
         """Once per assignment: if the index is behind a partition's committed position

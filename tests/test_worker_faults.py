@@ -273,3 +273,37 @@ def keeps_offsets_metadata(t: Topics) -> bool:
     committed = c.committed(TopicPartition(t.input, 0), metadata=True)
     c.close()
     return bool(committed is not None and committed.metadata)
+
+
+def test_a_group_member_with_another_assignor_is_a_clear_error(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A consumer of the group that joins with kafka-python's default assignors (a
+    worker of an older version, another tool) cannot share the group with a worker,
+    whose assignor checks the index: the worker says so and stops (exit 7) instead of
+    a traceback, or of joining without the check."""
+    from kafka import KafkaConsumer
+
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in stream(10, seed=45)])
+    other = KafkaConsumer(
+        bootstrap_servers=t.bootstrap,
+        group_id=t.group,
+        enable_auto_commit=False,
+        max_poll_interval_ms=3000,
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=500,
+    )
+    other.subscribe([t.input])
+    try:
+        deadline = time.time() + 30
+        while not other.assignment() and time.time() < deadline:
+            other.poll(timeout_ms=200)
+        assert other.assignment()
+        r = t.run_worker(tmp_path / "idx")
+    finally:
+        other.close()
+    err = r.stderr.decode()
+    assert r.returncode == 7, err[-3000:]
+    assert "another partition assignor" in err and "Traceback" not in err, err[-3000:]
+    assert t.read(t.output, timeout=3) == []

@@ -5,7 +5,8 @@ One HTTP server answers three paths:
 - `/metrics`: Prometheus text format (prometheus_client renders it);
 - `/healthz`: 200 while the processing loop keeps turning (a loop stuck for longer
   than `stall_s` -- a hung broker call, a deadlock -- answers 503, so a supervisor
-  restarts the process);
+  restarts the process; so does a loop that turns without progress, reported with
+  `trouble`: Kafka transactions failing batch after batch);
 - `/readyz`: 200 once partitions are assigned and the summed consumer lag is at most
   `ready_max_lag` (a worker still catching up or restoring is alive but not ready).
 
@@ -112,12 +113,19 @@ class Metrics:
             "streamdedup_assigned_partitions", "Input partitions assigned", registry=r
         )
         self._beat = time.monotonic()
+        self._trouble: str | None = None
         self._lag: dict[tuple[str, int], int] = {}
         self._server: _Server | None = None
 
     # -- fed by the worker
     def heartbeat(self) -> None:
         self._beat = time.monotonic()
+
+    def trouble(self, why: str | None) -> None:
+        """Report the worker unhealthy although its loop turns (`why`: the reason
+        /healthz gives), or healthy again (None): a batch whose transactions keep
+        failing makes no progress however fast the loop goes."""
+        self._trouble = why
 
     def set_lag(self, lags: dict[tuple[str, int], int]) -> None:
         for gone in set(self._lag) - set(lags):
@@ -129,6 +137,8 @@ class Metrics:
 
     # -- read by the endpoints
     def healthy(self) -> tuple[bool, str]:
+        if self._trouble is not None:
+            return False, self._trouble
         quiet = time.monotonic() - self._beat
         if quiet > self.policy.stall_s:
             return False, f"processing loop silent for {quiet:.0f}s"

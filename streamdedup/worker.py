@@ -42,9 +42,16 @@ from . import failpoints, kernels
 from .changelog import current_changes, encode_changes, params_record
 from .decode import Fields, Rejected, decode_message
 from .engine import Change, Deduplicator, Document, Verdict
-from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError, StreamDedupError
+from .errors import (
+    EXIT_BROKER,
+    BrokerUnavailableError,
+    ConfigError,
+    StreamDedupError,
+    UnsafeToContinueError,
+)
 from .index import Tables, id_key
 from .logs import KafkaRefusals
+from .membership import IndexAssignor, identity, index_of_offsets, offsets_metadata
 from .metrics import Metrics
 
 log = logging.getLogger("streamdedup.worker")
@@ -70,6 +77,10 @@ class WorkerConfig:
     idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
     changelog_topic: str | None = None
     transaction_timeout_s: float = 60.0
+    # Kafka transactions failed in a row (the same batch, redelivered each time): after
+    # this many /healthz answers 503; after `stop_after_failures` the worker exits (7)
+    unhealthy_after_failures: int = 5
+    stop_after_failures: int = 50
 
     @classmethod
     def from_options(cls, values: dict[str, Any], **overrides: Any) -> WorkerConfig:
@@ -152,6 +163,40 @@ def dead_letter_headers(
         ("streamdedup.source.partition", str(partition).encode()),
         ("streamdedup.source.offset", str(offset).encode()),
     ]
+
+
+# Room left under the producer's max_request_size for what a record costs beyond its
+# key, value and headers (the record batch header is 61 bytes; varints, request framing).
+RECORD_MARGIN = 1024
+# A dead letter's key longer than this is cut too (the id of a hostile message).
+DEAD_LETTER_MAX_KEY = 1024
+
+
+def fit_dead_letter(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], max_bytes: int
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """A dead letter that fits in one produce request of at most `max_bytes`: the
+    message as it came, or, when it would not fit, its key and value cut short and
+    headers saying so (`streamdedup.truncated: true`, `streamdedup.original_size`: the
+    value's length in bytes, `streamdedup.original_key_size` when the key was cut).
+    A record over the producer's limit fails its whole transaction, every time the
+    batch is redelivered: one oversized message would stop the worker for good."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+    if size + RECORD_MARGIN <= max_bytes:
+        return key, value, headers
+    headers = [
+        *headers,
+        ("streamdedup.truncated", b"true"),
+        ("streamdedup.original_size", str(len(value or b"")).encode()),
+    ]
+    if key is not None and len(key) > DEAD_LETTER_MAX_KEY:
+        headers.append(("streamdedup.original_key_size", str(len(key)).encode()))
+        key = key[:DEAD_LETTER_MAX_KEY]
+    rest = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, b"", headers)
+    room = max(0, max_bytes - RECORD_MARGIN - rest - 8)  # 8: the value's length varint
+    return key, (value or b"")[:room], headers
 
 
 class Progress:
@@ -273,6 +318,7 @@ class Sink:
         keys = [str(o.item.id).encode() if isinstance(o.item, Verdict) else b"" for o in out]
         partitions = self._partitions(cfg.output_topic, keys)
         sent: list[Any] = []  # each record's future, checked before the commit
+        limit = int(getattr(producer, "config", {}).get("max_request_size", 1 << 20))
 
         def send(topic: str, **record: Any) -> None:
             sent.append(producer.send(topic, **record))
@@ -281,7 +327,8 @@ class Sink:
             if isinstance(o.item, Rejected):
                 if cfg.dead_letter_topic:
                     headers = dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset)
-                    send(cfg.dead_letter_topic, key=o.key, value=o.value, headers=headers)
+                    key, value, headers = fit_dead_letter(o.key, o.value, headers, limit)
+                    send(cfg.dead_letter_topic, key=key, value=value, headers=headers)
             elif o.item is not None:
                 send(
                     cfg.output_topic,
@@ -301,8 +348,10 @@ class Sink:
                     value=value,
                     partition=None if at is None else at[i],
                 )
+        # the index's id goes with the offsets: a worker on another index refuses them
+        tag = offsets_metadata(getattr(w, "index_id", None))
         offsets = {
-            TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, "", -1)
+            TopicPartition(cfg.input_topic, p): OffsetAndMetadata(off, tag, -1)
             for p, off in next_offsets.items()
         }
         try:
@@ -445,15 +494,20 @@ class Worker:
         self._last_gauges = 0.0
         self._outliers_logged = float("-inf")  # monotonic time of the last outlier warning
         self._outliers_unlogged = 0
+        self._failed_in_a_row = 0  # Kafka transactions, since the last one that committed
+        # set by bind_index: this index's id and when it was bound to the group
+        self.index_id: str | None = None
+        self._assignor: IndexAssignor | None = None
         self.on_batch: Callable[[Worker, list[Outgoing]], None] | None = None
 
     # ------------------------------------------------------------------ setup
 
     def bind_index(self) -> None:
-        """An index serves one consumer group on one input topic: refuse anything else."""
+        """An index serves one consumer group on one input topic: refuse anything else.
+        (And one group is served by one index: see `streamdedup.membership`.)"""
         want = {"group_id": self.cfg.group_id, "input_topic": self.cfg.input_topic}
 
-        def check(t: Tables) -> dict[str, str] | None:
+        def check(t: Tables) -> tuple[dict[str, str] | None, dict[str, Any]]:
             have = t.meta("binding")
             if have is None:
                 t.set_meta("binding", want)
@@ -461,9 +515,16 @@ class Worker:
                 # From now on only writers of this changelog may add to the index
                 # (`engine.check_changelog`): `dedup` and `replay` are refused.
                 t.set_meta("changelog", {"topic": self.cfg.changelog_topic, **want})
-            return have  # type: ignore[no-any-return]
+            return have, identity(t, fresh=have is None)
 
-        have = self.dd.index.write(check)
+        have, ident = self.dd.index.write(check)
+        self.index_id = str(ident["id"])
+        self._assignor = IndexAssignor(
+            self.cfg.group_id,
+            self.index_id,
+            float(ident["bound_at"]),
+            str(self.dd.index.path.resolve()),
+        )
         if have is not None and have != want:
             raise ConfigError(
                 f"index {self.dd.index.path} belongs to consumer group {have['group_id']!r} "
@@ -510,7 +571,10 @@ class Worker:
         refusals.reset()
         try:
             self.sink.open(common)
-            self.consumer = KafkaConsumer(**common, **consumer_settings(self.cfg))
+            settings = consumer_settings(self.cfg)
+            if self._assign is None and self._assignor is not None:
+                settings["partition_assignment_strategy"] = [self._assignor]
+            self.consumer = KafkaConsumer(**common, **settings)
         except (KafkaTimeoutError, KafkaConnectionError, TransactionStuckError) as exc:
             raise BrokerUnavailableError(refusals.explain(self.cfg.bootstrap_servers, exc)) from exc
         except (KafkaConfigurationError, TypeError, AssertionError) as exc:
@@ -551,7 +615,9 @@ class Worker:
                     self.metrics.heartbeat()
                 if self._finished():
                     break
-                records = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+                records = self._poll()
+                if self._assignor is not None and self._assignor.refusal is not None:
+                    raise UnsafeToContinueError(self._assignor.refusal)
                 rewound = self._check_positions(records)
                 records = {tp: m for tp, m in records.items() if tp.partition not in rewound}
                 if not self.consumer.assignment():
@@ -573,19 +639,85 @@ class Worker:
             self.close()
         return self.stats
 
+    def _poll(self) -> Any:
+        from kafka.errors import InconsistentGroupProtocolError
+
+        try:
+            return self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms)
+        except InconsistentGroupProtocolError as exc:
+            raise UnsafeToContinueError(
+                f"consumer group {self.cfg.group_id!r} has members that join with another "
+                "partition assignor than this worker's (streamdedup-index, which checks "
+                "that the group's workers share one index): workers of an older streamdedup "
+                "version, or other consumers, are in the group. Nothing was processed. "
+                "Stop them, then start this one (upgrade every worker of a group together)."
+            ) from exc
+
     def _check_positions(self, records: dict[Any, list[Any]]) -> set[int]:
         """Once per assignment: if the index is behind a partition's committed position
         (it was restored from a backup), rewind to where the index stands; that range
-        is applied again without publishing its verdicts a second time."""
+        is applied again without publishing its verdicts a second time.
+
+        The worker (not `replay`, which positions itself) also refuses an input topic
+        that is not the one the index processed (`_check_topic`), and says loudly when
+        the group's position is below what the index has published: the group's
+        offsets were rewound, by hand or by a tool.  Those messages are skipped, not
+        checked again, and the worker goes on rather than stopping: each of them was
+        checked and its verdict committed before (checking it again would make it a
+        duplicate of itself), so skipping drops nothing, while stopping would turn an
+        offset reset into a crash loop with no way forward but a new index.  What the
+        operator may have wanted -- their verdicts again -- is what `replay` gives, and
+        the warning says how."""
         applied: dict[int, int] | None = None
+        published: dict[int, int] = {}
         rewound: set[int] = set()
-        for tp in self.consumer.assignment():
+        fresh = [tp for tp in self.consumer.assignment() if tp.partition not in self._checked]
+        if self._assign is None:
+            # checked once a fetch answered for them (it brings the partition's end, see
+            # _check_topic); until then none of their messages can be processed
+            fresh = [
+                tp for tp in fresh if records.get(tp) or self.consumer.highwater(tp) is not None
+            ]
+        if fresh and self._assign is None:
+            applied, published = self.dd.index.read(
+                lambda t: (
+                    Progress.read(t, self.progress.applied),
+                    Progress.read(t, self.progress.published),
+                )
+            )
+            published = Progress.past(published, self._unrecorded)
+            self._check_topic(fresh, applied)
+            self._check_committer(fresh, applied)
+        for tp in fresh:
             p = tp.partition
-            if p in self._checked:
-                continue
             if applied is None:
                 applied = self.dd.index.read(lambda t: Progress.read(t, self.progress.applied))
             position = records[tp][0].offset if records.get(tp) else self.consumer.position(tp)
+            if position is not None and position < published.get(p, 0):
+                log.warning(
+                    "consumer group %r is at offset %d of partition %d of %s, below what "
+                    "index %s has already checked and published (up to offset %d): the "
+                    "group's offsets were rewound. Messages %d to %d are SKIPPED, not checked "
+                    "again (their verdicts went out before; checked again, each would be a "
+                    "duplicate of itself). To get their verdicts again: streamdedup replay "
+                    "--mode reverdict --index %s --input-topic %s --group-id "
+                    "%s-reverdict --from-offsets %d:%d --output FILE. To check them afresh: "
+                    "streamdedup replay --mode rebuild --index NEW_DIR --input-topic %s.",
+                    self.cfg.group_id,
+                    position,
+                    p,
+                    self.cfg.input_topic,
+                    self.dd.index.path,
+                    published[p],
+                    position,
+                    published[p] - 1,
+                    self.dd.index.path,
+                    self.cfg.input_topic,
+                    self.cfg.group_id,
+                    p,
+                    position,
+                    self.cfg.input_topic,
+                )
             self._checked.add(p)
             self._silent_until.pop(p, None)
             if p in applied and position is not None and applied[p] < position:
@@ -600,6 +732,105 @@ class Worker:
                 self.consumer.seek(tp, applied[p])
                 rewound.add(p)
         return rewound
+
+    def _check_committer(self, fresh: list[Any], applied: dict[int, int]) -> None:
+        """The group's offsets of a partition this index never processed were committed
+        by a worker on another index: this one is a second index in the group, alone in
+        it for now (the join-time check needs two members to compare).  Refuse before
+        processing anything.  An index restored from the changelog has the offsets as
+        its progress, so it is not refused.  Brokers that do not keep offsets' metadata
+        (the embedded Tansu 0.6) leave only a warning here."""
+        unknown: dict[int, int] = {}
+        for tp in fresh:
+            if tp.partition in applied:
+                continue
+            committed = self.consumer.committed(tp, metadata=True)
+            if committed is None:
+                continue
+            other = index_of_offsets(getattr(committed, "metadata", None))
+            if other is None:
+                unknown[tp.partition] = committed.offset
+            elif other != self.index_id:
+                raise UnsafeToContinueError(
+                    f"consumer group {self.cfg.group_id!r} has offsets on partition "
+                    f"{tp.partition} of {self.cfg.input_topic!r} committed by a worker on "
+                    f"another index (id {other}); this worker's index "
+                    f"{self.dd.index.path} (id {self.index_id}) never processed it. Two "
+                    "indexes in one group would split the input partitions between them, "
+                    "and duplicates across the two halves would never be found. Nothing "
+                    "was processed. Run every worker of the group on the same --index "
+                    "directory (processes on one host), or give this index its own "
+                    "--group-id (it then reads the whole topic)."
+                )
+        if unknown:
+            log.warning(
+                "index %s has never processed partitions %s of %s, but consumer group %r "
+                "has offsets committed there (%s): the messages before them are not in "
+                "this index, and their duplicates will not be found. If another worker on "
+                "another index serves this group, stop this one: one group, one index.",
+                self.dd.index.path,
+                sorted(unknown),
+                self.cfg.input_topic,
+                self.cfg.group_id,
+                unknown,
+            )
+
+    def _check_topic(self, fresh: list[Any], applied: dict[int, int]) -> None:
+        """Refuse an input topic that was deleted and recreated (or truncated) since
+        the index processed it: the index records, per partition, the next offset it
+        applied, and everything below is skipped as done.  On a recreated topic that
+        would drop every new message below those offsets -- no verdict, no log line,
+        lag 0.  Two signs: the topic's id (Kafka 2.8+ brokers report one; the first
+        seen is kept in the index) changed, or a partition now ends below the offset
+        the index applied.  Nothing is processed before these checks.  The end is the
+        high watermark of the last fetch response: Tansu 0.6 answers an end-offset
+        query with the last record batch's base offset + 1 (measured), below the end
+        whenever that batch holds more than one record."""
+        topic, ns = self.cfg.input_topic, self.progress.ns
+        key = f"topic-id/{ns}"
+        cluster = getattr(getattr(self.consumer, "_client", None), "cluster", None)
+        found = cluster.topic_id(topic) if cluster is not None else None
+        now = None if found is None else str(found)
+
+        def keep(t: Tables) -> str | None:
+            have: str | None = t.meta(key)
+            if now is not None and (have is None or not applied):
+                t.set_meta(key, now)  # nothing applied yet: nothing to mistake
+                return None
+            return have
+
+        before = self.dd.index.write(keep)
+        where = (
+            f"index {self.dd.index.path} has processed input topic {topic!r} for consumer "
+            f"group {self.cfg.group_id!r} up to offsets {dict(sorted(applied.items()))}"
+        )
+        todo = (
+            "Nothing was processed: going on would skip every new message below those "
+            "offsets as if already processed. To process the new topic from its start, "
+            "run the worker with a new, empty --index directory and a new --group-id. "
+            "To check its messages against what this index holds instead, run "
+            f"`streamdedup replay --mode reverdict --index {self.dd.index.path} "
+            f"--input-topic {topic} --group-id NEW_GROUP --output-topic VERDICTS --follow`."
+        )
+        if before is not None and now is not None and before != now:
+            raise UnsafeToContinueError(
+                f"{where}, but the topic was deleted and recreated since (its topic id "
+                f"was {before}, it is now {now}). {todo}"
+            )
+        ours = [tp for tp in fresh if tp.partition in applied]
+        if not ours:
+            return
+        ends = {tp: self.consumer.highwater(tp) for tp in ours}
+        short = {
+            tp.partition: end
+            for tp, end in ends.items()
+            if end is not None and end < applied[tp.partition]
+        }
+        if short:
+            raise UnsafeToContinueError(
+                f"{where}, but the topic now ends at offsets {short}: it was deleted and "
+                f"recreated, or truncated. {todo}"
+            )
 
     def process(self, records: dict[Any, list[Any]]) -> None:
         from kafka.errors import KafkaError
@@ -691,8 +922,15 @@ class Worker:
         except (KafkaError, TransactionStuckError, UndeliveredError) as exc:
             log.warning("transaction failed (%s); aborting, the batch will be redelivered", exc)
             self.sink.abort()
+            self._failed(exc)
             self._rewind(first)
             return
+        if self._failed_in_a_row:
+            if self._failed_in_a_row >= self.cfg.unhealthy_after_failures:
+                log.info("a transaction committed again, after %d failed", self._failed_in_a_row)
+            self._failed_in_a_row = 0
+            if self.metrics is not None:
+                self.metrics.trouble(None)
         self._params_logged = bool(self.cfg.changelog_topic)
         failpoints.reach("committed")
         # Recorded with the next batch (or when idle, or on close) rather than in a
@@ -712,6 +950,33 @@ class Worker:
         self._count(out, applied, time.perf_counter() - started)
         if self.on_batch is not None:
             self.on_batch(self, out)
+
+    def _failed(self, exc: Exception) -> None:
+        """Count a failed Kafka transaction.  A batch that fails every time it is
+        redelivered (a record the broker or the producer refuses) would otherwise keep
+        the loop turning, /healthz green, and nothing committed, for good: after
+        `unhealthy_after_failures` in a row /healthz answers 503 (a supervisor restarts
+        the process, which may clear a client-side fault) and the log says why; after
+        `stop_after_failures` the worker stops (exit 7).  Retries back off, up to 5 s."""
+        n = self._failed_in_a_row = self._failed_in_a_row + 1
+        cfg = self.cfg
+        if n >= cfg.stop_after_failures:
+            raise UnsafeToContinueError(
+                f"{n} Kafka transactions in a row failed, the last with: {exc}. Nothing "
+                "was committed since (the batch stays unpublished and will be redelivered "
+                "to the next worker). If the brokers are down, start the worker again once "
+                "they answer; if a record is refused (a verdict or dead letter over the "
+                "broker's or the producer's size limits, an authorization error), fix "
+                "that setting (--producer-option max_request_size=..., the topics' "
+                "max.message.bytes, ACLs) and start the worker again."
+            )
+        if n >= cfg.unhealthy_after_failures:
+            why = f"{n} Kafka transactions in a row failed, the last with: {exc}"
+            log.error("%s; reporting unhealthy on /healthz", why)
+            if self.metrics is not None:
+                self.metrics.trouble(why)
+        if n >= 2:
+            self.stop_event.wait(min(0.25 * 2 ** (n - 2), 5.0))
 
     def _count(self, out: list[Outgoing], applied: dict[int, int], seconds: float) -> None:
         s = self.stats

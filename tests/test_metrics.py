@@ -163,3 +163,21 @@ def test_idle_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
         assert get(port, "/healthz")[0] == 200  # and it still serves
     finally:
         m.close()
+
+
+def test_trouble_fails_health_until_cleared() -> None:
+    """A loop that turns without progress (transactions failing in a row) is unhealthy
+    however recent its heartbeat."""
+    m = Metrics()
+    port = m.serve("127.0.0.1", 0)
+    try:
+        m.trouble("5 Kafka transactions in a row failed, the last with: boom")
+        m.heartbeat()
+        assert get(port, "/healthz") == (
+            503,
+            "5 Kafka transactions in a row failed, the last with: boom\n",
+        )
+        m.trouble(None)
+        assert get(port, "/healthz") == (200, "ok\n")
+    finally:
+        m.close()

@@ -98,3 +98,24 @@ def test_an_undelivered_record_stops_the_commit(failed: int) -> None:
     with pytest.raises(UndeliveredError, match="not delivered"):
         sink_with(producer, changes).publish(batch(), {0: 41})
     assert producer.offsets is None and not producer.committed
+
+
+def test_a_dead_letter_is_cut_to_fit_the_producer_limit() -> None:
+    """Key and value beyond what one produce request may carry are cut, with headers
+    saying so; a dead letter that fits goes out as it came."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from streamdedup.worker import fit_dead_letter
+
+    headers = [("streamdedup.reason", b"malformed_json")]
+    key, value = b"k" * 5000, b"v" * 100_000
+    k, v, h = fit_dead_letter(key, value, headers, 20_000)
+    assert DefaultRecordBatchBuilder.estimate_size_in_bytes(k, v, h) <= 20_000
+    assert key.startswith(k) and len(k) == 1024 and value.startswith(v) and len(v) > 15_000
+    assert dict(h) == {
+        "streamdedup.reason": b"malformed_json",
+        "streamdedup.truncated": b"true",
+        "streamdedup.original_size": b"100000",
+        "streamdedup.original_key_size": b"5000",
+    }
+    assert fit_dead_letter(b"k", b"small", headers, 20_000) == (b"k", b"small", headers)

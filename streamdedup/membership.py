@@ -1,0 +1,150 @@
+"""One index per consumer group, checked when the group forms.
+
+Every document must be checked against everything the index holds, so all the
+members of a worker's consumer group must share ONE index (processes on one host, on
+one index directory).  A member started on another index would be handed some of the
+partitions, and duplicates across the two halves would never be found.
+
+Each index gets a random id the first time a worker binds it to its group (kept in the
+index, so processes sharing the directory share it; a backup keeps it), with the time
+of that binding.  Workers join the group with `IndexAssignor`, which puts both in the
+member metadata of the JoinGroup request.  The group's leader, whichever member it is,
+sees every member's: if they name more than one index, the index the leader last
+saw serving the group keeps it (a newcomer cannot displace a running worker; the
+leader is normally the group's oldest member), else the index bound to the group
+earliest; the members on any other index are assigned no partitions and an error in
+their assignment's user data.  They stop (`UnsafeToContinueError`, exit 7) before they
+process anything.  Indexes bound before ids existed count as bound at time 0.
+
+A member alone in the group cannot be compared with anyone; the worker's second check
+is the committed offsets' metadata (`offsets_metadata`, see `Worker._check_positions`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+import uuid
+from typing import Any
+
+import orjson
+from kafka.coordinator.assignors.abstract import (
+    AbstractPartitionAssignor,
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+from .index import Tables
+
+log = logging.getLogger("streamdedup.worker")
+
+IDENTITY = "identity"
+# committed offsets carry this prefix and the index id as their metadata
+OFFSETS_PREFIX = "streamdedup-index:"
+
+
+def identity(t: Tables, fresh: bool) -> dict[str, Any]:
+    """The index's id and the time it was bound to its group, created on the first
+    bind (`fresh`: the binding is being created now; else it predates ids: time 0)."""
+    have: dict[str, Any] | None = t.meta(IDENTITY)
+    if have is None:
+        have = {"id": uuid.uuid4().hex, "bound_at": time.time() if fresh else 0.0}
+        t.set_meta(IDENTITY, have)
+    return have
+
+
+def offsets_metadata(index_id: str | None) -> str:
+    return "" if index_id is None else OFFSETS_PREFIX + index_id
+
+
+def index_of_offsets(metadata: str | None) -> str | None:
+    """The index id committed offsets were published from, if a worker wrote them."""
+    if metadata and metadata.startswith(OFFSETS_PREFIX):
+        return metadata[len(OFFSETS_PREFIX) :]
+    return None
+
+
+def describe(member: dict[str, Any]) -> str:
+    bound = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(member.get("bound_at", 0))))
+    return (
+        f"index {member.get('path', '?')} on host {member.get('host', '?')} "
+        f"(id {member.get('index', '?')}, bound to the group {bound})"
+    )
+
+
+def refusal_message(group: str, mine: dict[str, Any], kept: dict[str, Any]) -> str:
+    return (
+        f"consumer group {group!r} is served by {describe(kept)}; this worker runs on "
+        f"another one, {describe(mine)}. Two indexes in one group would split the input "
+        "partitions between them, and duplicates across the two halves would never be "
+        "found. Nothing was processed. Run every worker of the group on the same --index "
+        "directory (processes on one host), or give this index its own --group-id (it "
+        "then reads the whole topic)."
+    )
+
+
+def _decode(data: bytes | None) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data or b"")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Range assignment among the members on the group's index; none for the others.
+    kafka-python calls `assign` and `on_assignment` on its I/O thread: `refusal` is only
+    set there, and the worker's loop reads it after each poll."""
+
+    name = "streamdedup-index"
+    version = 0
+
+    def __init__(self, group: str, index_id: str, bound_at: float, path: str) -> None:
+        self.group = group
+        self.mine = {
+            "index": index_id,
+            "bound_at": bound_at,
+            "path": path,
+            "host": socket.gethostname(),
+        }
+        self.refusal: str | None = None
+        self.serving: str | None = None  # the index last seen holding the group
+
+    def metadata(self, topics: Any) -> Any:
+        return ConsumerProtocolSubscription(self.version, list(topics), orjson.dumps(self.mine))
+
+    def assign(self, cluster: Any, members: Any) -> dict[str, Any]:
+        info = {m.member_id: _decode(m.metadata.user_data) for m in members}
+        known = [i for i in info.values() if i is not None and "index" in i]
+        if not known:  # no member says (none of ours): nothing to compare
+            return dict(RangePartitionAssignor.assign(cluster, members))
+        serving = [i for i in known if i["index"] == self.serving]
+        kept = (
+            serving[0]
+            if serving
+            else min(known, key=lambda i: (float(i.get("bound_at", 0)), str(i["index"])))
+        )
+        ours = [m for m in members if (info[m.member_id] or {}).get("index") == kept["index"]]
+        out: dict[str, Any] = dict(RangePartitionAssignor.assign(cluster, ours))
+        for m in members:
+            if m.member_id in out:
+                continue
+            other = info[m.member_id] or {}
+            log.error(
+                "a member of consumer group %r runs on another index: refused. %s",
+                self.group,
+                refusal_message(self.group, other, kept),
+            )
+            out[m.member_id] = ConsumerProtocolAssignment(
+                self.version, [], orjson.dumps({"refused": True, "kept": kept, "member": other})
+            )
+        return out
+
+    def on_assignment(self, assignment: Any, generation: int) -> None:
+        info = _decode(assignment.user_data)
+        if info is not None and info.get("refused"):
+            self.refusal = refusal_message(self.group, self.mine, info.get("kept") or {})
+        else:
+            self.serving = str(self.mine["index"])

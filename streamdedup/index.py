@@ -11,7 +11,7 @@ docs        docno                      msgpack record: id, verdict, links, hashe
 sigs        docno                      signature: K little-endian uint16
 sets        docno + chunk number       Elias-Fano coded shingle fingerprints (exact
                                        verification: a sound filter)
-texts       docno + chunk number       zlib-compressed normalised text (exact
+texts       docno + chunk number       zstd-compressed normalised text (exact
                                        verification: re-shingled to 64-bit hashes)
 content     normalised-content hash    docno of the document owning that content
 copies      content hash + docno       empty: the other live documents with it

@@ -117,6 +117,12 @@ def from_mapping(
     return Document(checked, text, timestamp_ms)
 
 
+# A verdict carries its id up to three times (id, duplicate_of, cluster) and must fit
+# a Kafka request (1 MiB by default): a longer id would fail every transaction of its
+# batch.  Crawlers' URLs stay far below (browsers and crawlers cap them at 2-8 KB).
+MAX_ID_CHARS = 16_384
+
+
 def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
     if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
         return Rejected(
@@ -126,6 +132,12 @@ def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
         return Rejected(BAD_ID, f"integer id {doc_id} does not fit in 64 bits")
     if isinstance(doc_id, str) and not doc_id:
         return Rejected(BAD_ID, f"field {name!r} is an empty string")
+    if isinstance(doc_id, str) and len(doc_id) > MAX_ID_CHARS:
+        return Rejected(
+            BAD_ID,
+            f"field {name!r} is {len(doc_id):,} characters long, over the limit of "
+            f"{MAX_ID_CHARS:,} for an id",
+        )
     if isinstance(doc_id, str) and _SURROGATE.search(doc_id):
         # JSON lets `\ud800` through; such an id cannot be stored, keyed or written out
         return Rejected(

@@ -740,11 +740,22 @@ class Worker:
         processing anything.  An index restored from the changelog has the offsets as
         its progress, so it is not refused.  Brokers that do not keep offsets' metadata
         (the embedded Tansu 0.6) leave only a warning here."""
+        from kafka.errors import KafkaError
+
         unknown: dict[int, int] = {}
         for tp in fresh:
             if tp.partition in applied:
                 continue
-            committed = self.consumer.committed(tp, metadata=True)
+            try:
+                committed = self.consumer.committed(tp, metadata=True)
+            except KafkaError as exc:  # a second line of defence: the join-time check holds
+                log.warning(
+                    "could not read the group's committed offset of partition %d to check "
+                    "which index committed it (%s); going on with the join-time check only",
+                    tp.partition,
+                    exc,
+                )
+                continue
             if committed is None:
                 continue
             other = index_of_offsets(getattr(committed, "metadata", None))

@@ -10,6 +10,7 @@ from streamdedup.decode import (
     BAD_TEXT,
     INVALID_UTF8,
     MALFORMED,
+    MAX_ID_CHARS,
     MISSING_ID,
     MISSING_TEXT,
     NOT_AN_OBJECT,
@@ -131,6 +132,19 @@ def test_lone_surrogate_id_is_a_bad_id() -> None:
     # a later error keeps the id it found: it must not be such an id either
     out = decode_json(b'{"id": "a\\udfff", "text": 3}', F)
     assert isinstance(out, Rejected) and out.reason == BAD_ID and out.id is None
+
+
+def test_an_id_too_long_for_a_verdict_message_is_a_bad_id() -> None:
+    """A verdict carries its id up to three times and must fit one Kafka request: an
+    id of a megabyte would fail every transaction of its batch, so it is refused."""
+    longest = "u" * MAX_ID_CHARS
+    assert decode_json(orjson.dumps({"id": longest, "text": "x"}), F) == Document(longest, "x")
+    for fmt in ("json", "raw"):
+        value = orjson.dumps({"id": longest + "u", "text": "x"}) if fmt == "json" else b"x"
+        key = (longest + "u").encode()
+        out = decode_message(value, key, fmt, F)
+        assert isinstance(out, Rejected) and out.reason == BAD_ID, out
+        assert "16,385 characters long, over the limit of 16,384" in out.message
 
 
 @given(st.integers(1, 5000), st.sampled_from(["[", '{"a":', '{"id": 1, "text": "x", "n": [']))

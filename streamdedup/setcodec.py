@@ -114,14 +114,7 @@ def jaccard(a: Fingerprints, b: Fingerprints | bytes) -> float:
     if kernels.native is not None:
         other = b if isinstance(b, bytes) else np.ascontiguousarray(b, dtype=np.uint32)
         return kernels.native.jaccard(np.ascontiguousarray(a, dtype=np.uint32), other)
-    if isinstance(b, bytes):
-        b = decode(b)
-    if len(a) == 0 or len(b) == 0:
-        return 0.0
-    pos = np.searchsorted(b, a)
-    pos[pos == len(b)] = 0
-    inter = int(np.count_nonzero(b[pos] == a))
-    return inter / (len(a) + len(b) - inter)
+    return exact_jaccard(a, decode(b) if isinstance(b, bytes) else b)
 
 
 def count(code: bytes) -> int:
@@ -149,8 +142,9 @@ def jaccard_bound(fp_jaccard: float, fp_a: int, fp_b: int, distinct_a: int) -> f
     return inter / (distinct_a + fp_b - inter)
 
 
-def exact_jaccard(a: npt.NDArray[np.uint64], b: npt.NDArray[np.uint64]) -> float:
-    """Jaccard of two sorted arrays of distinct 64-bit shingle hashes."""
+def exact_jaccard(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
+    """Jaccard of two sorted arrays of distinct values: the 64-bit shingle hashes of
+    the exact re-check, or fingerprints where the compiled kernel is missing."""
     if len(a) == 0 or len(b) == 0:
         return 0.0
     pos = np.searchsorted(b, a)

@@ -9,11 +9,7 @@ import tempfile
 import time
 from types import TracebackType
 
-from .errors import StreamDedupError
-
-
-class BrokerError(StreamDedupError):
-    """The embedded broker could not be started."""
+from .errors import BrokerError
 
 
 def free_port() -> int:

@@ -18,9 +18,9 @@ from typing import IO, Any
 
 import orjson
 
-from .broker import BrokerError
 from .decode import Fields
 from .engine import Deduplicator, Verdict
+from .errors import BrokerError
 from .filemode import Summary, run_dedup
 from .report import index_stats
 

@@ -74,6 +74,22 @@ class BrokerUnavailableError(StreamDedupError):
     exit_status = EXIT_BROKER
 
 
+class BrokerError(StreamDedupError):
+    """The embedded broker (the demo's, `streamdedup broker`) could not be started."""
+
+    exit_status = EXIT_BROKER
+
+
+class TransactionStuckError(StreamDedupError):
+    """A Kafka transaction call did not return within the transaction timeout (the
+    worker aborts the batch and tries again; it never reaches the command line)."""
+
+
+class UndeliveredError(StreamDedupError):
+    """A record of the batch was not acknowledged: its transaction must not commit
+    (handled inside the worker like a failed transaction)."""
+
+
 class UnsafeToContinueError(StreamDedupError):
     """The worker found a state in which going on would drop input or give wrong
     verdicts; it stops and says what to do instead."""

@@ -47,6 +47,8 @@ from .errors import (
     BrokerUnavailableError,
     ConfigError,
     StreamDedupError,
+    TransactionStuckError,
+    UndeliveredError,
     UnsafeToContinueError,
 )
 from .index import Tables, id_key
@@ -410,14 +412,6 @@ class Sink:
         if self.producer is not None:
             producer, self.producer = self.producer, None
             producer.close(timeout=10)
-
-
-class TransactionStuckError(StreamDedupError):
-    """A Kafka transaction call did not return within the transaction timeout."""
-
-
-class UndeliveredError(StreamDedupError):
-    """A record of the batch was not acknowledged: its transaction must not commit."""
 
 
 def all_delivered(futures: list[Any]) -> None:

@@ -15,7 +15,8 @@ from kafka.partitioner.default import murmur2
 from streamdedup import kernels
 from streamdedup.decode import Rejected
 from streamdedup.engine import Verdict
-from streamdedup.worker import Outgoing, Sink, UndeliveredError, WorkerConfig
+from streamdedup.errors import UndeliveredError
+from streamdedup.worker import Outgoing, Sink, WorkerConfig
 
 
 class Producer:

@@ -56,9 +56,10 @@ def current_changes(t: Tables, keys: list[bytes]) -> list[Change]:
     A batch whose index transaction committed but whose Kafka transaction did not (a
     crash or a broker failure between the two) is published again from the stored
     verdicts, and its original changelog records went with the aborted transaction:
-    re-sending the documents' present state restores the changelog.  (The forgetting
-    of an expired document is not re-sent; an expired document never matches, restored
-    or not, and the next batch forgets it again.)"""
+    re-sending the present state of the documents it changed restores the changelog --
+    its own, and the others it touched (`Deduplicator.touched`, kept with its verdicts:
+    copies promoted to content owner, documents the time window forgot), a forgotten
+    one as a tombstone."""
     out: list[Change] = []
     for key in dict.fromkeys(keys):
         docno = t.docno_for_id(key)

@@ -501,6 +501,12 @@ class Deduplicator:
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`); rebuilt on every run of the transaction.
         self.changes: list[Change] = []
+        # Ids (index keys) of the documents the last applied batch changed beyond
+        # storing its own: forgotten by the time window, or promoted to content owner
+        # when their owner went.  A worker keeps them with the batch's verdicts, so a
+        # redelivery of the batch re-sends their present state to the changelog too.
+        # Empty for most batches.
+        self.touched: list[bytes] = []
         # The last applied batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._ts: int | None = None  # the stored timestamp of the document being checked
@@ -587,6 +593,7 @@ class Deduplicator:
         self._counts = dict(t.meta("counts") or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
+        self.touched = []
         self._fresh = {}
         self._exact = {}
         clock = int(t.meta("clock") or 0)
@@ -684,7 +691,7 @@ class Deduplicator:
             if rec is not None and rec.content_hash == content and not self._expired(rec):
                 self._batch.replayed += 1
                 return Verdict.from_record(rec), 0
-            self._forget(t, existing, key)
+            self._forget(t, existing, key, own=True)
         if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
             p, i = self.preparer.prepare([doc]), 0
         sig = p.sigs[i]
@@ -862,11 +869,15 @@ class Deduplicator:
             )
         )
 
-    def _forget(self, t: Tables, docno: int, key: bytes) -> None:
+    def _forget(self, t: Tables, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its
         content and copies of it live on, the oldest copy becomes the owner and takes
         over its signature, postings, set and text, so later exact and near
-        duplicates still find that content while any copy of it lives."""
+        duplicates still find that content while any copy of it lives.
+
+        `own`: the document is replaced by one of the batch's own (same id), which
+        the batch stores; any other forgotten id, and a promoted copy's, go to
+        `touched`."""
         self._fresh.pop(docno, None)
         self._exact.pop(docno, None)
         old = t.record(docno)
@@ -882,15 +893,17 @@ class Deduplicator:
             text = t.text(docno) or None
         t.remove_document(docno, key, keys)
         self.changes.append(Change(key, docno, None, None, None, False))
+        if not own:
+            self.touched.append(key)
         if heir is None or old is None:
             return
         heir_rec = t.record(heir)
         if heir_rec is None:
             return
         t.adopt(heir, old.content_hash, raw, keys, shingle_set, text)
-        self.changes.append(
-            Change(id_key(heir_rec.doc_id), heir, heir_rec, raw, shingle_set, True, text)
-        )
+        heir_key = id_key(heir_rec.doc_id)
+        self.changes.append(Change(heir_key, heir, heir_rec, raw, shingle_set, True, text))
+        self.touched.append(heir_key)
 
 
 __all__ = [

@@ -698,3 +698,81 @@ def test_broker_gone_for_a_while_mid_run(tmp_path: Path) -> None:
         assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("forgotten", ["replaced", "expired"])
+def test_a_promotion_in_a_batch_redelivered_after_a_crash_reaches_the_changelog(
+    kafka_bootstrap: str, tmp_path: Path, forgotten: str
+) -> None:
+    """A and B hold the same text; A re-sent with other content (or A expired by the
+    time window, as C arrives) promotes B to owner of it (signature, postings, set,
+    text).  The worker is killed after that batch's index commit and before its Kafka
+    commit: the batch is published again from the stored verdicts, and the changelog
+    must carry B's promotion (and A's forgetting) too, not only the present state of
+    the batch's own documents, or an index restored from it misses near duplicates of
+    that text."""
+    import os
+
+    from kafka import KafkaProducer
+    from test_changelog import dump
+
+    from streamdedup.changelog import _finish, _postings, _Restorer
+    from streamdedup.config import IndexParams
+    from streamdedup.engine import Deduplicator
+    from streamdedup.index import Index
+    from streamdedup.worker import create_topics
+
+    t1 = " ".join(f"alpha{i}" for i in range(60))
+    t2 = " ".join(f"beta{i}" for i in range(60))
+    t = Topics(kafka_bootstrap)
+    changelog = f"changelog-{t.group}"
+    create_topics(t.bootstrap, [changelog], 1, {}, compacted=(changelog,))
+    index = tmp_path / "idx"
+    opts: tuple[str, ...] = ("--changelog-topic", changelog)
+    if forgotten == "expired":
+        opts += ("--ttl", "1h")
+    now, minute = int(time.time() * 1000), 60_000
+
+    def produce(doc_id: str, text: str, ago_minutes: int) -> None:
+        p = KafkaProducer(bootstrap_servers=t.bootstrap)
+        value = orjson.dumps({"id": doc_id, "text": text})
+        p.send(t.input, value=value, timestamp_ms=now - ago_minutes * minute)
+        p.flush()
+        p.close()
+
+    # A inside the window of B; the third document's clock puts A outside and B in
+    produce("A", t1, 65)
+    produce("B", t1, 30)
+    r = t.run_worker(index, *opts)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    produce("A" if forgotten == "replaced" else "C", t2, 0)
+    crash = subprocess.run(
+        t.worker_args(index, *opts),
+        env={**os.environ, "STREAMDEDUP_FAILPOINT": "index-written:1"},
+        capture_output=True,
+        timeout=300,
+    )
+    assert crash.returncode == -signal.SIGKILL, crash.stderr.decode()[-3000:]
+    r = t.run_worker(index, *opts)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert len(t.read_to_end(t.output)) == 3
+
+    assert changelog_state(t.bootstrap, changelog) == index_state(index)
+    records = [(r.key or b"", r.value) for r in committed(t.bootstrap, changelog)]
+    restored = Index(tmp_path / "restored")
+    rest = _Restorer()
+    restored.write(lambda tx: rest.apply(tx, records))
+    assert rest.params is not None
+    params: IndexParams = rest.params
+    _postings(restored, params)
+    restored.write(lambda tx: _finish(tx, rest.max_docno, {}, "g/t"))
+    restored.close()
+    a, b = dump(index), dump(tmp_path / "restored")
+    for table in a:
+        assert a[table] == b[table], table
+    words = t1.split()
+    words[-1] = "changed"
+    for path in (index, tmp_path / "restored"):
+        with Deduplicator(path, changelog=changelog) as dd:
+            v = dd.check("N", " ".join(words))
+        assert (v.verdict, v.duplicate_of, v.exact) == ("duplicate", "B", False), path

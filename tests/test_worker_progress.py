@@ -99,3 +99,33 @@ def test_any_pattern_of_crashes_and_redeliveries(
         if publish_ok:
             published = batch[-1] + 1
     index.close()
+
+
+def test_the_ids_a_batch_touched_come_back_with_any_part_of_it(index: Index) -> None:
+    """Ids of documents a batch changed beyond its own (promoted copies, forgotten
+    documents) are kept under each partition's part of it, come back with a
+    redelivery of any part, and go when the batch does."""
+    prog = Progress("g", "docs")
+    kept = [(0, o, verdict(0, o)) for o in range(100, 110)]
+    kept += [(1, o, verdict(1, o)) for o in range(7, 9)]
+    index.write(lambda t: prog.keep_verdicts(t, {0: 100, 1: 7}, kept, [b"sX", b"sY", b"sX"]))
+    # redelivered with more, which touches nothing: nothing kept for that part
+    keep(index, prog, 100, range(110, 120))
+
+    def touched(wanted: list[tuple[int, int]]) -> list[bytes]:
+        out: list[bytes] = []
+        index.write(lambda t: prog.stored_verdicts(t, wanted, out))
+        return out
+
+    assert touched([(0, 104)]) == [b"sX", b"sY"]
+    assert touched([(1, 8)]) == [b"sX", b"sY"]
+    assert touched([(0, 115)]) == []
+    keep(index, prog, 110, range(0))  # 100-109 published: dropped, with their ids
+    assert touched([(0, 112)]) == []
+    index.write(lambda t: prog.keep_verdicts(t, {1: 9}, []))
+    rest = index.read(
+        lambda t: [
+            bytes(k) for k, _ in t.txn.cursor(db=t.db["meta"]) if bytes(k).startswith(b"touched/")
+        ]
+    )
+    assert rest == []

@@ -701,11 +701,10 @@ class Deduplicator:
             return verdict, 1
         same = t.docno_for_content(content)
         orig = None if same is None else t.record(same)
-        while same is not None and orig is not None and self._expired(orig):
-            # Forgetting the owner promotes its oldest copy, which may have expired too.
-            self._forget(t, same, id_key(orig.doc_id))
-            same = t.docno_for_content(content)
-            orig = None if same is None else t.record(same)
+        if same is not None and orig is not None and self._expired(orig):
+            # its content passes to the oldest copy still inside the window, if any
+            heir = self._successor(t, same, orig)
+            orig = None if heir is None else t.record(heir)
         if orig is not None:
             verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
             self._insert(t, p, i, docno, verdict, index_it=False)

@@ -900,9 +900,11 @@ class Worker:
         decoded: list[Document | Rejected] = []
         fresh: list[tuple[int, int, Document]] = []
         for p, m in batch:
-            # Kafka says "no timestamp" with -1 (some clients send 0): none, never expires
-            ts = m.timestamp if m.timestamp is not None and m.timestamp > 0 else None
-            item = decode_message(m.value, m.key, self.cfg.input_format, self.cfg.fields, ts)
+            # Kafka's "no timestamp" (-1, or 0 from some clients) is passed on as it is:
+            # the engine treats every timestamp <= 0 as none (`Deduplicator._apply`)
+            item = decode_message(
+                m.value, m.key, self.cfg.input_format, self.cfg.fields, m.timestamp
+            )
             decoded.append(item)
             if isinstance(item, Document) and m.offset >= applied.get(p, 0):
                 fresh.append((p, m.offset, item))

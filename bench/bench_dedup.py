@@ -97,7 +97,7 @@ def run_streamdedup(
     cmd = [
         sys.executable,
         "-m",
-        "streamdedup.cli",
+        "streamdedup.cli.main",
         "dedup",
         str(corpus),
         "--index",

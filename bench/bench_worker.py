@@ -54,7 +54,7 @@ def cluster(bootstrap: str | None) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
-    from streamdedup.broker import EmbeddedBroker
+    from streamdedup.kafka.broker import EmbeddedBroker
 
     with EmbeddedBroker() as embedded:
         yield embedded
@@ -115,7 +115,7 @@ def run_workers(
     cmd = [
         sys.executable,
         "-m",
-        "streamdedup.cli",
+        "streamdedup.cli.main",
         "worker",
         "--bootstrap-servers",
         bootstrap,
@@ -256,7 +256,7 @@ def file_mode(corpus: Path, tmp: Path) -> float:
         [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             "dedup",
             str(corpus),
             "--index",

@@ -14,7 +14,7 @@ import sys
 import orjson
 from datasketch import MinHash, MinHashLSH
 
-from streamdedup.shingle import ShingleSpec, reference_shingles
+from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
 
 
 def main() -> int:

@@ -9,8 +9,8 @@ Embedding without Kafka::
         verdicts = dd.check_batch([("doc-2", "more text"), ("doc-3", "and more")])
 """
 
-from .engine import Deduplicator, Document, Verdict
-from .errors import (
+from streamdedup.engine.deduplicator import Deduplicator, Document, Verdict
+from streamdedup.errors import (
     ConfigError,
     IndexOpenError,
     ParameterMismatchError,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .errors import ConfigError, IndexOpenError
-from .shingle import ShingleSpec
+from streamdedup.errors import ConfigError, IndexOpenError
+from streamdedup.sketch.shingle import ShingleSpec
 
 Verify = Literal["exact", "signature"]
 

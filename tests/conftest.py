@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from streamdedup import kernels
+from streamdedup.sketch import kernels
 
 # `kernel` (below) is function scoped on purpose: it holds for every example.
 settings.register_profile(
@@ -36,7 +36,7 @@ def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     compiled = kernels.load("compiled")
     if compiled is None:
         if os.environ.get("STREAMDEDUP_REQUIRE_KERNELS"):
-            pytest.fail("the compiled kernels (streamdedup/_kernels.c) were not built")
+            pytest.fail("the compiled kernels (streamdedup/sketch/_kernels.c) were not built")
         pytest.skip("the compiled kernels were not built (no C compiler at install)")
     monkeypatch.setattr(kernels, "native", compiled)
     return "compiled"
@@ -76,7 +76,7 @@ def kafka_bootstrap():
         with container as kafka:
             yield kafka.get_bootstrap_server()
         return
-    from streamdedup.broker import EmbeddedBroker
+    from streamdedup.kafka.broker import EmbeddedBroker
 
     broker = EmbeddedBroker()
     yield broker.start()

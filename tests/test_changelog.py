@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from streamdedup.changelog import _finish, _postings, _Restorer, encode_changes, params_record
 from streamdedup.config import EngineOptions
-from streamdedup.engine import Deduplicator, Document
-from streamdedup.index import Index
+from streamdedup.engine.deduplicator import Deduplicator, Document
+from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
+from streamdedup.store.index import Index
 
 VOCAB = [f"w{i}" for i in range(2000)]
 

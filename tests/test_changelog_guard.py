@@ -12,9 +12,9 @@ import orjson
 import pytest
 from test_worker import Topics, stream
 
-from streamdedup.engine import Deduplicator
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
-from streamdedup.index import Index
+from streamdedup.store.index import Index
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamdedup.cli import main
+from streamdedup.cli.main import main
 
 VOCAB = [f"w{i}" for i in range(3000)]
 
@@ -43,7 +43,7 @@ def start_dedup(
         [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             "dedup",
             str(src),
             "--index",
@@ -301,7 +301,7 @@ def test_ctrl_c_exits_130_and_keeps_the_index_usable(tmp_path: Path) -> None:
 def test_a_signal_after_the_command_finished_keeps_its_exit_status(sig: int) -> None:
     # A stop arriving while a finished run shuts down must not turn exit 0 into -SIG.
     script = (
-        "import os, sys, time; from streamdedup.cli import entry\n"
+        "import os, sys, time; from streamdedup.cli.main import entry\n"
         "status = entry(['tune', '--threshold', '0.8'])\n"
         f"os.kill(os.getpid(), {int(sig)}); time.sleep(0.2)\n"
         "sys.exit(status)\n"

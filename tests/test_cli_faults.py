@@ -190,9 +190,9 @@ def test_closed_stderr_keeps_the_summary_out_of_the_verdicts(tmp_path: Path) -> 
 def test_an_index_made_by_a_failed_start_is_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from streamdedup import index
-    from streamdedup.cli import main
+    from streamdedup.cli.main import main
     from streamdedup.errors import IndexOpenError
+    from streamdedup.store import index
 
     def broken(self: object, fn: object) -> None:
         raise IndexOpenError("cannot read the index (simulated)")
@@ -211,7 +211,7 @@ def test_an_index_made_by_a_failed_start_is_removed(
 
 
 def test_produce_reports_a_missing_input_before_connecting(tmp_path: Path) -> None:
-    from streamdedup.broker import free_port
+    from streamdedup.kafka.broker import free_port
 
     r = run(
         "produce",

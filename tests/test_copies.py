@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.changelog import _finish, _postings, _Restorer, encode_changes, params_record
 from streamdedup.config import EngineOptions
-from streamdedup.engine import Deduplicator, Document, Verdict
-from streamdedup.index import Index
-from streamdedup.shingle import ShingleSpec, reference_shingles
+from streamdedup.engine.deduplicator import Deduplicator, Document, Verdict
+from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
+from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
+from streamdedup.store.index import Index
 
 MINUTE = 60_000
 T0 = 1_750_000_000_000  # 2025-06-15: timestamps of 0 or below count as none

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.decode import (
+from streamdedup.engine.deduplicator import Document
+from streamdedup.inputs.decode import (
     BAD_ID,
     BAD_TEXT,
     INVALID_UTF8,
@@ -20,7 +21,6 @@ from streamdedup.decode import (
     decode_json,
     decode_message,
 )
-from streamdedup.engine import Document
 
 F = Fields()
 

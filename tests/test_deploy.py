@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from streamdedup.cli import COMMANDS
-from streamdedup.metrics import Metrics
-from streamdedup.reference import render
+from streamdedup.cli.main import COMMANDS
+from streamdedup.cli.reference import render
+from streamdedup.ops.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -59,7 +59,7 @@ def under(path: str, parent: str) -> bool:
 
 def test_configuration_reference_is_current() -> None:
     assert (ROOT / "docs" / "configuration.md").read_text() == render(), (
-        "docs/configuration.md is out of date: python -m streamdedup.reference > "
+        "docs/configuration.md is out of date: python -m streamdedup.cli.reference > "
         "docs/configuration.md"
     )
 

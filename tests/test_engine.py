@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from streamdedup import engine
 from streamdedup.config import EngineOptions, IndexParams
-from streamdedup.engine import Deduplicator, Document, Preparer, Verdict
-from streamdedup.report import index_stats
-from streamdedup.shingle import ShingleSpec, reference_shingles
+from streamdedup.engine import deduplicator as engine
+from streamdedup.engine.deduplicator import Deduplicator, Document, Preparer, Verdict
+from streamdedup.ops.report import index_stats
+from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
 
 VOCAB = [f"w{i}" for i in range(5000)]
 

@@ -16,19 +16,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup import setcodec
 from streamdedup.config import IndexParams
-from streamdedup.engine import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator, Document
 from streamdedup.errors import IndexOpenError
-from streamdedup.report import index_stats
-from streamdedup.shingle import (
+from streamdedup.ops.report import index_stats
+from streamdedup.sketch import setcodec
+from streamdedup.sketch.shingle import (
     Shingler,
     ShingleSpec,
     encode,
     normalise,
     reference_shingles,
 )
-from streamdedup.signature import fingerprint_sets
+from streamdedup.sketch.signature import fingerprint_sets
 
 SEED = IndexParams().seed
 SPEC = ShingleSpec()  # word:5

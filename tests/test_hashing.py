@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.hashing import (
+from streamdedup.sketch.hashing import (
     CHAR_BASE,
     MASK64,
     PowerTable,

@@ -1,9 +1,9 @@
 import lmdb
 import pytest
 
-from streamdedup.engine import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator, Document
 from streamdedup.errors import IndexOpenError, ParameterMismatchError
-from streamdedup.index import Index, Record, Tables, id_key
+from streamdedup.store.index import Index, Record, Tables, id_key
 
 
 def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
@@ -51,7 +51,7 @@ def test_map_grows_by_itself(index_dir) -> None:
 
 
 def test_map_grows_before_a_batch_rather_than_redoing_it(tmp_path) -> None:
-    from streamdedup.index import MAP_FILL, Index
+    from streamdedup.store.index import MAP_FILL, Index
 
     index = Index(tmp_path / "idx", map_size=1 << 20)
 

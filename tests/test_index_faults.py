@@ -16,9 +16,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamdedup.engine import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator, Document
 from streamdedup.errors import ConfigError, IndexCorruptError
-from streamdedup.index import Index, id_key
+from streamdedup.store.index import Index, id_key
 
 VOCAB = [f"w{i}" for i in range(3000)]
 
@@ -26,7 +26,7 @@ VOCAB = [f"w{i}" for i in range(3000)]
 def run(*args: str, code: str | None = None) -> subprocess.CompletedProcess[bytes]:
     """The command line in a subprocess; `code` runs first in it (a test knob)."""
     prefix = [] if code is None else [f"{code}\n"]
-    script = "".join(prefix) + "import sys\nfrom streamdedup.cli import main\nsys.exit(main())"
+    script = "".join(prefix) + "import sys\nfrom streamdedup.cli.main import main\nsys.exit(main())"
     return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, timeout=600)
 
 
@@ -71,7 +71,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 # A 1 MiB headroom instead of 64 MiB, so that an 8 MiB disk holds a few batches.
-SMALL_HEADROOM = "import streamdedup.index as ix\nix.DISK_HEADROOM = 1 << 20"
+SMALL_HEADROOM = "import streamdedup.store.index as ix\nix.DISK_HEADROOM = 1 << 20"
 
 
 def test_a_full_disk_stops_dedup_with_status_6_and_keeps_the_index(

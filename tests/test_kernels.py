@@ -18,11 +18,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamdedup import kernels, setcodec
-from streamdedup.engine import Deduplicator
-from streamdedup.index import Index
-from streamdedup.shingle import Shingler, ShingleSpec, WordTable, normalise_utf8
-from streamdedup.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.sketch import kernels, setcodec
+from streamdedup.sketch.shingle import Shingler, ShingleSpec, WordTable, normalise_utf8
+from streamdedup.sketch.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
+from streamdedup.store.index import Index
 
 compiled = kernels.load("compiled")
 needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")

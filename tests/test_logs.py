@@ -5,13 +5,13 @@ import pytest
 
 from streamdedup.config import parse_duration_ms
 from streamdedup.errors import ConfigError
-from streamdedup.logs import JsonFormatter
+from streamdedup.ops.logs import JsonFormatter
 
 
 def test_json_lines_carry_extra_fields() -> None:
     record = logging.makeLogRecord(
         {
-            "name": "streamdedup.worker",
+            "name": "streamdedup.kafka.worker",
             "levelno": 20,
             "levelname": "INFO",
             "msg": "x %d",
@@ -48,7 +48,7 @@ def test_bad_durations(text: str) -> None:
 
 
 def test_kafka_client_repeats_are_rate_limited() -> None:
-    from streamdedup.logs import RateLimit
+    from streamdedup.ops.logs import RateLimit
 
     f = RateLimit(every_s=60)
 
@@ -58,7 +58,7 @@ def test_kafka_client_repeats_are_rate_limited() -> None:
     passed = [f.filter(rec("kafka.producer.sender", "retrying %s")) for _ in range(100)]
     assert passed == [True] + [False] * 99
     assert f.filter(rec("kafka.producer.sender", "another message"))
-    assert all(f.filter(rec("streamdedup.worker", "ours")) for _ in range(5))  # never ours
+    assert all(f.filter(rec("streamdedup.kafka.worker", "ours")) for _ in range(5))  # never ours
     f.every_s = 0
     again = rec("kafka.producer.sender", "retrying %s")
     assert f.filter(again) and again.msg.endswith("(and 99 more like it)")
@@ -67,7 +67,7 @@ def test_kafka_client_repeats_are_rate_limited() -> None:
 def test_kafka_refusals_are_remembered_and_explained() -> None:
     import logging
 
-    from streamdedup.logs import KafkaRefusals
+    from streamdedup.ops.logs import KafkaRefusals
 
     refusals = KafkaRefusals.install()
     assert KafkaRefusals.install() is refusals  # one per process

@@ -1,7 +1,7 @@
 import pytest
 
 from streamdedup.errors import ConfigError
-from streamdedup.lsh import banding, error_areas, s_curve, s_curve_table, tune
+from streamdedup.sketch.lsh import banding, error_areas, s_curve, s_curve_table, tune
 
 
 def test_s_curve_matches_the_lecture_table() -> None:

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdedup import metrics
-from streamdedup.logs import setup_logging
-from streamdedup.metrics import HealthPolicy, Metrics
+from streamdedup.ops import metrics
+from streamdedup.ops.logs import setup_logging
+from streamdedup.ops.metrics import HealthPolicy, Metrics
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -80,9 +80,9 @@ def test_a_taken_port_is_a_clear_error() -> None:
 def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monkeypatch) -> None:
     import types
 
-    from streamdedup import worker as worker_module
     from streamdedup.config import EngineOptions
-    from streamdedup.worker import Worker
+    from streamdedup.kafka import worker as worker_module
+    from streamdedup.kafka.worker import Worker
 
     clock = [1000.0]
     monkeypatch.setattr(worker_module.time, "monotonic", lambda: clock[0])
@@ -90,7 +90,7 @@ def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monke
     w.metrics = Metrics()
     w.dd = types.SimpleNamespace(options=EngineOptions())
     w._outliers_logged, w._outliers_unlogged = float("-inf"), 0
-    with caplog.at_level("WARNING", logger="streamdedup.worker"):
+    with caplog.at_level("WARNING", logger="streamdedup.kafka.worker"):
         w._warn_outliers([(0, 7, 4_102_444_800_000)])
         clock[0] += 30
         w._warn_outliers([(1, 8, 4_102_444_800_001), (1, 9, 4_102_444_800_002)])

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_worker import Topics, file_mode, stream, verdicts_by_offset
 
-from streamdedup.broker import free_port
+from streamdedup.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
 

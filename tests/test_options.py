@@ -2,8 +2,8 @@ import argparse
 
 import pytest
 
+from streamdedup.cli.options import Opt, OptionGroup, add_options, resolve
 from streamdedup.errors import ConfigError
-from streamdedup.options import Opt, OptionGroup, add_options, resolve
 
 GROUPS = (
     OptionGroup(
@@ -65,7 +65,7 @@ def test_flags_and_repeatable_options() -> None:
 
 
 def test_max_clock_skew_reaches_the_engine(tmp_path, monkeypatch) -> None:
-    from streamdedup.cli import open_engine, parse
+    from streamdedup.cli.main import open_engine, parse
 
     monkeypatch.delenv("STREAMDEDUP_MAX_CLOCK_SKEW", raising=False)
     base = ["--input-topic", "t", "--output-topic", "o", "--index"]

@@ -8,12 +8,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamdedup import pool
 from streamdedup.config import IndexParams
-from streamdedup.decode import Fields, Rejected
-from streamdedup.engine import Preparer
-from streamdedup.filemode import read_lines
-from streamdedup.pool import PreparePool, decode_and_prepare, split_lines
+from streamdedup.engine import pool
+from streamdedup.engine.deduplicator import Preparer
+from streamdedup.engine.files import read_lines
+from streamdedup.engine.pool import PreparePool, decode_and_prepare, split_lines
+from streamdedup.inputs.decode import Fields, Rejected
 
 
 def messy_input(n: int) -> bytes:

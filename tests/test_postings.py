@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamdedup import postings
-from streamdedup.postings import Postings, merge
+from streamdedup.store import postings
+from streamdedup.store.postings import Postings, merge
 
 # few distinct keys, spread over a few partitions (the top byte), so buckets get hot
 KEYS = st.sampled_from([(p << 56) | k for p in (0, 7, 255) for k in (1, 2, 3, 99)])

@@ -20,7 +20,7 @@ def replay_args(t: Topics, index: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streamdedup.cli",
+        "streamdedup.cli.main",
         "replay",
         "--bootstrap-servers",
         t.bootstrap,
@@ -80,7 +80,7 @@ def test_rebuild_to_a_file_equals_the_live_run(live, tmp_path: Path) -> None:
 
 
 def test_rebuild_to_a_topic_equals_the_live_run(live, tmp_path: Path) -> None:
-    from streamdedup.worker import create_topics
+    from streamdedup.kafka.worker import create_topics
 
     t, expected = live
     create_topics(t.bootstrap, [t.output + "-replay"], 1, {})
@@ -188,7 +188,7 @@ def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) 
 def test_an_interrupted_replay_to_a_topic_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
     from test_worker import file_mode
 
-    from streamdedup.worker import create_topics
+    from streamdedup.kafka.worker import create_topics
 
     docs = stream(8000, seed=24)
     t = Topics(kafka_bootstrap)

@@ -1,7 +1,7 @@
 import pytest
 
 from streamdedup.errors import ConfigError
-from streamdedup.replay import StartAt
+from streamdedup.kafka.replay import StartAt
 
 
 def test_start_positions() -> None:

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.setcodec import decode, encode, encode_sets, jaccard
-from streamdedup.signature import FINGERPRINT_BITS, FingerprintSets
+from streamdedup.sketch.setcodec import decode, encode, encode_sets, jaccard
+from streamdedup.sketch.signature import FINGERPRINT_BITS, FingerprintSets
 
 # every test here runs on the compiled kernels and on the numpy code (conftest)
 pytestmark = pytest.mark.usefixtures("kernel")

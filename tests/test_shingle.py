@@ -8,7 +8,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from streamdedup.errors import ConfigError
-from streamdedup.shingle import (
+from streamdedup.sketch.shingle import (
     Shingler,
     ShingleSpec,
     WordTable,
@@ -94,7 +94,7 @@ def test_ascii_and_unicode_documents_in_one_batch() -> None:
 
 
 def test_batches_larger_than_one_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    import streamdedup.shingle as mod
+    import streamdedup.sketch.shingle as mod
 
     monkeypatch.setattr(mod, "CHUNK_CHARS", 50)
     docs = [f"document {i} " + "lorem ipsum dolor sit amet " * (i % 5) for i in range(30)]

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.hashing import fmix64
-from streamdedup.shingle import ShingleBatch
-from streamdedup.signature import (
+from streamdedup.sketch.hashing import fmix64
+from streamdedup.sketch.shingle import ShingleBatch
+from streamdedup.sketch.signature import (
     FINGERPRINT_BITS,
     band_keys,
     estimate_jaccard,

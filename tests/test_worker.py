@@ -105,7 +105,7 @@ class Topics:
         return [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             "worker",
             "--bootstrap-servers",
             self.bootstrap,
@@ -141,7 +141,7 @@ def file_mode(tmp: Path, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             "dedup",
             str(src),
             "--index",
@@ -217,8 +217,8 @@ def test_restart_resumes_where_it_stopped(kafka_bootstrap: str, tmp_path: Path) 
 
 def progress(index: Path, t: Topics) -> tuple[dict[int, int], dict[int, int]]:
     """The next offsets the index records as applied, and as published."""
-    from streamdedup.engine import Deduplicator
-    from streamdedup.worker import Progress
+    from streamdedup.engine.deduplicator import Deduplicator
+    from streamdedup.kafka.worker import Progress
 
     prog = Progress(t.group, t.input)
     with Deduplicator(index) as dd:
@@ -307,13 +307,13 @@ def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_p
 
 @pytest.mark.parametrize("point", ["index-written", "verdicts-sent", "offsets-sent", "committed"])
 def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, point: str) -> None:
-    """The worker SIGKILLs itself at one step of its third batch (streamdedup.failpoints)
+    """The worker SIGKILLs itself at one step of its third batch (streamdedup.ops.failpoints)
     and is restarted: the read_committed verdict topic holds exactly one verdict per
     document, equal to an uninterrupted run's, and the committed changelog holds the
     index's state of every document."""
     import os
 
-    from streamdedup.worker import create_topics
+    from streamdedup.kafka.worker import create_topics
 
     docs = stream(3000, seed=11)
     t = Topics(kafka_bootstrap)
@@ -350,7 +350,7 @@ def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, p
 def changelog_state(bootstrap: str, topic: str) -> dict[bytes, bytes]:
     """What a restore would see: the last committed record of each key, the index
     parameters left out."""
-    from streamdedup.changelog import PARAMS_KEY
+    from streamdedup.kafka.changelog import PARAMS_KEY
 
     latest: dict[bytes, bytes | None] = {}
     for r in committed(bootstrap, topic):
@@ -362,8 +362,8 @@ def changelog_state(bootstrap: str, topic: str) -> dict[bytes, bytes]:
 
 def index_state(index: Path) -> dict[bytes, bytes]:
     """Every document of the index as the changelog encodes it."""
-    from streamdedup.changelog import current_changes, encode_changes
-    from streamdedup.engine import Deduplicator
+    from streamdedup.engine.deduplicator import Deduplicator
+    from streamdedup.kafka.changelog import current_changes, encode_changes
 
     def read(t: Any) -> dict[bytes, bytes]:
         keys = [bytes(k) for k in t.txn.cursor(db=t.db["ids"]).iternext(values=False)]
@@ -430,14 +430,14 @@ def test_msgpack_and_raw_inputs(kafka_bootstrap: str, tmp_path: Path) -> None:
 
 
 def test_unreachable_broker_fails_clearly_and_in_bounded_time(tmp_path: Path) -> None:
-    from streamdedup.broker import free_port
+    from streamdedup.kafka.broker import free_port
 
     started = time.time()
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             "worker",
             "--bootstrap-servers",
             f"127.0.0.1:{free_port()}",
@@ -562,7 +562,7 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     )
     group_offsets = {p: consumer.committed(TopicPartition(t.input, p)) for p in (0, 1)}
     consumer.close()
-    from streamdedup.engine import Deduplicator
+    from streamdedup.engine.deduplicator import Deduplicator
 
     with Deduplicator(index) as dd:
         recorded = dd.index.read(lambda tx: tx.meta(f"applied/{t.group}/{t.input}"))
@@ -578,7 +578,7 @@ class Outage:
         import socket
         import threading
 
-        from streamdedup.broker import free_port
+        from streamdedup.kafka.broker import free_port
 
         self.port, self.target = free_port(), target_port
         self.up = threading.Event()
@@ -640,7 +640,7 @@ def test_broker_gone_for_a_while_mid_run(tmp_path: Path) -> None:
     """Connections to the broker drop and are refused for 15 seconds while the worker is
     busy; it waits, reconnects and goes on: every document gets the verdict of an
     uninterrupted run."""
-    from streamdedup.broker import EmbeddedBroker, free_port
+    from streamdedup.kafka.broker import EmbeddedBroker, free_port
 
     real = free_port()
     proxy = Outage(real)
@@ -716,11 +716,11 @@ def test_a_promotion_in_a_batch_redelivered_after_a_crash_reaches_the_changelog(
     from kafka import KafkaProducer
     from test_changelog import dump
 
-    from streamdedup.changelog import _finish, _postings, _Restorer
     from streamdedup.config import IndexParams
-    from streamdedup.engine import Deduplicator
-    from streamdedup.index import Index
-    from streamdedup.worker import create_topics
+    from streamdedup.engine.deduplicator import Deduplicator
+    from streamdedup.kafka.changelog import _finish, _postings, _Restorer
+    from streamdedup.kafka.worker import create_topics
+    from streamdedup.store.index import Index
 
     t1 = " ".join(f"alpha{i}" for i in range(60))
     t2 = " ".join(f"beta{i}" for i in range(60))

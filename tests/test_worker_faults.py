@@ -14,7 +14,7 @@ import pytest
 from test_operations import scrape
 from test_worker import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
 
-from streamdedup.broker import free_port
+from streamdedup.kafka.broker import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -107,9 +107,9 @@ def test_transactions_that_keep_failing_stop_the_worker(
     so the group's offsets still point at the batch."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from streamdedup.engine import Deduplicator
+    from streamdedup.engine.deduplicator import Deduplicator
     from streamdedup.errors import UnsafeToContinueError
-    from streamdedup.worker import Worker, WorkerConfig, parse_pairs
+    from streamdedup.kafka.worker import Worker, WorkerConfig, parse_pairs
 
     t = Topics(kafka_bootstrap)
     t.produce(long_id_docs(5))
@@ -168,7 +168,7 @@ def test_a_recreated_input_topic_is_refused(
     recreate(t)
     t.produce([orjson.dumps(d) for d in docs[100:]])
     if again < 100:
-        from streamdedup.engine import Deduplicator
+        from streamdedup.engine.deduplicator import Deduplicator
 
         with Deduplicator(index) as dd:
             key = f"topic-id/{t.group}/{t.input}".encode()

@@ -81,7 +81,7 @@ def test_sasl_against_a_broker_without_it_says_so(
         [
             sys.executable,
             "-m",
-            "streamdedup.cli",
+            "streamdedup.cli.main",
             command,
             "--bootstrap-servers",
             kafka_bootstrap,

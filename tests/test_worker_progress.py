@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.engine import Verdict
+from streamdedup.engine.deduplicator import Verdict
 from streamdedup.errors import StreamDedupError
-from streamdedup.index import Index
-from streamdedup.worker import Progress
+from streamdedup.kafka.worker import Progress
+from streamdedup.store.index import Index
 
 
 def verdict(p: int, off: int) -> Verdict:

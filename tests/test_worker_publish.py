@@ -12,11 +12,11 @@ from kafka.errors import KafkaTimeoutError
 from kafka.future import Future
 from kafka.partitioner.default import murmur2
 
-from streamdedup import kernels
-from streamdedup.decode import Rejected
-from streamdedup.engine import Verdict
+from streamdedup.engine.deduplicator import Verdict
 from streamdedup.errors import UndeliveredError
-from streamdedup.worker import Outgoing, Sink, WorkerConfig
+from streamdedup.inputs.decode import Rejected
+from streamdedup.kafka.worker import Outgoing, Sink, WorkerConfig
+from streamdedup.sketch import kernels
 
 
 class Producer:
@@ -106,7 +106,7 @@ def test_a_dead_letter_is_cut_to_fit_the_producer_limit() -> None:
     saying so; a dead letter that fits goes out as it came."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    from streamdedup.worker import fit_dead_letter
+    from streamdedup.kafka.worker import fit_dead_letter
 
     headers = [("streamdedup.reason", b"malformed_json")]
     key, value = b"k" * 5000, b"v" * 100_000

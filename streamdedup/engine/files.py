@@ -20,10 +20,10 @@ from typing import IO, Any
 
 import orjson
 
-from .decode import Fields, Rejected
-from .engine import Deduplicator, Prepared, Verdict
-from .errors import ConfigError, InputOutputError
-from .pool import Decoded, PreparePool, decode_and_prepare
+from streamdedup.engine.deduplicator import Deduplicator, Prepared, Verdict
+from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
+from streamdedup.errors import ConfigError, InputOutputError
+from streamdedup.inputs.decode import Fields, Rejected
 
 
 @dataclass

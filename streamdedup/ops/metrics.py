@@ -32,7 +32,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .errors import ConfigError
+from streamdedup.errors import ConfigError
 
 _BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # A connection that sends no complete request within this many seconds is closed:

@@ -20,7 +20,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from .errors import ConfigError
+from streamdedup.errors import ConfigError
 
 POINTS = ("index-written", "verdicts-sent", "offsets-sent", "committed")
 

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import IO, Any
 
-from .decode import Fields, Rejected, decode_json
-from .engine import Document, Prepared, Preparer
-from .errors import StreamDedupError
+from streamdedup.engine.deduplicator import Document, Prepared, Preparer
+from streamdedup.errors import StreamDedupError
+from streamdedup.inputs.decode import Fields, Rejected, decode_json
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
@@ -110,7 +110,7 @@ def _read(source: IO[bytes]) -> bytes:
     try:
         return source.read(TASK_BYTES)
     except OSError as exc:
-        from .filemode import read_error
+        from streamdedup.engine.files import read_error
 
         raise read_error(source, exc) from exc
 

@@ -17,19 +17,20 @@ from typing import Any
 
 import orjson
 
-from . import __version__, kernels
-from .config import EngineOptions, parse_duration_ms
-from .decode import Fields
-from .engine import Deduplicator
-from .errors import (
+from streamdedup import __version__
+from streamdedup.cli.options import Opt, OptionGroup, add_options, load_toml, resolve
+from streamdedup.config import EngineOptions, parse_duration_ms
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.errors import (
     EXIT_BROKER,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_REJECTED,
     StreamDedupError,
 )
-from .lsh import banding, s_curve_table, tune
-from .options import Opt, OptionGroup, add_options, load_toml, resolve
+from streamdedup.inputs.decode import Fields
+from streamdedup.sketch import kernels
+from streamdedup.sketch.lsh import banding, s_curve_table, tune
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -539,7 +540,7 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
 def open_engine(values: dict[str, Any], *, adds_documents: bool = True) -> Deduplicator:
     """`adds_documents`: refuse at once an index whose changelog this run would not
     write (`dedup`, `worker`); `replay` is refused only by a batch adding documents."""
-    from .errors import ConfigError
+    from streamdedup.errors import ConfigError
 
     index = _require_index(values)
     for name in ("max_bucket_candidates", "max_exact_checks", "batch_size"):
@@ -599,7 +600,7 @@ def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .filemode import (
+    from streamdedup.engine.files import (
         refuse_same_file,
         run_dedup,
         stdin_or_file,
@@ -659,8 +660,8 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def _check_engine_options(values: dict[str, Any]) -> None:
     """The detection options' cheap checks (as `resolve_params` makes them with the
     index open), so that a usage error is reported before a missing file."""
-    from .errors import ConfigError
-    from .shingle import ShingleSpec
+    from streamdedup.errors import ConfigError
+    from streamdedup.sketch.shingle import ShingleSpec
 
     if values["shingle"] is not None:
         ShingleSpec.parse(values["shingle"])
@@ -700,7 +701,7 @@ def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
     t, k = values["threshold"], values["num_perm"]
     if values["bands"] is not None or values["rows"] is not None:
         if values["bands"] is None or values["rows"] is None:
-            from .errors import ConfigError
+            from streamdedup.errors import ConfigError
 
             raise ConfigError("--bands and --rows go together")
         b = banding(t, k, values["bands"], values["rows"])
@@ -741,7 +742,7 @@ def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .report import index_stats, render_stats
+    from streamdedup.ops.report import index_stats, render_stats
 
     stats = index_stats(_require_index(values), check=values["check"])
     print(orjson.dumps(stats).decode() if values["json"] else render_stats(stats))
@@ -749,7 +750,7 @@ def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .report import inspect_document, render_inspect
+    from streamdedup.ops.report import inspect_document, render_inspect
 
     info = inspect_document(_require_index(values), args.doc_id)
     if info is None:
@@ -762,7 +763,7 @@ def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
     import threading
 
-    from .broker import EmbeddedBroker
+    from streamdedup.kafka.broker import EmbeddedBroker
 
     broker = EmbeddedBroker(values["port"])
     bootstrap = broker.start()
@@ -784,9 +785,9 @@ def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
-    from .errors import BrokerUnavailableError
-    from .filemode import stdin_or_file
-    from .worker import require_bootstrap, wait_for_broker
+    from streamdedup.engine.files import stdin_or_file
+    from streamdedup.errors import BrokerUnavailableError
+    from streamdedup.kafka.worker import require_bootstrap, wait_for_broker
 
     require_bootstrap(values)
     source = stdin_or_file(args.input)  # a missing input is reported before connecting
@@ -824,7 +825,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .replay import run_replay
+    from streamdedup.kafka.replay import run_replay
 
     return run_replay(values, lambda v: open_engine(v, adds_documents=False))
 
@@ -832,7 +833,7 @@ def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     import time
 
-    from .index import Index
+    from streamdedup.store.index import Index
 
     started = time.monotonic()
     source = Index(_require_index(values), readonly=True)
@@ -846,7 +847,7 @@ def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
     import time
 
-    from .index import Index
+    from streamdedup.store.index import Index
 
     started = time.monotonic()
     target = _require_index(values)
@@ -859,7 +860,7 @@ def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -> int:
-    from .report import index_stats
+    from streamdedup.ops.report import index_stats
 
     stats = index_stats(str(dest))
     if values["json"]:
@@ -873,13 +874,13 @@ def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -
 
 
 def cmd_demo(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .demo import run_demo
+    from streamdedup.cli.demo import run_demo
 
     return run_demo(values)
 
 
 def _require_index(values: dict[str, Any]) -> str:
-    from .errors import ConfigError
+    from streamdedup.errors import ConfigError
 
     if not values.get("index"):
         raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
@@ -887,7 +888,7 @@ def _require_index(values: dict[str, Any]) -> str:
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from .worker import run_from_options
+    from streamdedup.kafka.worker import run_from_options
 
     return run_from_options(values, open_engine)
 
@@ -934,7 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `stats | head` and the like: the reader had what it wanted (dedup reports a
         # closed output itself, exit 4, since verdicts went missing)
-        from .filemode import silence_stdout
+        from streamdedup.engine.files import silence_stdout
 
         silence_stdout()
         return EXIT_OK

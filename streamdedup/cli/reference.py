@@ -2,13 +2,13 @@
 the command line itself is built from, so the two cannot drift apart (a test
 compares the file with this rendering).
 
-    python -m streamdedup.reference > docs/configuration.md
+    python -m streamdedup.cli.reference > docs/configuration.md
 """
 
 from __future__ import annotations
 
-from .cli import COMMANDS
-from .options import Opt
+from streamdedup.cli.main import COMMANDS
+from streamdedup.cli.options import Opt
 
 
 def _default(opt: Opt) -> str:
@@ -30,7 +30,7 @@ def render() -> str:
         "# Configuration reference",
         "",
         "Generated from the command line's own option definitions "
-        "(`python -m streamdedup.reference > docs/configuration.md`); "
+        "(`python -m streamdedup.cli.reference > docs/configuration.md`); "
         "`tests/test_deploy.py` fails if this file is out of date.",
         "",
         "Every option can be given three ways, the first found wins: the command-line "

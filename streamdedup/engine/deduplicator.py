@@ -30,12 +30,11 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
-from . import setcodec
-from .config import EngineOptions, IndexParams, Verify
-from .errors import ConfigError, ParameterMismatchError
-from .index import DUPLICATE, UNIQUE, DocId, Index, Record, Tables, chunks, expiry_key, id_key
-from .lsh import banding, check_num_perm, tune
-from .shingle import (
+from streamdedup.config import EngineOptions, IndexParams, Verify
+from streamdedup.errors import ConfigError, ParameterMismatchError
+from streamdedup.sketch import setcodec
+from streamdedup.sketch.lsh import banding, check_num_perm, tune
+from streamdedup.sketch.shingle import (
     ShingleBatch,
     Shingler,
     ShingleSpec,
@@ -44,7 +43,7 @@ from .shingle import (
     normalise_utf8,
     split_by_length,
 )
-from .signature import (
+from streamdedup.sketch.signature import (
     Fingerprints,
     FingerprintSets,
     Signatures,
@@ -52,6 +51,17 @@ from .signature import (
     estimate_jaccard,
     fingerprint_sets,
     signatures,
+)
+from streamdedup.store.index import (
+    DUPLICATE,
+    UNIQUE,
+    DocId,
+    Index,
+    Record,
+    Tables,
+    chunks,
+    expiry_key,
+    id_key,
 )
 
 # Document and Verdict are plain slotted records, not frozen ones: one of each is

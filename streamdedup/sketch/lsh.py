@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from streamdedup.errors import ConfigError
 
 _GRID = np.linspace(0.0, 1.0, 2001)
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 import orjson
 
-from .engine import Document
+from streamdedup.engine.deduplicator import Document
 
 # Reason codes (stable: they appear in error records and dead-letter headers).
 TOO_LARGE = "too_large"

@@ -38,11 +38,8 @@ from typing import Any, NamedTuple
 import msgpack
 import orjson
 
-from . import failpoints, kernels
-from .changelog import current_changes, encode_changes, params_record
-from .decode import Fields, Rejected, decode_message
-from .engine import Change, Deduplicator, Document, Verdict
-from .errors import (
+from streamdedup.engine.deduplicator import Change, Deduplicator, Document, Verdict
+from streamdedup.errors import (
     EXIT_BROKER,
     BrokerUnavailableError,
     ConfigError,
@@ -51,12 +48,16 @@ from .errors import (
     UndeliveredError,
     UnsafeToContinueError,
 )
-from .index import Tables, id_key
-from .logs import KafkaRefusals
-from .membership import IndexAssignor, identity, index_of_offsets, offsets_metadata
-from .metrics import Metrics
+from streamdedup.inputs.decode import Fields, Rejected, decode_message
+from streamdedup.kafka.changelog import current_changes, encode_changes, params_record
+from streamdedup.kafka.membership import IndexAssignor, identity, index_of_offsets, offsets_metadata
+from streamdedup.ops import failpoints
+from streamdedup.ops.logs import KafkaRefusals
+from streamdedup.ops.metrics import Metrics
+from streamdedup.sketch import kernels
+from streamdedup.store.index import Tables, id_key
 
-log = logging.getLogger("streamdedup.worker")
+log = logging.getLogger("streamdedup.kafka.worker")
 
 
 @dataclass(frozen=True)
@@ -527,7 +528,7 @@ class Worker:
 
     def bind_index(self) -> None:
         """An index serves one consumer group on one input topic: refuse anything else.
-        (And one group is served by one index: see `streamdedup.membership`.)"""
+        (And one group is served by one index: see `streamdedup.kafka.membership`.)"""
         want = {"group_id": self.cfg.group_id, "input_topic": self.cfg.input_topic}
 
         def check(t: Tables) -> tuple[dict[str, str] | None, dict[str, Any]]:
@@ -1276,8 +1277,8 @@ def restore_if_empty(cfg: WorkerConfig, index_path: str, metrics: Metrics | None
     worker consumes (the pod lost its disk, or this is a new machine)."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from .changelog import index_is_empty, restore
-    from .index import Index
+    from streamdedup.kafka.changelog import index_is_empty, restore
+    from streamdedup.store.index import Index
 
     assert cfg.changelog_topic is not None
     index = Index(index_path)
@@ -1328,8 +1329,8 @@ def run_from_options(
     values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
 ) -> int:
     """The `worker` command."""
-    from .logs import setup_logging
-    from .metrics import HealthPolicy
+    from streamdedup.ops.logs import setup_logging
+    from streamdedup.ops.metrics import HealthPolicy
 
     setup_logging(values["log_level"], values["log_format"])
     cfg = WorkerConfig.from_options(values)

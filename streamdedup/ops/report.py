@@ -7,13 +7,13 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from . import setcodec
-from .config import IndexParams
-from .engine import exact_shingles, stored_band_keys
-from .errors import IndexCorruptError, IndexOpenError
-from .index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
-from .shingle import Shingler
-from .signature import estimate_jaccard
+from streamdedup.config import IndexParams
+from streamdedup.engine.deduplicator import exact_shingles, stored_band_keys
+from streamdedup.errors import IndexCorruptError, IndexOpenError
+from streamdedup.sketch import setcodec
+from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.store.index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
 
 
 def _open(path: str) -> tuple[Index, IndexParams]:

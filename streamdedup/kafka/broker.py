@@ -9,7 +9,7 @@ import tempfile
 import time
 from types import TracebackType
 
-from .errors import BrokerError
+from streamdedup.errors import BrokerError
 
 
 def free_port() -> int:

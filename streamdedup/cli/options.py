@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from streamdedup.errors import ConfigError
 
 ENV_PREFIX = "STREAMDEDUP_"
 

@@ -43,7 +43,7 @@ def load(choice: str | None = None) -> Kernels | None:
     if choice.strip().lower() == "numpy":
         return None
     try:
-        return cast(Kernels, importlib.import_module("streamdedup._kernels"))
+        return cast(Kernels, importlib.import_module("streamdedup.sketch._kernels"))
     except ImportError:
         return None
 

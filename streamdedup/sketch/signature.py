@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import kernels
-from .hashing import U64, fmix64, fmix64_np
-from .shingle import ShingleBatch, join_ragged
+from streamdedup.sketch import kernels
+from streamdedup.sketch.hashing import U64, fmix64, fmix64_np
+from streamdedup.sketch.shingle import ShingleBatch, join_ragged
 
 Signatures = npt.NDArray[np.uint16]  # shape (n_docs, K)
 Fingerprints = npt.NDArray[np.uint32]

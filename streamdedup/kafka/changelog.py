@@ -21,13 +21,13 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from .config import IndexParams
-from .engine import Change, Verdict
-from .errors import IndexOpenError
-from .index import Index, Record, Tables, docno_of
-from .signature import band_keys
+from streamdedup.config import IndexParams
+from streamdedup.engine.deduplicator import Change, Verdict
+from streamdedup.errors import IndexOpenError
+from streamdedup.sketch.signature import band_keys
+from streamdedup.store.index import Index, Record, Tables, docno_of
 
-log = logging.getLogger("streamdedup.changelog")
+log = logging.getLogger("streamdedup.kafka.changelog")
 
 PARAMS_KEY = b"\x00params"  # document keys start with i, s or h (index.id_key)
 

@@ -28,12 +28,11 @@ from typing import Any
 
 import orjson
 
-from .changelog import index_is_empty, true_end_offsets
-from .decode import Rejected
-from .engine import Deduplicator, Verdict
-from .errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
-from .index import Tables
-from .worker import (
+from streamdedup.engine.deduplicator import Deduplicator, Verdict
+from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
+from streamdedup.inputs.decode import Rejected
+from streamdedup.kafka.changelog import index_is_empty, true_end_offsets
+from streamdedup.kafka.worker import (
     Outgoing,
     Progress,
     Sink,
@@ -42,8 +41,9 @@ from .worker import (
     install_signal_handlers,
     require_bootstrap,
 )
+from streamdedup.store.index import Tables
 
-log = logging.getLogger("streamdedup.replay")
+log = logging.getLogger("streamdedup.kafka.replay")
 
 MODES = ("rebuild", "reverdict")
 
@@ -225,7 +225,7 @@ def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: st
 def run_replay(
     values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
 ) -> int:
-    from .logs import setup_logging
+    from streamdedup.ops.logs import setup_logging
 
     setup_logging(values["log_level"], values["log_format"])
     require_bootstrap(values)
@@ -238,7 +238,7 @@ def run_replay(
         raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
     start = StartAt.parse(values["from_timestamp"], values["from_offsets"])
     cfg = WorkerConfig.from_options(values)
-    from .cli import make_progress
+    from streamdedup.cli.main import make_progress
 
     with open_engine(values) as dd:
         ns = Progress(cfg.group_id, cfg.input_topic).ns

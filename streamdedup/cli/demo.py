@@ -18,11 +18,11 @@ from typing import IO, Any
 
 import orjson
 
-from .decode import Fields
-from .engine import Deduplicator, Verdict
-from .errors import BrokerError
-from .filemode import Summary, run_dedup
-from .report import index_stats
+from streamdedup.engine.deduplicator import Deduplicator, Verdict
+from streamdedup.engine.files import Summary, run_dedup
+from streamdedup.errors import BrokerError
+from streamdedup.inputs.decode import Fields
+from streamdedup.ops.report import index_stats
 
 
 def sample_stream() -> IO[bytes]:
@@ -31,8 +31,8 @@ def sample_stream() -> IO[bytes]:
 
 
 def run_demo(values: dict[str, Any]) -> int:
-    from .cli import make_progress
-    from .errors import EXIT_OK, EXIT_REJECTED
+    from streamdedup.cli.main import make_progress
+    from streamdedup.errors import EXIT_OK, EXIT_REJECTED
 
     source_name = values.get("input") or "bundled sample (2,000 crawl-like pages)"
     tmp = None if values.get("index") else tempfile.mkdtemp(prefix="streamdedup-demo-")
@@ -67,9 +67,9 @@ def _through_kafka(
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from .broker import EmbeddedBroker
-    from .decode import Rejected
-    from .worker import Worker, WorkerConfig, create_topics
+    from streamdedup.inputs.decode import Rejected
+    from streamdedup.kafka.broker import EmbeddedBroker
+    from streamdedup.kafka.worker import Worker, WorkerConfig, create_topics
 
     lines = [raw.rstrip(b"\r\n") for raw in source]
     summary = Summary(unit="messages", rejected_as="dead-lettered")

@@ -27,9 +27,9 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from . import kernels
-from .errors import ConfigError
-from .hashing import (
+from streamdedup.errors import ConfigError
+from streamdedup.sketch import kernels
+from streamdedup.sketch.hashing import (
     CHAR_BASE,
     TOKEN_BASE,
     U64,

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import kernels
-from .shingle import offsets_of
-from .signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
+from streamdedup.sketch import kernels
+from streamdedup.sketch.shingle import offsets_of
+from streamdedup.sketch.signature import FINGERPRINT_BITS, Fingerprints, FingerprintSets
 
 _HEADER = struct.Struct("<IB")
 _LOW_VIEWS: dict[int, np.dtype[Any]] = {1: np.dtype(np.uint8), 2: np.dtype("<u2")}

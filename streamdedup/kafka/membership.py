@@ -36,9 +36,9 @@ from kafka.coordinator.assignors.abstract import (
 )
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-from .index import Tables
+from streamdedup.store.index import Tables
 
-log = logging.getLogger("streamdedup.worker")
+log = logging.getLogger("streamdedup.kafka.worker")
 
 IDENTITY = "identity"
 # committed offsets carry this prefix and the index id as their metadata

@@ -54,8 +54,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from .errors import DiskFullError, IndexCorruptError, IndexOpenError
-from .postings import Postings
+from streamdedup.errors import DiskFullError, IndexCorruptError, IndexOpenError
+from streamdedup.store.postings import Postings
 
 T = TypeVar("T")
 DocId = str | int

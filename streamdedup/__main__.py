@@ -1,0 +1,7 @@
+"""`python -m streamdedup`: the `streamdedup` command."""
+
+import sys
+
+from streamdedup.cli.main import entry
+
+sys.exit(entry())

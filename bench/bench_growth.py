@@ -42,9 +42,9 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from corpus import generate  # noqa: E402
 
+from streamdedup.config import Fields  # noqa: E402
 from streamdedup.engine.deduplicator import Deduplicator  # noqa: E402
 from streamdedup.engine.files import run_dedup  # noqa: E402
-from streamdedup.inputs.decode import Fields  # noqa: E402
 
 WINDOW = 10_000
 CHECKPOINTS = (10_000, 100_000, 1_000_000)

@@ -197,7 +197,8 @@ def ground_truth(texts: list[str], threshold: float, spec: str = "word:5") -> li
     import numpy as np
     from scipy import sparse
 
-    from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
+    from streamdedup.config import ShingleSpec
+    from streamdedup.sketch.shingle import reference_shingles
 
     s = ShingleSpec.parse(spec)
     ids: dict[int, int] = {}

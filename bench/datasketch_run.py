@@ -14,7 +14,8 @@ import sys
 import orjson
 from datasketch import MinHash, MinHashLSH
 
-from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
+from streamdedup.config import ShingleSpec
+from streamdedup.sketch.shingle import reference_shingles
 
 
 def main() -> int:

@@ -9,13 +9,14 @@ Embedding without Kafka::
         verdicts = dd.check_batch([("doc-2", "more text"), ("doc-3", "and more")])
 """
 
-from streamdedup.engine.deduplicator import Deduplicator, Document, Verdict
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     ConfigError,
     IndexOpenError,
     ParameterMismatchError,
     StreamDedupError,
 )
+from streamdedup.models import Document, Verdict
 
 __version__ = "0.1.0"
 

@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from streamdedup.errors import ConfigError, IndexOpenError
-from streamdedup.sketch.shingle import ShingleSpec
 
 Verify = Literal["exact", "signature"]
+
+
+@dataclass(frozen=True)
+class ShingleSpec:
+    kind: Literal["word", "char"] = "word"
+    k: int = 5
+
+    @classmethod
+    def parse(cls, text: str) -> ShingleSpec:
+        kind, sep, k = text.strip().partition(":")
+        if kind not in ("word", "char") or not sep or not k.isdigit() or int(k) < 1:
+            raise ConfigError(
+                f"invalid shingle spec {text!r}: expected word:K or char:K with K >= 1"
+            )
+        return cls("word" if kind == "word" else "char", int(k))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.k}"
+
+
+@dataclass(frozen=True)
+class Fields:
+    id_field: str = "id"
+    text_field: str = "text"
+    max_bytes: int = 16 << 20
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any]) -> Fields:
+        return cls(values["id_field"], values["text_field"], values["max_doc_bytes"])
+
 
 # What an index's tables mean (hashing, fingerprints, signatures, layout).  Bumped
 # whenever a change would make an older index answer wrongly; such an index is

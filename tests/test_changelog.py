@@ -7,8 +7,9 @@ import random
 from pathlib import Path
 
 from streamdedup.config import EngineOptions
-from streamdedup.engine.deduplicator import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
+from streamdedup.models import Document
 from streamdedup.store.index import Index
 
 VOCAB = [f"w{i}" for i in range(2000)]

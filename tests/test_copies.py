@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.config import EngineOptions
-from streamdedup.engine.deduplicator import Deduplicator, Document, Verdict
+from streamdedup.config import EngineOptions, ShingleSpec
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
-from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
+from streamdedup.models import Document, Verdict
+from streamdedup.sketch.shingle import reference_shingles
 from streamdedup.store.index import Index
 
 MINUTE = 60_000

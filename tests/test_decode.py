@@ -5,21 +5,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.engine.deduplicator import Document
-from streamdedup.inputs.decode import (
+from streamdedup.config import Fields
+from streamdedup.inputs.decode import MAX_ID_CHARS, decode_json, decode_message
+from streamdedup.models import (
     BAD_ID,
     BAD_TEXT,
     INVALID_UTF8,
     MALFORMED,
-    MAX_ID_CHARS,
     MISSING_ID,
     MISSING_TEXT,
     NOT_AN_OBJECT,
     TOO_LARGE,
-    Fields,
+    Document,
     Rejected,
-    decode_json,
-    decode_message,
 )
 
 F = Fields()

@@ -5,11 +5,12 @@ import time
 
 import pytest
 
-from streamdedup.config import EngineOptions, IndexParams
+from streamdedup.config import EngineOptions, IndexParams, ShingleSpec
 from streamdedup.engine import deduplicator as engine
-from streamdedup.engine.deduplicator import Deduplicator, Document, Preparer, Verdict
+from streamdedup.engine.deduplicator import Deduplicator, Preparer
+from streamdedup.models import Document, Verdict
 from streamdedup.ops.report import index_stats
-from streamdedup.sketch.shingle import ShingleSpec, reference_shingles
+from streamdedup.sketch.shingle import reference_shingles
 
 VOCAB = [f"w{i}" for i in range(5000)]
 

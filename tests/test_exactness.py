@@ -16,18 +16,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.config import IndexParams
-from streamdedup.engine.deduplicator import Deduplicator, Document
+from streamdedup.config import IndexParams, ShingleSpec
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import IndexOpenError
+from streamdedup.models import Document
 from streamdedup.ops.report import index_stats
 from streamdedup.sketch import setcodec
-from streamdedup.sketch.shingle import (
-    Shingler,
-    ShingleSpec,
-    encode,
-    normalise,
-    reference_shingles,
-)
+from streamdedup.sketch.shingle import Shingler, encode, normalise, reference_shingles
 from streamdedup.sketch.signature import fingerprint_sets
 
 SEED = IndexParams().seed

@@ -1,9 +1,10 @@
 import lmdb
 import pytest
 
-from streamdedup.engine.deduplicator import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import IndexOpenError, ParameterMismatchError
-from streamdedup.store.index import Index, Record, Tables, id_key
+from streamdedup.models import Document, Record
+from streamdedup.store.index import Index, Tables, id_key
 
 
 def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:

@@ -16,8 +16,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamdedup.engine.deduplicator import Deduplicator, Document
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError, IndexCorruptError
+from streamdedup.models import Document
 from streamdedup.store.index import Index, id_key
 
 VOCAB = [f"w{i}" for i in range(3000)]

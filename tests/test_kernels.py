@@ -18,9 +18,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.sketch import kernels, setcodec
-from streamdedup.sketch.shingle import Shingler, ShingleSpec, WordTable, normalise_utf8
+from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
 from streamdedup.store.index import Index
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streamdedup.config import IndexParams
+from streamdedup.config import Fields, IndexParams
 from streamdedup.engine import pool
 from streamdedup.engine.deduplicator import Preparer
 from streamdedup.engine.files import read_lines
 from streamdedup.engine.pool import PreparePool, decode_and_prepare, split_lines
-from streamdedup.inputs.decode import Fields, Rejected
+from streamdedup.models import Rejected
 
 
 def messy_input(n: int) -> bytes:

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from streamdedup.config import ShingleSpec
 from streamdedup.errors import ConfigError
 from streamdedup.sketch.shingle import (
     Shingler,
-    ShingleSpec,
     WordTable,
     encode,
     normalise,

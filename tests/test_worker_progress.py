@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.engine.deduplicator import Verdict
 from streamdedup.errors import StreamDedupError
 from streamdedup.kafka.worker import Progress
+from streamdedup.models import Verdict
 from streamdedup.store.index import Index
 
 

@@ -12,10 +12,9 @@ from kafka.errors import KafkaTimeoutError
 from kafka.future import Future
 from kafka.partitioner.default import murmur2
 
-from streamdedup.engine.deduplicator import Verdict
 from streamdedup.errors import UndeliveredError
-from streamdedup.inputs.decode import Rejected
 from streamdedup.kafka.worker import Outgoing, Sink, WorkerConfig
+from streamdedup.models import Rejected, Verdict
 from streamdedup.sketch import kernels
 
 

@@ -18,10 +18,11 @@ from typing import IO, Any
 
 import orjson
 
-from streamdedup.engine.deduplicator import Deduplicator, Verdict
+from streamdedup.config import Fields
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.files import Summary, run_dedup
 from streamdedup.errors import BrokerError
-from streamdedup.inputs.decode import Fields
+from streamdedup.models import Verdict
 from streamdedup.ops.report import index_stats
 
 
@@ -31,8 +32,8 @@ def sample_stream() -> IO[bytes]:
 
 
 def run_demo(values: dict[str, Any]) -> int:
-    from streamdedup.cli.main import make_progress
     from streamdedup.errors import EXIT_OK, EXIT_REJECTED
+    from streamdedup.ops.progress import make_progress
 
     source_name = values.get("input") or "bundled sample (2,000 crawl-like pages)"
     tmp = None if values.get("index") else tempfile.mkdtemp(prefix="streamdedup-demo-")
@@ -67,9 +68,9 @@ def _through_kafka(
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streamdedup.inputs.decode import Rejected
     from streamdedup.kafka.broker import EmbeddedBroker
     from streamdedup.kafka.worker import Worker, WorkerConfig, create_topics
+    from streamdedup.models import Rejected
 
     lines = [raw.rstrip(b"\r\n") for raw in source]
     summary = Summary(unit="messages", rejected_as="dead-lettered")

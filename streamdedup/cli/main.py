@@ -19,7 +19,7 @@ import orjson
 
 from streamdedup import __version__
 from streamdedup.cli.options import Opt, OptionGroup, add_options, load_toml, resolve
-from streamdedup.config import EngineOptions, parse_duration_ms
+from streamdedup.config import EngineOptions, Fields, parse_duration_ms
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     EXIT_BROKER,
@@ -28,7 +28,7 @@ from streamdedup.errors import (
     EXIT_REJECTED,
     StreamDedupError,
 )
-from streamdedup.inputs.decode import Fields
+from streamdedup.ops.progress import make_progress
 from streamdedup.sketch import kernels
 from streamdedup.sketch.lsh import banding, s_curve_table, tune
 
@@ -583,22 +583,6 @@ def _clock_skew_ms(text: str | None) -> int | None:
     return None if text.strip().lower() == "off" else parse_duration_ms(text)
 
 
-def make_progress(mode: str, desc: str, total: int | None = None) -> Any:
-    if sys.stderr is None or mode == "never" or (mode == "auto" and not sys.stderr.isatty()):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit=" docs",
-        unit_scale=True,
-        file=sys.stderr,
-        smoothing=0.1,
-        mininterval=0.5,
-    )
-
-
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.engine.files import (
         refuse_same_file,
@@ -660,8 +644,8 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def _check_engine_options(values: dict[str, Any]) -> None:
     """The detection options' cheap checks (as `resolve_params` makes them with the
     index open), so that a usage error is reported before a missing file."""
+    from streamdedup.config import ShingleSpec
     from streamdedup.errors import ConfigError
-    from streamdedup.sketch.shingle import ShingleSpec
 
     if values["shingle"] is not None:
         ShingleSpec.parse(values["shingle"])

@@ -30,14 +30,14 @@ import numpy as np
 import numpy.typing as npt
 import zstandard
 
-from streamdedup.config import EngineOptions, IndexParams, Verify
+from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.errors import ConfigError, ParameterMismatchError
+from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch import setcodec
 from streamdedup.sketch.lsh import banding, check_num_perm, tune
 from streamdedup.sketch.shingle import (
     ShingleBatch,
     Shingler,
-    ShingleSpec,
     encode,
     normalise,
     normalise_utf8,
@@ -52,80 +52,7 @@ from streamdedup.sketch.signature import (
     fingerprint_sets,
     signatures,
 )
-from streamdedup.store.index import (
-    DUPLICATE,
-    UNIQUE,
-    DocId,
-    Index,
-    Record,
-    Tables,
-    chunks,
-    expiry_key,
-    id_key,
-)
-
-# Document and Verdict are plain slotted records, not frozen ones: one of each is
-# built per document, and a frozen dataclass costs a microsecond more to build.
-
-
-@dataclass(slots=True)
-class Document:
-    id: DocId
-    text: str
-    timestamp_ms: int | None = None
-
-
-@dataclass(slots=True)
-class Verdict:
-    id: DocId
-    verdict: str
-    duplicate_of: DocId | None
-    cluster: DocId
-    similarity: float | None
-    exact: bool
-    reason: str | None = None
-
-    @property
-    def is_duplicate(self) -> bool:
-        return self.verdict == "duplicate"
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": self.id,
-            "verdict": self.verdict,
-            "duplicate_of": self.duplicate_of,
-            "cluster": self.cluster,
-            "similarity": self.similarity,
-            "exact": self.exact,
-        }
-        if self.reason is not None:
-            out["reason"] = self.reason
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        """The inverse of `to_dict` (extra keys such as `source` are ignored)."""
-        return cls(
-            d["id"],
-            d["verdict"],
-            d["duplicate_of"],
-            d["cluster"],
-            d["similarity"],
-            d["exact"],
-            d.get("reason"),
-        )
-
-    @classmethod
-    def from_record(cls, rec: Record) -> Verdict:
-        return cls(
-            id=rec.doc_id,
-            verdict="duplicate" if rec.verdict == DUPLICATE else "unique",
-            duplicate_of=rec.duplicate_of,
-            cluster=rec.cluster,
-            similarity=rec.similarity,
-            exact=rec.exact,
-            reason=rec.reason,
-        )
+from streamdedup.store.index import Index, Tables, chunks, expiry_key, id_key
 
 
 @dataclass
@@ -148,21 +75,6 @@ class Counters:
         self.replayed += other.replayed
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
-
-
-@dataclass(slots=True)
-class Change:
-    """One change to the index, as the changelog carries it: a document stored
-    (`record` set) or forgotten (`record` None).  A copy promoted to owner of its
-    content (`Deduplicator._forget`) is stored again, with the owner's data."""
-
-    key: bytes
-    docno: int
-    record: Record | None
-    signature: bytes | None
-    shingle_set: bytes | None
-    owns_content: bool
-    text: bytes | None = None  # compressed normalised text (exact verification)
 
 
 @dataclass
@@ -917,9 +829,7 @@ class Deduplicator:
 
 __all__ = [
     "Deduplicator",
-    "Document",
     "Prepared",
     "Preparer",
-    "Verdict",
     "resolve_params",
 ]

@@ -20,10 +20,11 @@ from typing import IO, Any
 
 import orjson
 
-from streamdedup.engine.deduplicator import Deduplicator, Prepared, Verdict
+from streamdedup.config import Fields
+from streamdedup.engine.deduplicator import Deduplicator, Prepared
 from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
 from streamdedup.errors import ConfigError, InputOutputError
-from streamdedup.inputs.decode import Fields, Rejected
+from streamdedup.models import Rejected, Verdict
 
 
 @dataclass

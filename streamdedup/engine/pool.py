@@ -30,9 +30,11 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import IO, Any
 
-from streamdedup.engine.deduplicator import Document, Prepared, Preparer
+from streamdedup.config import Fields
+from streamdedup.engine.deduplicator import Prepared, Preparer
 from streamdedup.errors import StreamDedupError
-from streamdedup.inputs.decode import Fields, Rejected, decode_json
+from streamdedup.inputs.decode import decode_json
+from streamdedup.models import Document, Rejected
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]

@@ -10,45 +10,28 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 import orjson
 
-from streamdedup.engine.deduplicator import Document
-
-# Reason codes (stable: they appear in error records and dead-letter headers).
-TOO_LARGE = "too_large"
-INVALID_UTF8 = "invalid_utf8"
-MALFORMED = "malformed_json"
-MALFORMED_MSGPACK = "malformed_msgpack"
-NOT_AN_OBJECT = "not_an_object"
-MISSING_ID = "missing_id"
-BAD_ID = "bad_id"
-MISSING_TEXT = "missing_text"
-BAD_TEXT = "bad_text"
+from streamdedup.config import Fields
+from streamdedup.models import (
+    BAD_ID,
+    BAD_TEXT,
+    INVALID_UTF8,
+    MALFORMED,
+    MALFORMED_MSGPACK,
+    MISSING_ID,
+    MISSING_TEXT,
+    NOT_AN_OBJECT,
+    TOO_LARGE,
+    Document,
+    Rejected,
+)
 
 _INT64 = 1 << 63
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-@dataclass(frozen=True)
-class Rejected:
-    reason: str
-    message: str
-    id: str | int | None = None
-
-
-@dataclass(frozen=True)
-class Fields:
-    id_field: str = "id"
-    text_field: str = "text"
-    max_bytes: int = 16 << 20
-
-    @classmethod
-    def from_options(cls, values: dict[str, Any]) -> Fields:
-        return cls(values["id_field"], values["text_field"], values["max_doc_bytes"])
 
 
 def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> Document | Rejected:

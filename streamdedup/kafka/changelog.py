@@ -22,10 +22,10 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.deduplicator import Change, Verdict
 from streamdedup.errors import IndexOpenError
+from streamdedup.models import Change, Record, Verdict
 from streamdedup.sketch.signature import band_keys
-from streamdedup.store.index import Index, Record, Tables, docno_of
+from streamdedup.store.index import Index, Tables, docno_of
 
 log = logging.getLogger("streamdedup.kafka.changelog")
 

@@ -28,9 +28,8 @@ from typing import Any
 
 import orjson
 
-from streamdedup.engine.deduplicator import Deduplicator, Verdict
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
-from streamdedup.inputs.decode import Rejected
 from streamdedup.kafka.changelog import index_is_empty, true_end_offsets
 from streamdedup.kafka.worker import (
     Outgoing,
@@ -41,6 +40,7 @@ from streamdedup.kafka.worker import (
     install_signal_handlers,
     require_bootstrap,
 )
+from streamdedup.models import Rejected, Verdict
 from streamdedup.store.index import Tables
 
 log = logging.getLogger("streamdedup.kafka.replay")
@@ -238,7 +238,7 @@ def run_replay(
         raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
     start = StartAt.parse(values["from_timestamp"], values["from_offsets"])
     cfg = WorkerConfig.from_options(values)
-    from streamdedup.cli.main import make_progress
+    from streamdedup.ops.progress import make_progress
 
     with open_engine(values) as dd:
         ns = Progress(cfg.group_id, cfg.input_topic).ns

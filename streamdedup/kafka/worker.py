@@ -38,7 +38,8 @@ from typing import Any, NamedTuple
 import msgpack
 import orjson
 
-from streamdedup.engine.deduplicator import Change, Deduplicator, Document, Verdict
+from streamdedup.config import Fields
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     EXIT_BROKER,
     BrokerUnavailableError,
@@ -48,9 +49,10 @@ from streamdedup.errors import (
     UndeliveredError,
     UnsafeToContinueError,
 )
-from streamdedup.inputs.decode import Fields, Rejected, decode_message
+from streamdedup.inputs.decode import decode_message
 from streamdedup.kafka.changelog import current_changes, encode_changes, params_record
 from streamdedup.kafka.membership import IndexAssignor, identity, index_of_offsets, offsets_metadata
+from streamdedup.models import Change, Document, Rejected, Verdict
 from streamdedup.ops import failpoints
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics

@@ -10,10 +10,11 @@ import numpy as np
 from streamdedup.config import IndexParams
 from streamdedup.engine.deduplicator import exact_shingles, stored_band_keys
 from streamdedup.errors import IndexCorruptError, IndexOpenError
+from streamdedup.models import Record
 from streamdedup.sketch import setcodec
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
-from streamdedup.store.index import DOCNO_BYTES, Index, Record, Tables, docno_of, id_key
+from streamdedup.store.index import DOCNO_BYTES, Index, Tables, docno_of, id_key
 
 
 def _open(path: str) -> tuple[Index, IndexParams]:

@@ -22,12 +22,12 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.errors import ConfigError
+from streamdedup.config import ShingleSpec
 from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
     CHAR_BASE,
@@ -46,24 +46,6 @@ _WORD = re.compile(r"\w+")
 _SEPARATOR = b"\x00"  # not matched by \w, so tokens never span two documents
 _MAX_UNICODE = 0x110000
 CHUNK_CHARS = 1 << 21  # bounds the power tables a batch needs
-
-
-@dataclass(frozen=True)
-class ShingleSpec:
-    kind: Literal["word", "char"] = "word"
-    k: int = 5
-
-    @classmethod
-    def parse(cls, text: str) -> ShingleSpec:
-        kind, sep, k = text.strip().partition(":")
-        if kind not in ("word", "char") or not sep or not k.isdigit() or int(k) < 1:
-            raise ConfigError(
-                f"invalid shingle spec {text!r}: expected word:K or char:K with K >= 1"
-            )
-        return cls("word" if kind == "word" else "char", int(k))
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.k}"
 
 
 def normalise(text: str) -> str:

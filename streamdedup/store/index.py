@@ -55,10 +55,10 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.errors import DiskFullError, IndexCorruptError, IndexOpenError
+from streamdedup.models import DocId, Record
 from streamdedup.store.postings import Postings
 
 T = TypeVar("T")
-DocId = str | int
 
 DOCNO_BYTES = 5
 SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
@@ -79,8 +79,6 @@ DAMAGE_ERRORS: tuple[type[lmdb.Error], ...] = (
     lmdb.BadChecksumError,
     lmdb.ProblemError,
 )
-
-UNIQUE, DUPLICATE = 0, 1
 
 
 def docno_key(docno: int) -> bytes:
@@ -105,44 +103,6 @@ def id_key(doc_id: DocId) -> bytes:
     if len(raw) > _MAX_ID_KEY:
         return b"h" + hashlib.blake2b(raw, digest_size=32).digest()
     return raw
-
-
-@dataclass(slots=True)
-class Record:
-    """What the index remembers about one document (besides its postings).  Not
-    frozen: a frozen dataclass costs 2 us more to build, and one is built per document."""
-
-    doc_id: DocId
-    verdict: int
-    duplicate_of: DocId | None
-    cluster: DocId
-    similarity: float | None
-    exact: bool
-    content_hash: bytes
-    timestamp_ms: int | None
-    reason: str | None
-    shingles: int
-
-    def pack(self) -> bytes:
-        return msgpack.packb(  # type: ignore[no-any-return]
-            [
-                self.doc_id,
-                self.verdict,
-                self.duplicate_of,
-                self.cluster,
-                self.similarity,
-                self.exact,
-                self.content_hash,
-                self.timestamp_ms,
-                self.reason,
-                self.shingles,
-            ]
-        )
-
-    @classmethod
-    def unpack(cls, raw: bytes) -> Record:
-        f = msgpack.unpackb(raw)
-        return cls(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
 
 
 class Tables:

@@ -1,0 +1,151 @@
+"""The records that travel between the layers: a `Document` in, a `Verdict` out, a
+`Rejected` input with its reason code, the `Record` the index keeps per document, and
+the `Change` the changelog carries.  Plain data, no behaviour beyond (de)serialising,
+so that every layer can name them without importing another layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+DocId = str | int
+
+# A stored verdict, as the `docs` table keeps it.
+UNIQUE, DUPLICATE = 0, 1
+
+# Document and Verdict are plain slotted records, not frozen ones: one of each is
+# built per document, and a frozen dataclass costs a microsecond more to build.
+
+
+@dataclass(slots=True)
+class Document:
+    id: DocId
+    text: str
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class Verdict:
+    id: DocId
+    verdict: str
+    duplicate_of: DocId | None
+    cluster: DocId
+    similarity: float | None
+    exact: bool
+    reason: str | None = None
+
+    @property
+    def is_duplicate(self) -> bool:
+        return self.verdict == "duplicate"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "verdict": self.verdict,
+            "duplicate_of": self.duplicate_of,
+            "cluster": self.cluster,
+            "similarity": self.similarity,
+            "exact": self.exact,
+        }
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        """The inverse of `to_dict` (extra keys such as `source` are ignored)."""
+        return cls(
+            d["id"],
+            d["verdict"],
+            d["duplicate_of"],
+            d["cluster"],
+            d["similarity"],
+            d["exact"],
+            d.get("reason"),
+        )
+
+    @classmethod
+    def from_record(cls, rec: Record) -> Verdict:
+        return cls(
+            id=rec.doc_id,
+            verdict="duplicate" if rec.verdict == DUPLICATE else "unique",
+            duplicate_of=rec.duplicate_of,
+            cluster=rec.cluster,
+            similarity=rec.similarity,
+            exact=rec.exact,
+            reason=rec.reason,
+        )
+
+
+@dataclass(slots=True)
+class Record:
+    """What the index remembers about one document (besides its postings).  Not
+    frozen: a frozen dataclass costs 2 us more to build, and one is built per document."""
+
+    doc_id: DocId
+    verdict: int
+    duplicate_of: DocId | None
+    cluster: DocId
+    similarity: float | None
+    exact: bool
+    content_hash: bytes
+    timestamp_ms: int | None
+    reason: str | None
+    shingles: int
+
+    def pack(self) -> bytes:
+        return msgpack.packb(  # type: ignore[no-any-return]
+            [
+                self.doc_id,
+                self.verdict,
+                self.duplicate_of,
+                self.cluster,
+                self.similarity,
+                self.exact,
+                self.content_hash,
+                self.timestamp_ms,
+                self.reason,
+                self.shingles,
+            ]
+        )
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Record:
+        f = msgpack.unpackb(raw)
+        return cls(f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], f[9])
+
+
+@dataclass(slots=True)
+class Change:
+    """One change to the index, as the changelog carries it: a document stored
+    (`record` set) or forgotten (`record` None).  A copy promoted to owner of its
+    content (`Deduplicator._forget`) is stored again, with the owner's data."""
+
+    key: bytes
+    docno: int
+    record: Record | None
+    signature: bytes | None
+    shingle_set: bytes | None
+    owns_content: bool
+    text: bytes | None = None  # compressed normalised text (exact verification)
+
+
+# Reason codes (stable: they appear in error records and dead-letter headers).
+TOO_LARGE = "too_large"
+INVALID_UTF8 = "invalid_utf8"
+MALFORMED = "malformed_json"
+MALFORMED_MSGPACK = "malformed_msgpack"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_ID = "missing_id"
+BAD_ID = "bad_id"
+MISSING_TEXT = "missing_text"
+BAD_TEXT = "bad_text"
+
+
+@dataclass(frozen=True)
+class Rejected:
+    reason: str
+    message: str
+    id: str | int | None = None

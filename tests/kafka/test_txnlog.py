@@ -1,11 +1,12 @@
-"""The committed view the exactly-once tests read (tests/txnlog.py), on the real broker."""
+"""The committed view the exactly-once tests read (tests/support/txnlog.py), on the real broker."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from txnlog import committed
+
+from tests.support.txnlog import committed
 
 pytestmark = pytest.mark.integration
 

@@ -9,17 +9,15 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from test_worker import Topics, file_mode, stream, verdicts_by_offset
 
 from streamdedup.kafka.broker import free_port
+from tests.support.kafka import Topics, file_mode, stream, verdicts_by_offset
+from tests.support.metrics import samples, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +26,6 @@ def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [sys.executable, "-m", "streamdedup.cli", *args], capture_output=True, timeout=300
     )
-
-
-def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def test_metrics_and_health_endpoints(kafka_bootstrap: str, tmp_path: Path) -> None:
@@ -298,7 +280,7 @@ def test_lost_index_is_restored_from_the_changelog(kafka_bootstrap: str, tmp_pat
 
 def readme_commands(section: str) -> list[str]:
     """The shell lines of a README section's code blocks, continuations joined."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     lines: list[str] = []
     for block in body.split("```bash\n")[1:]:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from test_worker import Topics, verdicts_by_offset
+
+from tests.support.kafka import Topics, verdicts_by_offset
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_operations import scrape
-from test_worker import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
 
 from streamdedup.kafka.broker import free_port
+from tests.support.kafka import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.integration
 

@@ -11,27 +11,9 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
 from streamdedup.models import Document
 from streamdedup.store.index import Index
+from tests.support.store import dump
 
 VOCAB = [f"w{i}" for i in range(2000)]
-
-
-def dump(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
-    index = Index(path, readonly=True)
-    try:
-
-        def read(t):
-            out = {}
-            for name in ("ids", "docs", "sigs", "sets", "texts", "content", "copies", "expiry"):
-                out[name] = [(bytes(k), bytes(v)) for k, v in t.txn.cursor(db=t.db[name])]
-            out["postings"] = t.postings.live()  # the runs' shapes depend on the history
-            out["meta"] = [
-                (name, t.meta(name)) for name in ("next_docno", "counts", "clock", "params")
-            ]
-            return out
-
-        return index.read(read)
-    finally:
-        index.close()
 
 
 def test_restore_from_changes_reproduces_the_index(tmp_path: Path) -> None:

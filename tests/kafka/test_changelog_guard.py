@@ -10,11 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_worker import Topics, stream
 
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
 from streamdedup.store.index import Index
+from tests.support.kafka import Topics, stream
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import orjson
 import pytest
-from test_cli import corpus, run
+
+from tests.support.cli import corpus, run
 
 CLI = [sys.executable, "-m", "streamdedup.cli"]
 

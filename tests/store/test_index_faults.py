@@ -291,7 +291,8 @@ def test_a_full_disk_stops_the_worker_with_status_6_before_its_kafka_commit(
     committed offsets and the committed verdicts stop where the index stops, and after
     the disk grows the worker goes on, one verdict per document."""
     from kafka import KafkaConsumer, TopicPartition
-    from test_worker import FAST_GROUP, Topics
+
+    from tests.support.kafka import FAST_GROUP, Topics
 
     src = tmp_path / "in.jsonl"
     ids = write_corpus(src, 6000)  # its index takes about 13 MB

@@ -11,7 +11,8 @@ from typing import Any
 
 import orjson
 import pytest
-from test_worker import Topics, stream, verdicts_by_offset
+
+from tests.support.kafka import Topics, stream, verdicts_by_offset
 
 pytestmark = pytest.mark.integration
 
@@ -186,9 +187,8 @@ def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) 
 
 
 def test_an_interrupted_replay_to_a_topic_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from test_worker import file_mode
-
     from streamdedup.kafka.worker import create_topics
+    from tests.support.kafka import file_mode
 
     docs = stream(8000, seed=24)
     t = Topics(kafka_bootstrap)

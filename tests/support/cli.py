@@ -1,0 +1,71 @@
+"""Running the `streamdedup` command in the tests, and corpora to run it on."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+VOCAB = [f"w{i}" for i in range(3000)]
+
+
+def run(
+    *args: str,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", *args],
+        input=stdin,
+        capture_output=True,
+        env=full_env,
+        cwd=cwd,
+        timeout=600,
+    )
+
+
+def start_dedup(
+    src: Path, index: Path, out: Path, batch_size: str, stderr: int
+) -> subprocess.Popen[bytes]:
+    """`dedup` in the background, to be interrupted."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli.main",
+            "dedup",
+            str(src),
+            "--index",
+            str(index),
+            "--output",
+            str(out),
+            "--batch-size",
+            batch_size,
+        ],
+        stderr=stderr,
+    )
+
+
+def corpus(path: Path, n: int, seed: int = 1) -> list[dict[str, object]]:
+    rnd = random.Random(seed)
+    docs: list[dict[str, object]] = []
+    for i in range(n):
+        if docs and rnd.random() < 0.4:
+            src = str(rnd.choice(docs)["text"]).split()
+            src[rnd.randrange(len(src))] = "edited"
+            text = " ".join(src)
+        else:
+            text = " ".join(rnd.choice(VOCAB) for _ in range(rnd.randint(80, 300)))
+        docs.append({"id": f"d{i}", "text": text})
+    path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    return docs
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(x) for x in path.read_bytes().splitlines()]

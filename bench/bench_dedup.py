@@ -97,7 +97,7 @@ def run_streamdedup(
     cmd = [
         sys.executable,
         "-m",
-        "streamdedup.cli.main",
+        "streamdedup.cli",
         "dedup",
         str(corpus),
         "--index",

@@ -115,7 +115,7 @@ def run_workers(
     cmd = [
         sys.executable,
         "-m",
-        "streamdedup.cli.main",
+        "streamdedup.cli",
         "worker",
         "--bootstrap-servers",
         bootstrap,
@@ -256,7 +256,7 @@ def file_mode(corpus: Path, tmp: Path) -> float:
         [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             "dedup",
             str(corpus),
             "--index",

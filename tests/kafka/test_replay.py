@@ -21,7 +21,7 @@ def replay_args(t: Topics, index: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "streamdedup.cli.main",
+        "streamdedup.cli",
         "replay",
         "--bootstrap-servers",
         t.bootstrap,

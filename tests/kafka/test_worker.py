@@ -290,7 +290,7 @@ def test_unreachable_broker_fails_clearly_and_in_bounded_time(tmp_path: Path) ->
         [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             "worker",
             "--bootstrap-servers",
             f"127.0.0.1:{free_port()}",

@@ -82,7 +82,7 @@ def test_sasl_against_a_broker_without_it_says_so(
         [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             command,
             "--bootstrap-servers",
             kafka_bootstrap,

@@ -38,7 +38,7 @@ def start_dedup(
         [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             "dedup",
             str(src),
             "--index",

@@ -102,7 +102,7 @@ class Topics:
         return [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             "worker",
             "--bootstrap-servers",
             self.bootstrap,
@@ -138,7 +138,7 @@ def file_mode(tmp: Path, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         [
             sys.executable,
             "-m",
-            "streamdedup.cli.main",
+            "streamdedup.cli",
             "dedup",
             str(src),
             "--index",

@@ -1,12 +1,13 @@
-"""One poll batch's "apply and record" step: decode its messages, and inside the
-batch's single LMDB write transaction record what the index now holds (the ledger's
-applied and published offsets, the batch's verdicts) and decide what goes out for
-every message (`Outgoing`: its fresh verdict, its stored verdict when the message is
-redelivered, a dead letter, or nothing).  It is a class of its own because that
-step has a contract the rest of the loop does not: LMDB may run it more than once
-(`Index.write` reruns a transaction whose map filled up, after doubling it), so it
-must leave the same result however many times it ran, and touch nothing outside
-the index transaction but its own output.
+"""One poll batch's "apply and record" step: pick the messages of the poll still to
+apply (`select`), decode them, and inside the batch's single LMDB write transaction
+record what the index now holds (the ledger's applied and published offsets, the
+batch's verdicts) and decide what goes out for every message (`Outgoing`: its fresh
+verdict, its stored verdict when the message is redelivered, a dead letter, or
+nothing).  It is a class of its own because that step has a contract the rest of
+the loop does not: LMDB may run it more than once (`Index.write` reruns a
+transaction whose map filled up, after doubling it), so it must leave the same
+result however many times it ran, and touch nothing outside the index transaction
+but its own output.
 """
 
 from __future__ import annotations
@@ -22,6 +23,35 @@ from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.publisher import BatchSink
 from streamdedup.models import Change, Document, Rejected, Verdict
 from streamdedup.store.index import Tables, id_key
+
+
+def select(
+    records: dict[Any, list[Any]], published: dict[int, int], not_before_ms: dict[int, int]
+) -> tuple[list[tuple[int, Any]], int]:
+    """The messages of a poll to apply, as (partition, message) in partition order,
+    and how many were skipped as published already.  `not_before_ms` (replay
+    --from-timestamp): per partition, messages before it are dropped until the
+    first one at or after it, which clears the partition's entry."""
+    records = dict(records)
+    for tp in list(records):
+        since = not_before_ms.get(tp.partition)
+        if since is not None:
+            keep = [m for m in records[tp] if m.timestamp >= since]
+            if keep:
+                del not_before_ms[tp.partition]
+                records[tp] = records[tp][records[tp].index(keep[0]) :]
+            else:
+                del records[tp]
+    # Messages below `published` went out in a transaction Kafka acknowledged as
+    # committed; a broker may still hand them out again (a committed-offset fetch
+    # that is not yet stable), so they are skipped here rather than trusted to it.
+    batch = [
+        (tp.partition, m)
+        for tp in sorted(records, key=lambda tp: tp.partition)
+        for m in records[tp]
+        if m.offset >= published.get(tp.partition, 0)
+    ]
+    return batch, sum(len(v) for v in records.values()) - len(batch)
 
 
 class BatchApplier:

@@ -4,19 +4,23 @@ It owns what exactly-once publishing needs from Kafka: one transaction per batch
 holding the verdicts, the dead letters, the changelog records and the consumer
 offsets; every blocking client call bounded in time (`_bounded`); every record
 acknowledged before the commit (`all_delivered`); a producer whose transaction's
-outcome is unknown replaced, fencing the old one.  It holds no reference to the
+outcome is unknown replaced, fencing the old one; the transactional id that makes
+the fencing work across restarts (`TransactionalId`).  It holds no reference to the
 worker: what it needs from the loop comes in through its constructor.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from streamdedup.config import WorkerConfig
-from streamdedup.errors import TransactionStuckError, UndeliveredError
+from streamdedup.errors import StreamDedupError, TransactionStuckError, UndeliveredError
 from streamdedup.kafka.membership import offsets_metadata
 from streamdedup.kafka.messages import (
     Outgoing,
@@ -203,6 +207,45 @@ class Sink(BatchSink):
         if self.producer is not None:
             producer, self.producer = self.producer, None
             producer.close(timeout=10)
+
+
+class TransactionalId:
+    """The producer's transactional id, made on first use: stable across restarts (a
+    restarted worker fences its dead predecessor and aborts its open transaction at
+    once), distinct between the processes sharing an index: group, host, index, and
+    a slot held with a lock file in the index for the life of the process.  The
+    configured --transactional-id, if any, instead."""
+
+    def __init__(self, cfg: WorkerConfig, index_path: Path) -> None:
+        self.cfg = cfg
+        self.index_path = index_path
+        self._txn_id: str | None = None
+        self._slot_file: Any = None
+
+    def __call__(self) -> str:
+        if self.cfg.transactional_id:
+            return self.cfg.transactional_id
+        if self._txn_id is None:
+            where = hashlib.blake2b(str(self.index_path.resolve()).encode(), digest_size=6)
+            slot = self._take_slot()
+            self._txn_id = (
+                f"streamdedup-{self.cfg.group_id}-{socket.gethostname()}-{where.hexdigest()}-{slot}"
+            )
+        return self._txn_id
+
+    def _take_slot(self) -> int:
+        import fcntl
+
+        for slot in range(1024):
+            fh = open(self.index_path / f"worker-{slot}.lock", "a+b")  # noqa: SIM115
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self._slot_file = fh  # held for the life of the process
+            return slot
+        raise StreamDedupError("more than 1024 workers share this index")
 
 
 def all_delivered(futures: list[Any]) -> None:

@@ -32,9 +32,7 @@ is caught up without publishing again (`PositionCheck.check`).
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,18 +44,17 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     BrokerUnavailableError,
     ConfigError,
-    StreamDedupError,
     TransactionStuckError,
     UndeliveredError,
     UnsafeToContinueError,
 )
-from streamdedup.kafka.batch import BatchApplier
+from streamdedup.kafka.batch import BatchApplier, select
 from streamdedup.kafka.changelog import encode_changes, params_record
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.membership import IndexAssignor, identity
 from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.positions import PositionCheck
-from streamdedup.kafka.publisher import BatchSink, Sink
+from streamdedup.kafka.publisher import BatchSink, Sink, TransactionalId
 from streamdedup.kafka.settings import (
     consumer_settings,
     create_topics,
@@ -137,8 +134,6 @@ class Worker:
         self._assign = assign
         self._on_batch = on_batch
         self._finished: Callable[[], bool] = lambda: False
-        self._slot_file: Any = None
-        self._txn_id: str | None = None
         self.positions = PositionCheck(cfg, dedup.index, self.progress, by_group=assign is None)
         # replay --from-timestamp: see `Assigned`
         self._not_before_ms: dict[int, int] = {}
@@ -162,7 +157,7 @@ class Worker:
         reference to the worker."""
         return Sink(
             self.cfg,
-            transactional_id=self.transactional_id,
+            transactional_id=TransactionalId(self.cfg, self.dd.index.path),
             group_metadata=lambda: self.consumer.group_metadata(),
             changelog=self.changelog_records,
             index_id=lambda: self.index_id,
@@ -200,34 +195,6 @@ class Worker:
                 f"{want['group_id']!r} on topic {want['input_topic']!r}. One index serves "
                 "one consumer group and input topic: use another --index."
             )
-
-    def transactional_id(self) -> str:
-        """Stable across restarts (a restarted worker fences its dead predecessor and
-        aborts its open transaction at once), distinct between the processes sharing
-        an index: group, host, index, and a slot held with a lock file in the index."""
-        if self.cfg.transactional_id:
-            return self.cfg.transactional_id
-        if self._txn_id is None:
-            where = hashlib.blake2b(str(self.dd.index.path.resolve()).encode(), digest_size=6)
-            slot = self._take_slot()
-            self._txn_id = (
-                f"streamdedup-{self.cfg.group_id}-{socket.gethostname()}-{where.hexdigest()}-{slot}"
-            )
-        return self._txn_id
-
-    def _take_slot(self) -> int:
-        import fcntl
-
-        for slot in range(1024):
-            fh = open(self.dd.index.path / f"worker-{slot}.lock", "a+b")  # noqa: SIM115
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                fh.close()
-                continue
-            self._slot_file = fh  # held for the life of the process
-            return slot
-        raise StreamDedupError("more than 1024 workers share this index")
 
     def connect(self) -> None:
         from kafka import KafkaConsumer
@@ -332,26 +299,8 @@ class Worker:
             lambda t: (Progress.read(t, prog.applied), Progress.read(t, prog.published))
         )
         published = Progress.past(published, self._unrecorded)
-        records = dict(records)
-        for tp in list(records):
-            since = self._not_before_ms.get(tp.partition)
-            if since is not None:
-                keep = [m for m in records[tp] if m.timestamp >= since]
-                if keep:
-                    del self._not_before_ms[tp.partition]
-                    records[tp] = records[tp][records[tp].index(keep[0]) :]
-                else:
-                    del records[tp]
-        # Messages below `published` went out in a transaction Kafka acknowledged as
-        # committed; a broker may still hand them out again (a committed-offset fetch
-        # that is not yet stable), so they are skipped here rather than trusted to it.
-        batch = [
-            (tp.partition, m)
-            for tp in sorted(records, key=lambda tp: tp.partition)
-            for m in records[tp]
-            if m.offset >= published.get(tp.partition, 0)
-        ]
-        self.stats.skipped += sum(len(v) for v in records.values()) - len(batch)
+        batch, skipped = select(records, published, self._not_before_ms)
+        self.stats.skipped += skipped
         if not batch:
             return
         applier = BatchApplier(

@@ -73,7 +73,7 @@ def main() -> int:
         tmp = Path(d)
         corpus = tmp / "corpus.jsonl"
         corpus.write_bytes(b"\n".join(lines) + b"\n")
-        from streamdedup.kafka.worker import create_topics
+        from streamdedup.kafka.settings import create_topics
 
         tag = uuid.uuid4().hex[:8]
         topic, out_topic = f"docs-{tag}", f"replayed-{tag}"

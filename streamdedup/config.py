@@ -138,3 +138,116 @@ def parse_duration_ms(text: str) -> int:
     if value <= 0:
         raise ConfigError(f"a duration must be positive, got {text!r}")
     return int(value)
+
+
+# ---------------------------------------------------------------- the Kafka worker
+# Its settings are frozen here with every other; the option helpers `from_options`
+# needs (pass-through KEY=VALUE pairs, the security settings) are plain parsing, so
+# they live here too (config sits below kafka: it must not import it).
+# `streamdedup.kafka.settings` re-exports them for the Kafka clients.
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    bootstrap_servers: str
+    input_topic: str
+    output_topic: str
+    dead_letter_topic: str | None
+    group_id: str
+    input_format: str = "json"
+    output_format: str = "json"
+    fields: Fields = field(default_factory=Fields)
+    max_poll_records: int = 5000  # each batch pays two transactions: amortise them
+    poll_timeout_ms: int = 500
+    transactional_id: str | None = None
+    client_id: str = "streamdedup"
+    consumer_options: dict[str, Any] = field(default_factory=dict)
+    producer_options: dict[str, Any] = field(default_factory=dict)
+    connect_timeout_s: float = 60.0
+    idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
+    changelog_topic: str | None = None
+    transaction_timeout_s: float = 60.0
+    # Kafka transactions failed in a row (the same batch, redelivered each time): after
+    # this many /healthz answers 503; after `stop_after_failures` the worker exits (7)
+    unhealthy_after_failures: int = 5
+    stop_after_failures: int = 50
+
+    @classmethod
+    def from_options(cls, values: dict[str, Any], **overrides: Any) -> WorkerConfig:
+        """The configuration `worker` and `replay` build from their option values."""
+        require_bootstrap(values)
+        settings = connection_settings(values)
+        fields: dict[str, Any] = {
+            "bootstrap_servers": values["bootstrap_servers"],
+            "input_topic": values["input_topic"],
+            "output_topic": values.get("output_topic") or "",
+            "dead_letter_topic": values["dead_letter_topic"],
+            "group_id": values["group_id"],
+            "input_format": values["input_format"],
+            "output_format": values["output_format"],
+            "fields": Fields.from_options(values),
+            "max_poll_records": values["max_poll_records"],
+            "transactional_id": values["transactional_id"],
+            "client_id": values["client_id"],
+            "consumer_options": {
+                **settings,
+                **parse_pairs(values["consumer_option"], "--consumer-option"),
+            },
+            "producer_options": {
+                **settings,
+                **parse_pairs(values["producer_option"], "--producer-option"),
+            },
+            "connect_timeout_s": values["connect_timeout"],
+            "transaction_timeout_s": values["transaction_timeout"],
+            "idle_exit_s": values.get("idle_exit"),
+            "changelog_topic": values.get("changelog_topic"),
+        }
+        return cls(**{**fields, **overrides})
+
+
+def require_bootstrap(values: dict[str, Any]) -> None:
+    if not values.get("bootstrap_servers"):
+        raise ConfigError("--bootstrap-servers is required (or STREAMDEDUP_BOOTSTRAP_SERVERS)")
+
+
+def _option_value(text: str) -> Any:
+    """KEY=VALUE pass-through values: int, float, true/false, else the string."""
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def parse_pairs(items: list[str] | None, flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = _option_value(value.strip())
+    return out
+
+
+def connection_settings(values: dict[str, Any]) -> dict[str, Any]:
+    """Security settings shared by consumer, producer and admin client."""
+    out: dict[str, Any] = {"security_protocol": values["security_protocol"]}
+    mapping = {
+        "sasl_mechanism": "sasl_mechanism",
+        "sasl_username": "sasl_plain_username",
+        "sasl_password": "sasl_plain_password",
+        "ssl_cafile": "ssl_cafile",
+        "ssl_certfile": "ssl_certfile",
+        "ssl_keyfile": "ssl_keyfile",
+    }
+    for ours, theirs in mapping.items():
+        if values.get(ours) is not None:
+            out[theirs] = values[ours]
+    if values["security_protocol"].startswith("SASL") and not values.get("sasl_mechanism"):
+        raise ConfigError(
+            f"--security-protocol {values['security_protocol']} needs --sasl-mechanism"
+        )
+    return out

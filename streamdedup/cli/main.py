@@ -872,7 +872,7 @@ def _require_index(values: dict[str, Any]) -> str:
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.kafka.worker import run_from_options
+    from streamdedup.cli.worker import run_from_options
 
     return run_from_options(values, open_engine)
 

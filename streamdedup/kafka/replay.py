@@ -28,20 +28,17 @@ from typing import Any
 
 import orjson
 
+from streamdedup.config import WorkerConfig, require_bootstrap
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
 from streamdedup.kafka.changelog import index_is_empty, true_end_offsets
-from streamdedup.kafka.worker import (
-    Outgoing,
-    Progress,
-    Sink,
-    Worker,
-    WorkerConfig,
-    install_signal_handlers,
-    require_bootstrap,
-)
+from streamdedup.kafka.ledger import Progress
+from streamdedup.kafka.messages import Outgoing
+from streamdedup.kafka.publisher import BatchSink
+from streamdedup.kafka.settings import install_signal_handlers
+from streamdedup.kafka.worker import Assigned, Worker, WorkerStats
 from streamdedup.models import Rejected, Verdict
-from streamdedup.store.index import Tables
+from streamdedup.store.index import Index, Tables
 
 log = logging.getLogger("streamdedup.kafka.replay")
 
@@ -79,18 +76,21 @@ class StartAt:
         return cls()
 
 
-class FileSink(Sink):
+class FileSink(BatchSink):
     """Verdicts as JSON Lines, written in the index transaction with the new length."""
 
-    def __init__(self, worker: Worker, path: Path, durable: bool) -> None:
-        super().__init__(worker)
+    def __init__(
+        self, index: Index, progress: Progress, input_topic: str, path: Path, durable: bool
+    ) -> None:
+        self.index = index
+        self.topic = input_topic
         self.path = path
-        self.meta = f"replay-file/{worker.progress.ns}"
+        self.meta = f"replay-file/{progress.ns}"
         self.durable = durable
         self.fh: Any = None
 
     def open(self, common: dict[str, Any]) -> None:
-        recorded = int(self.w.dd.index.read(lambda t: t.meta(self.meta)) or 0)
+        recorded = int(self.index.read(lambda t: t.meta(self.meta)) or 0)
         if recorded and not self.path.exists():
             raise ConfigError(
                 f"{self.path} is gone, but the index records {recorded} bytes of verdicts in "
@@ -101,7 +101,7 @@ class FileSink(Sink):
 
     def in_index_transaction(self, t: Tables, out: list[Outgoing]) -> None:
         start = int(t.meta(self.meta) or 0)
-        topic = self.w.cfg.input_topic
+        topic = self.topic
         lines = []
         for o in out:
             if isinstance(o.item, Verdict):
@@ -139,17 +139,28 @@ class FileSink(Sink):
 
 class Positioner:
     """Assigns every partition of the input topic and seeks each to its start: the
-    replay's own progress if it has some, else the requested start."""
+    replay's own progress if it has some, else the requested start.  The worker's
+    `assign`: called with the consumer, it answers when the replay is done and the
+    timestamps before which messages are dropped (`Assigned`)."""
 
-    def __init__(self, start: StartAt, follow: bool, to_file: bool) -> None:
+    def __init__(
+        self,
+        index: Index,
+        progress: Progress,
+        topic: str,
+        start: StartAt,
+        follow: bool,
+        to_file: bool,
+    ) -> None:
+        self.index, self.progress, self.topic = index, progress, topic
         self.start, self.follow, self.to_file = start, follow, to_file
         self.ends: dict[Any, int] = {}
         self.total = 0
 
-    def __call__(self, worker: Worker, consumer: Any) -> Callable[[], bool]:
+    def __call__(self, consumer: Any) -> Assigned:
         from kafka import TopicPartition
 
-        topic = worker.cfg.input_topic
+        topic = self.topic
         parts = _partitions(consumer, topic)
         if self.start.offsets is not None:
             unknown = set(self.start.offsets) - set(parts)
@@ -159,17 +170,21 @@ class Positioner:
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         self.ends = true_end_offsets(consumer, tps)
-        applied = worker.dd.index.read(lambda t: Progress.read(t, worker.progress.applied))
+        applied = self.index.read(lambda t: Progress.read(t, self.progress.applied))
+        not_before_ms: dict[int, int] = {}
         wanted = self._requested(consumer, tps)
         for tp in tps:
             at = applied.get(tp.partition) if self.to_file else consumer.committed(tp)
             if at is None:
                 at = wanted[tp]
                 if self.start.timestamp_ms is not None:
-                    worker.not_before_ms[tp.partition] = self.start.timestamp_ms
+                    not_before_ms[tp.partition] = self.start.timestamp_ms
             consumer.seek(tp, at)
         self.total = sum(max(0, self.ends[tp] - consumer.position(tp)) for tp in tps)
-        return lambda: not self.follow and all(consumer.position(tp) >= self.ends[tp] for tp in tps)
+        return Assigned(
+            lambda: not self.follow and all(consumer.position(tp) >= self.ends[tp] for tp in tps),
+            not_before_ms,
+        )
 
     def _requested(self, consumer: Any, tps: list[Any]) -> dict[Any, int]:
         begin = consumer.beginning_offsets(tps)
@@ -241,32 +256,31 @@ def run_replay(
     from streamdedup.ops.progress import make_progress
 
     with open_engine(values) as dd:
-        ns = Progress(cfg.group_id, cfg.input_topic).ns
+        progress = Progress(cfg.group_id, cfg.input_topic)
+        ns = progress.ns
         target = f"topic:{out_topic}" if out_topic else f"file:{Path(str(out_file)).resolve()}"
         _prepare_index(dd, ns, values["mode"], values["restart"], target)
-        sink: Callable[[Worker], Sink] = Sink
+        sink: BatchSink | None = None  # the worker's own: Kafka
         if out_file:
             path, durable = Path(str(out_file)), values["durability"] == "full"
             if values["restart"] and path.exists():
                 path.unlink()
-
-            def sink(w: Worker) -> Sink:
-                return FileSink(w, path, durable)
-
-        positioner = Positioner(start, values["follow"], bool(out_file))
-        worker = Worker(cfg, dd, sink=sink, assign=lambda c: positioner(worker, c))
+            sink = FileSink(dd.index, progress, cfg.input_topic, path, durable)
+        positioner = Positioner(
+            dd.index, progress, cfg.input_topic, start, values["follow"], bool(out_file)
+        )
         bar: Any = None
 
-        def on_batch(w: Worker, out: list[Outgoing]) -> None:
+        def on_batch(stats: WorkerStats, out: list[Outgoing]) -> None:
             nonlocal bar
             if bar is None:
                 total = positioner.total if not values["follow"] else None
                 bar = make_progress(values["progress"], "replay", total)
             if bar is not None:
                 bar.update(len(out))
-                bar.set_postfix(duplicates=w.stats.duplicates, refresh=False)
+                bar.set_postfix(duplicates=stats.duplicates, refresh=False)
 
-        worker.on_batch = on_batch
+        worker = Worker(cfg, dd, sink=sink, assign=positioner, on_batch=on_batch)
         install_signal_handlers(worker.stop_event)
         try:
             stats = worker.run()

@@ -81,7 +81,7 @@ def test_rebuild_to_a_file_equals_the_live_run(live, tmp_path: Path) -> None:
 
 
 def test_rebuild_to_a_topic_equals_the_live_run(live, tmp_path: Path) -> None:
-    from streamdedup.kafka.worker import create_topics
+    from streamdedup.kafka.settings import create_topics
 
     t, expected = live
     create_topics(t.bootstrap, [t.output + "-replay"], 1, {})
@@ -187,7 +187,7 @@ def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) 
 
 
 def test_an_interrupted_replay_to_a_topic_resumes(kafka_bootstrap: str, tmp_path: Path) -> None:
-    from streamdedup.kafka.worker import create_topics
+    from streamdedup.kafka.settings import create_topics
     from tests.support.kafka import file_mode
 
     docs = stream(8000, seed=24)

@@ -71,7 +71,7 @@ def test_restart_resumes_where_it_stopped(kafka_bootstrap: str, tmp_path: Path) 
 def progress(index: Path, t: Topics) -> tuple[dict[int, int], dict[int, int]]:
     """The next offsets the index records as applied, and as published."""
     from streamdedup.engine.deduplicator import Deduplicator
-    from streamdedup.kafka.worker import Progress
+    from streamdedup.kafka.ledger import Progress
 
     prog = Progress(t.group, t.input)
     with Deduplicator(index) as dd:
@@ -166,7 +166,7 @@ def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, p
     index's state of every document."""
     import os
 
-    from streamdedup.kafka.worker import create_topics
+    from streamdedup.kafka.settings import create_topics
 
     docs = stream(3000, seed=11)
     t = Topics(kafka_bootstrap)
@@ -571,7 +571,7 @@ def test_a_promotion_in_a_batch_redelivered_after_a_crash_reaches_the_changelog(
     from streamdedup.config import IndexParams
     from streamdedup.engine.deduplicator import Deduplicator
     from streamdedup.kafka.changelog import _finish, _postings, _Restorer
-    from streamdedup.kafka.worker import create_topics
+    from streamdedup.kafka.settings import create_topics
     from streamdedup.store.index import Index
     from tests.support.store import dump
 

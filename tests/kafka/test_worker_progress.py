@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdedup.errors import StreamDedupError
-from streamdedup.kafka.worker import Progress
+from streamdedup.kafka.ledger import Progress
 from streamdedup.models import Verdict
 from streamdedup.store.index import Index
 

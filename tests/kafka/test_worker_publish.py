@@ -4,7 +4,6 @@ worker runs against a real broker in test_worker.py."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,8 +11,10 @@ from kafka.errors import KafkaTimeoutError
 from kafka.future import Future
 from kafka.partitioner.default import murmur2
 
+from streamdedup.config import WorkerConfig
 from streamdedup.errors import UndeliveredError
-from streamdedup.kafka.worker import Outgoing, Sink, WorkerConfig
+from streamdedup.kafka.messages import Outgoing
+from streamdedup.kafka.publisher import Sink
 from streamdedup.models import Rejected, Verdict
 from streamdedup.sketch import kernels
 
@@ -55,12 +56,12 @@ class Producer:
 
 def sink_with(producer: Producer, changes: list[tuple[bytes, bytes | None]]) -> Sink:
     cfg = WorkerConfig("localhost:9092", "docs", "verdicts", "dlq", "g", changelog_topic="log")
-    worker = SimpleNamespace(
-        cfg=cfg,
-        consumer=SimpleNamespace(group_metadata=lambda: None),
-        changelog_records=lambda: changes,
+    sink = Sink(
+        cfg,
+        transactional_id=lambda: "streamdedup-test",
+        group_metadata=lambda: None,
+        changelog=lambda: changes,
     )
-    sink = Sink(worker)  # type: ignore[arg-type]
     sink.producer = producer
     return sink
 
@@ -105,7 +106,7 @@ def test_a_dead_letter_is_cut_to_fit_the_producer_limit() -> None:
     saying so; a dead letter that fits goes out as it came."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    from streamdedup.kafka.worker import fit_dead_letter
+    from streamdedup.kafka.messages import fit_dead_letter
 
     headers = [("streamdedup.reason", b"malformed_json")]
     key, value = b"k" * 5000, b"v" * 100_000

@@ -52,7 +52,8 @@ from streamdedup.sketch.signature import (
     fingerprint_sets,
     signatures,
 )
-from streamdedup.store.index import Index, Tables, chunks, expiry_key, id_key
+from streamdedup.store.index import Index, Tables
+from streamdedup.store.keys import MetaKey, chunks, id_key
 
 
 @dataclass
@@ -227,13 +228,6 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
     return [k.to_bytes(8, "big") for k in keys.tolist()]
 
 
-def _newest_timestamp(t: Tables, bound: int) -> int:
-    """The newest stored timestamp at most `bound` (0: none)."""
-    cur = t.txn.cursor(db=t.db["expiry"])
-    found = cur.prev() if cur.set_range((bound + 1).to_bytes(8, "big")) else cur.last()
-    return int.from_bytes(bytes(cur.key())[:8], "big") if found else 0
-
-
 def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
     """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
     `encode`d) text: the set exact verification measures."""
@@ -384,7 +378,7 @@ class Deduplicator:
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
-            stored_rec = self.index.read(lambda t: t.meta("params"))
+            stored_rec = self.index.read(lambda t: t.meta(MetaKey.PARAMS))
             stored = None if stored_rec is None else IndexParams.from_record(stored_rec)
             self.params = resolve_params(
                 stored,
@@ -399,7 +393,7 @@ class Deduplicator:
                 false_negative_weight=false_negative_weight,
             )
             if stored is None:
-                self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
+                self.index.write(lambda t: t.set_meta(MetaKey.PARAMS, self.params.to_record()))
         except BaseException:
             self.index.close()
             raise
@@ -446,7 +440,7 @@ class Deduplicator:
         """Raise ConfigError now if `apply` would refuse to add documents to this index
         (see `changelog`); `apply` itself refuses only a batch that changes documents,
         so a re-run over documents the index holds (`replay --mode reverdict`) goes on."""
-        bound = self.index.read(lambda t: t.meta("changelog"))
+        bound = self.index.read(lambda t: t.meta(MetaKey.CHANGELOG))
         check_changelog(self.index, bound, self.changelog)
 
     @property
@@ -495,7 +489,7 @@ class Deduplicator:
         def run(t: Tables) -> list[Verdict]:
             verdicts = self._apply(t, parts)
             if self.changes:  # documents stored or forgotten: refused if unlogged
-                check_changelog(self.index, t.meta("changelog"), self.changelog)
+                check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
             if also is not None:
                 also(t, verdicts)
             return verdicts
@@ -511,14 +505,14 @@ class Deduplicator:
     # ------------------------------------------------------------------ internals
 
     def _apply(self, t: Tables, parts: list[Prepared]) -> list[Verdict]:
-        next_docno = int(t.meta("next_docno") or 0)
-        self._counts = dict(t.meta("counts") or {})
+        next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
+        self._counts = dict(t.meta(MetaKey.COUNTS) or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
         self.touched = []
         self._fresh = {}
         self._exact = {}
-        clock = int(t.meta("clock") or 0)
+        clock = int(t.meta(MetaKey.CLOCK) or 0)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
         # Stream time follows the timestamps, but only those at most `skew` ahead of
@@ -527,7 +521,7 @@ class Deduplicator:
         now = time.time_ns() // 1_000_000
         ahead = None if skew is None else now + skew
         if ahead is not None and clock > ahead:  # moved by an outlier before the bound
-            clock = _newest_timestamp(t, ahead)
+            clock = t.newest_timestamp(ahead)
         self.outliers = []
         position = 0
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
@@ -564,9 +558,9 @@ class Deduplicator:
         t.flush_postings()
         self._fresh = {}  # not kept past the batch: it holds the batch's arrays
         self._exact = {}
-        t.set_meta("next_docno", next_docno)
-        t.set_meta("counts", self._counts)
-        t.set_meta("clock", clock)
+        t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
+        t.set_meta(MetaKey.COUNTS, self._counts)
+        t.set_meta(MetaKey.CLOCK, clock)
         return out
 
     def _expire(self, t: Tables, cutoff: int) -> None:
@@ -581,7 +575,7 @@ class Deduplicator:
             ts, docno = e.oldest
             rec = t.record(docno)
             if rec is None:  # an orphan entry: drop it
-                t.txn.delete(expiry_key(ts, docno), db=t.db["expiry"])
+                t.delete_expiry(ts, docno)
             else:
                 self._forget(t, docno, id_key(rec.doc_id))
             self._batch.expired += 1

@@ -8,7 +8,7 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.deduplicator import exact_shingles, stored_band_keys
+from streamdedup.engine.prepare import exact_shingles, stored_band_keys
 from streamdedup.errors import IndexCorruptError, IndexOpenError
 from streamdedup.models import Record
 from streamdedup.sketch import setcodec

@@ -6,8 +6,9 @@ import time
 import pytest
 
 from streamdedup.config import EngineOptions, IndexParams, ShingleSpec
-from streamdedup.engine import deduplicator as engine
-from streamdedup.engine.deduplicator import Deduplicator, Preparer
+from streamdedup.engine import prepare
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.engine.prepare import Preparer
 from streamdedup.models import Document, Verdict
 from streamdedup.ops.report import index_stats
 from streamdedup.sketch.shingle import reference_shingles
@@ -245,7 +246,7 @@ def stream_with_replacements(seed: int, n: int) -> list[Document]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_verdicts_and_postings_do_not_depend_on_batching(tmp_path, seed: int) -> None:
-    """A batch reads its buckets ahead and buffers its postings (index.batch_postings);
+    """A batch reads its buckets ahead and buffers its postings (Tables.batch_postings);
     one document per transaction does neither in effect.  Both must agree, also with
     a candidate cap small enough that which postings count as "newest" matters."""
     docs = stream_with_replacements(seed, 400)
@@ -273,7 +274,7 @@ def test_preparation_does_not_depend_on_sub_batches(monkeypatch) -> None:
     docs[7] = Document(7, "")
     preparer = Preparer(IndexParams())
     whole = preparer.prepare(docs)
-    monkeypatch.setattr(engine, "SUB_BATCH_CHARS", 2000)  # a few documents each
+    monkeypatch.setattr(prepare, "SUB_BATCH_CHARS", 2000)  # a few documents each
     parts = preparer.prepare(docs)
     assert whole.shingles == parts.shingles and 0 in whole.shingles
     assert whole.sig_bytes == parts.sig_bytes and whole.band_keys == parts.band_keys

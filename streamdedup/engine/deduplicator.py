@@ -1,58 +1,37 @@
-"""The detection engine: documents in, verdicts out, index updated.
-
-A batch goes through two stages:
-
-1. `Preparer.prepare` -- pure computation over the whole batch at once (normalise,
-   shingle, sign, band keys, fingerprint sets).  It touches no index, so it can run
-   in worker processes.
-2. `Deduplicator._apply` -- inside one LMDB write transaction, each document in
-   turn is looked up and inserted, so it sees every document before it, including
-   earlier ones of its own batch, and no other writer can interleave.
+"""The decision: a prepared batch (prepare.py) checked against the store and inserted,
+in order, inside one LMDB write transaction (`Deduplicator.apply`), so each document
+sees every document before it, including earlier ones of its own batch, and no other
+writer can interleave.  It owns the order of the checks, the time window (expiry and
+the stream clock), content ownership as documents come and go, the verdict tallies
+and the record of changes a changelog mirrors.
 
 Decision order for one document: same id already indexed (same content: its stored
 verdict; changed content: forget it and check again) -> no shingles (unique, reason
 "empty") -> identical normalised content (duplicate, exact) -> LSH candidates,
-verified by signature or by exact Jaccard -> unique.
+verified by signature or by exact Jaccard (verify.py) -> unique.
 """
 
 from __future__ import annotations
 
-import bisect
-import hashlib
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import zstandard
 
-from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
-from streamdedup.errors import ConfigError, ParameterMismatchError
+from streamdedup.config import EngineOptions, ShingleSpec, Verify
+from streamdedup.engine.params import check_changelog, open_params
+from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
+from streamdedup.engine.verify import BatchMemory, best_exact
 from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
-from streamdedup.sketch import setcodec
-from streamdedup.sketch.lsh import banding, check_num_perm, tune
-from streamdedup.sketch.shingle import (
-    ShingleBatch,
-    Shingler,
-    encode,
-    normalise,
-    normalise_utf8,
-    split_by_length,
-)
-from streamdedup.sketch.signature import (
-    Fingerprints,
-    FingerprintSets,
-    Signatures,
-    band_keys,
-    estimate_jaccard,
-    fingerprint_sets,
-    signatures,
-)
-from streamdedup.store.index import Index, Tables, chunks, expiry_key, id_key
+from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey, id_key
+from streamdedup.store.tables import Tables
 
 
 @dataclass
@@ -87,271 +66,6 @@ class _Expiry:
     behind: bool = False
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """Everything the index needs about a batch, computed without the index."""
-
-    docs: list[Document]
-    keys: list[bytes]
-    content: list[bytes]
-    light: frozenset[int]  # known documents: prepared without shingles (see `prepare`)
-    shingles: list[int]
-    sigs: npt.NDArray[np.uint16]
-    sig_bytes: list[bytes]  # the rows of `sigs` as stored
-    band_keys: list[list[bytes]]
-    fingerprints: FingerprintSets | None  # exact verification only
-    set_blobs: list[bytes] | None  # the same sets, encoded for the index
-    # Exact verification only: the zstd-compressed normalised texts, stored so that
-    # a candidate's exact shingle set can be computed again, and the documents'
-    # 64-bit shingle hashes (each one's own exact set, when it meets a candidate).
-    texts: list[bytes] | None = None
-    hashes: HashParts | None = None
-
-
-@dataclass(frozen=True)
-class HashParts:
-    """The shingle hashes of a batch's documents, as its sub-batches made them (a
-    few arrays, not one per document: cheap to pickle to and from `--workers`)."""
-
-    parts: list[ShingleBatch]
-    starts: list[int]  # the batch position of each part's first document
-
-    def of(self, i: int) -> npt.NDArray[np.uint64]:
-        k = bisect.bisect_right(self.starts, i) - 1
-        return self.parts[k].of(i - self.starts[k])
-
-
-SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
-EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
-TEXT_LEVEL = 1  # zstd level of the stored texts (3: 1% smaller, 1.4 times the time)
-
-
-def compress_texts(raw: list[bytes]) -> list[bytes]:
-    """The stored form of normalised texts: zstd level 1, which matched zlib level 1's
-    size on web text at a quarter of its time (12 against 43 us a 3 KB page, and a
-    third of its decompression time: 5 against 14 us).  A compressor per call: they
-    are cheap to make, and one kept on the Preparer would not pickle to `--workers`."""
-    compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
-    return [compress(r) for r in raw]
-
-
-def decompress_text(text: bytes) -> bytes:
-    """The inverse of `compress_texts` (frames carry their size)."""
-    return _DECOMPRESSOR.decompress(text)
-
-
-_DECOMPRESSOR = zstandard.ZstdDecompressor()
-
-
-class Preparer:
-    """Stage 1; picklable (it holds only parameters), so it can be shipped to workers."""
-
-    def __init__(self, params: IndexParams) -> None:
-        self.params = params
-        self._shingler: Shingler | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"params": self.params, "_shingler": None}
-
-    def prepare(
-        self,
-        docs: Sequence[Document],
-        known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
-    ) -> Prepared:
-        """`known(keys, content_hashes)` names the documents the index already holds
-        with the same content: they get their stored verdict back, so their shingles
-        and signatures are not computed (replays, re-runs, redeliveries)."""
-        p = self.params
-        if self._shingler is None:
-            self._shingler = Shingler(p.shingle)
-        norm: list[str] | None = None  # word shingling reads only the UTF-8 bytes
-        if p.shingle.kind == "word":
-            raw = [normalise_utf8(d.text) for d in docs]
-        else:
-            norm = [normalise(d.text) for d in docs]
-            raw = [encode(t) for t in norm]
-        keys = [id_key(d.id) for d in docs]
-        content = [_content_hash(r) for r in raw]
-        light = known(keys, content) if known is not None and docs else set()
-        if light:
-            if norm is not None:
-                norm = [("" if i in light else t) for i, t in enumerate(norm)]
-            raw = [(b"" if i in light else r) for i, r in enumerate(raw)]
-        exact = p.verify == "exact"
-        shingles: list[int] = []
-        sig_parts: list[Signatures] = []
-        set_parts: list[FingerprintSets] = []
-        blobs: list[bytes] = []
-        hash_parts: list[ShingleBatch] = []
-        starts: list[int] = []
-        # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
-        # passes over arrays of a whole batch run at memory speed, several times slower.
-        for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
-            batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
-            sets = fingerprint_sets(batch, p.seed)
-            shingles += batch.counts.tolist()
-            sig_parts.append(signatures(sets, p.num_perm, p.seed))
-            if exact:
-                set_parts.append(sets)
-                blobs += setcodec.encode_sets(sets)
-                starts.append(part.start)
-                hash_parts.append(batch)
-        sigs = np.concatenate(sig_parts)
-        flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
-        return Prepared(
-            docs=list(docs),
-            keys=keys,
-            content=content,
-            light=frozenset(light),
-            shingles=shingles,
-            sigs=sigs,
-            sig_bytes=_rows(sigs.astype("<u2")),
-            band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
-            fingerprints=FingerprintSets.concat(set_parts) if exact else None,
-            set_blobs=blobs if exact else None,
-            hashes=HashParts(hash_parts, starts) if exact else None,
-            texts=compress_texts(raw) if exact else None,
-        )
-
-
-def _rows(a: npt.NDArray[Any]) -> list[bytes]:
-    """Each row of a 2-D array as bytes, sliced from one buffer."""
-    raw, width = a.tobytes(), a.shape[1] * a.itemsize
-    return [raw[i : i + width] for i in range(0, len(raw), width)]
-
-
-def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
-    """The bucket keys of a stored signature (to remove or inspect its postings)."""
-    sig = np.frombuffer(signature, dtype="<u2")[None, :]
-    keys = band_keys(sig, params.bands, params.rows, params.seed)[0]
-    return [k.to_bytes(8, "big") for k in keys.tolist()]
-
-
-def _newest_timestamp(t: Tables, bound: int) -> int:
-    """The newest stored timestamp at most `bound` (0: none)."""
-    cur = t.txn.cursor(db=t.db["expiry"])
-    found = cur.prev() if cur.set_range((bound + 1).to_bytes(8, "big")) else cur.last()
-    return int.from_bytes(bytes(cur.key())[:8], "big") if found else 0
-
-
-def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
-    """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
-    `encode`d) text: the set exact verification measures."""
-    raw = decompress_text(text)
-    norm = None if shingler.spec.kind == "word" else [raw.decode("utf-8", "surrogatepass")]
-    return _distinct(shingler.batch(norm, [raw]).hashes)
-
-
-def _own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
-    """A prepared document's sorted distinct 64-bit shingle hashes."""
-    assert p.hashes is not None
-    return _distinct(p.hashes.of(i))
-
-
-def _distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """Sorted distinct values (a sort and a mask: 8 times faster than numpy 2's
-    hash-based `unique` on a page's shingles)."""
-    out = np.sort(hashes)
-    first = np.ones(len(out), dtype=np.bool_)
-    np.not_equal(out[1:], out[:-1], out=first[1:])
-    return out[first]
-
-
-def _content_hash(encoded: bytes) -> bytes:
-    """Of the `encode`d normalised text: 16 bytes of its SHA-256."""
-    return hashlib.sha256(encoded).digest()[:16]
-
-
-MAX_SEED = (1 << 64) - 1
-
-
-def resolve_params(
-    stored: IndexParams | None,
-    *,
-    threshold: float | None = None,
-    num_perm: int | None = None,
-    shingle: str | ShingleSpec | None = None,
-    bands: int | None = None,
-    rows: int | None = None,
-    verify: Verify | None = None,
-    seed: int | None = None,
-    false_positive_weight: float = 0.02,
-    false_negative_weight: float = 0.98,
-) -> IndexParams:
-    """Parameters for an index: the stored ones, which explicit options must match,
-    or new ones from the options and defaults."""
-    spec = ShingleSpec.parse(shingle) if isinstance(shingle, str) else shingle
-    if (bands is None) != (rows is None):
-        raise ConfigError("--bands and --rows go together: give both or neither")
-    if stored is not None:
-        asked = {
-            "threshold": threshold,
-            "num_perm": num_perm,
-            "shingle": spec,
-            "bands": bands,
-            "rows": rows,
-            "verify": verify,
-            "seed": seed,
-        }
-        for name, value in asked.items():
-            have = getattr(stored, name)
-            if value is not None and value != have:
-                flag = "--" + name.replace("_", "-")
-                raise ParameterMismatchError(
-                    f"this index was built with {flag} {have}; this run asks for "
-                    f"{flag} {value}. Use the stored value (or omit the option), or "
-                    "build a new index in another directory."
-                )
-        return stored
-    defaults = IndexParams()
-    t = defaults.threshold if threshold is None else threshold
-    k = defaults.num_perm if num_perm is None else num_perm
-    if not 0.0 < t < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
-    check_num_perm(k)  # before anything is sized by it
-    s = defaults.seed if seed is None else seed
-    if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
-        raise ConfigError(f"--seed must be between 0 and {MAX_SEED} (2**64 - 1), got {s}")
-    if bands is not None and rows is not None:
-        band = banding(t, k, bands, rows)
-    else:
-        band = tune(t, k, false_positive_weight, false_negative_weight)
-    return IndexParams(
-        threshold=t,
-        num_perm=k,
-        shingle=spec or defaults.shingle,
-        bands=band.bands,
-        rows=band.rows,
-        verify=verify or defaults.verify,
-        seed=s,
-    )
-
-
-def check_changelog(index: Index, bound: dict[str, str] | None, changelog: str | None) -> None:
-    """Refuse to write an index mirrored to a changelog (`bound`, recorded by the
-    worker: its topic, group and input topic) without writing to that changelog."""
-    if bound is None or bound.get("topic") == changelog:
-        return
-    where = (
-        f"the index at {index.path} is mirrored to the changelog topic {bound['topic']!r} "
-        f"by the worker of group {bound.get('group_id')!r} on topic "
-        f"{bound.get('input_topic')!r}"
-    )
-    if changelog is None:
-        raise ConfigError(
-            f"{where}; documents added here would be missing from that changelog, and a "
-            "restore from it would silently lose them. Send them through the worker's "
-            f"input topic (`streamdedup produce FILE --topic {bound.get('input_topic')}`), "
-            "or check them against a separate index. (A worker on this index: start it "
-            f"with --changelog-topic {bound['topic']}.)"
-        )
-    raise ConfigError(
-        f"{where}; this run names the changelog {changelog!r}, which lacks the documents "
-        f"indexed so far. Use --changelog-topic {bound['topic']}, or start a new index "
-        "for a new changelog."
-    )
-
-
 class Deduplicator:
     """Near-duplicate detection against everything indexed before, persisted in LMDB.
 
@@ -384,10 +98,8 @@ class Deduplicator:
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
-            stored_rec = self.index.read(lambda t: t.meta("params"))
-            stored = None if stored_rec is None else IndexParams.from_record(stored_rec)
-            self.params = resolve_params(
-                stored,
+            self.params = open_params(
+                self.index,
                 threshold=threshold,
                 num_perm=num_perm,
                 shingle=shingle,
@@ -398,13 +110,10 @@ class Deduplicator:
                 false_positive_weight=false_positive_weight,
                 false_negative_weight=false_negative_weight,
             )
-            if stored is None:
-                self.index.write(lambda t: t.set_meta("params", self.params.to_record()))
         except BaseException:
             self.index.close()
             raise
         self.preparer = Preparer(self.params)
-        self._shingler = Shingler(self.params.shingle)  # exact re-checks
         self._counts: dict[str, int] = {}
         k, t = self.params.num_perm, self.params.threshold
         # Signature estimates have sd sqrt(J(1-J)/K); a candidate whose estimate is four
@@ -413,13 +122,8 @@ class Deduplicator:
         self.counters = Counters()
         self._batch = Counters()
         self._expiry = _Expiry(None, 0)
-        # This batch's indexed documents: docno -> where their signature and
-        # fingerprints are in memory, so a later document of the same batch checks
-        # against them without reading and decoding what was just written.
-        self._fresh: dict[int, tuple[Prepared, int]] = {}
-        # Exact shingle sets of this batch's re-checked candidates (re-emissions of a
-        # page check against the same earlier page again and again).
-        self._exact: dict[int, npt.NDArray[np.uint64]] = {}
+        # this batch's indexed documents, and its candidates' exact sets (verify.py)
+        self._memory = BatchMemory(Shingler(self.params.shingle))
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`); rebuilt on every run of the transaction.
         self.changes: list[Change] = []
@@ -446,7 +150,7 @@ class Deduplicator:
         """Raise ConfigError now if `apply` would refuse to add documents to this index
         (see `changelog`); `apply` itself refuses only a batch that changes documents,
         so a re-run over documents the index holds (`replay --mode reverdict`) goes on."""
-        bound = self.index.read(lambda t: t.meta("changelog"))
+        bound = self.index.read(lambda t: t.meta(MetaKey.CHANGELOG))
         check_changelog(self.index, bound, self.changelog)
 
     @property
@@ -495,7 +199,7 @@ class Deduplicator:
         def run(t: Tables) -> list[Verdict]:
             verdicts = self._apply(t, parts)
             if self.changes:  # documents stored or forgotten: refused if unlogged
-                check_changelog(self.index, t.meta("changelog"), self.changelog)
+                check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
             if also is not None:
                 also(t, verdicts)
             return verdicts
@@ -511,14 +215,13 @@ class Deduplicator:
     # ------------------------------------------------------------------ internals
 
     def _apply(self, t: Tables, parts: list[Prepared]) -> list[Verdict]:
-        next_docno = int(t.meta("next_docno") or 0)
-        self._counts = dict(t.meta("counts") or {})
+        next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
+        self._counts = dict(t.meta(MetaKey.COUNTS) or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
         self.touched = []
-        self._fresh = {}
-        self._exact = {}
-        clock = int(t.meta("clock") or 0)
+        self._memory.clear()
+        clock = int(t.meta(MetaKey.CLOCK) or 0)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
         # Stream time follows the timestamps, but only those at most `skew` ahead of
@@ -527,7 +230,7 @@ class Deduplicator:
         now = time.time_ns() // 1_000_000
         ahead = None if skew is None else now + skew
         if ahead is not None and clock > ahead:  # moved by an outlier before the bound
-            clock = _newest_timestamp(t, ahead)
+            clock = t.newest_timestamp(ahead)
         self.outliers = []
         position = 0
         self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
@@ -562,11 +265,10 @@ class Deduplicator:
                 next_docno += inserted
                 out.append(verdict)
         t.flush_postings()
-        self._fresh = {}  # not kept past the batch: it holds the batch's arrays
-        self._exact = {}
-        t.set_meta("next_docno", next_docno)
-        t.set_meta("counts", self._counts)
-        t.set_meta("clock", clock)
+        self._memory.clear()  # not kept past the batch: it holds the batch's arrays
+        t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
+        t.set_meta(MetaKey.COUNTS, self._counts)
+        t.set_meta(MetaKey.CLOCK, clock)
         return out
 
     def _expire(self, t: Tables, cutoff: int) -> None:
@@ -581,7 +283,7 @@ class Deduplicator:
             ts, docno = e.oldest
             rec = t.record(docno)
             if rec is None:  # an orphan entry: drop it
-                t.txn.delete(expiry_key(ts, docno), db=t.db["expiry"])
+                t.delete_expiry(ts, docno)
             else:
                 self._forget(t, docno, id_key(rec.doc_id))
             self._batch.expired += 1
@@ -659,8 +361,7 @@ class Deduplicator:
                 if heir is None:
                     continue
                 d = heir
-            fresh = self._fresh.get(d)
-            raw = fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(d)
+            raw = self._memory.signature(t, d)
             if raw is not None:
                 docnos.append(d)
                 rows.append(raw)
@@ -676,28 +377,19 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
-        assert p.fingerprints is not None
-        mine = p.fingerprints.of(i)
-        exact_mine: npt.NDArray[np.uint64] | None = None  # 64-bit, once needed
-        best: tuple[float, int] | None = None
-        for checks, j in enumerate(order):
-            floor = threshold if best is None else best[0]
-            if checks >= self.options.max_exact_checks or est[j] < floor - self._margin:
-                break
-            d = docnos[j]
-            other = self._fingerprints(t, d)
-            c.exact_checks += 1
-            if exact_mine is None:
-                exact_mine = _own_shingles(p, i)
-            size = len(other) if not isinstance(other, bytes) else setcodec.count(other)
-            bound = setcodec.jaccard_bound(
-                setcodec.jaccard(mine, other), len(mine), size, len(exact_mine)
-            )
-            if bound < floor:  # sound: the exact Jaccard is at most the bound
-                continue
-            sim = setcodec.exact_jaccard(exact_mine, self._exact_shingles(t, d))
-            if sim >= threshold and (best is None or sim > best[0]):
-                best = (sim, d)
+        best, checks = best_exact(
+            t,
+            self._memory,
+            p,
+            i,
+            docnos,
+            est,
+            order,
+            threshold,
+            self._margin,
+            self.options.max_exact_checks,
+        )
+        c.exact_checks += checks
         if best is None:
             return None
         rec = t.record(best[1])
@@ -719,30 +411,6 @@ class Deduplicator:
             if not self._expired(got):
                 return heir
             docno, rec = heir, got
-
-    def _fingerprints(self, t: Tables, docno: int) -> Fingerprints | bytes:
-        """A candidate's fingerprint set: from memory if this batch holds it, else as
-        stored."""
-        fresh = self._fresh.get(docno)
-        if fresh is not None and fresh[0].fingerprints is not None:
-            return fresh[0].fingerprints.of(fresh[1])
-        return t.shingle_set(docno)
-
-    def _exact_shingles(self, t: Tables, docno: int) -> npt.NDArray[np.uint64]:
-        """A candidate's exact shingle set: from memory if this batch holds it, else
-        from its stored text, shingled again."""
-        got = self._exact.get(docno)
-        if got is not None:
-            return got
-        fresh = self._fresh.get(docno)
-        if fresh is not None and fresh[0].hashes is not None:
-            got = _own_shingles(*fresh)
-        else:
-            got = exact_shingles(self._shingler, t.text(docno))
-        if len(self._exact) >= EXACT_CACHE:
-            self._exact.clear()
-        self._exact[docno] = got
-        return got
 
     def _insert(
         self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
@@ -774,7 +442,7 @@ class Deduplicator:
             text=text,
         )
         if index_it:
-            self._fresh[docno] = (p, i)
+            self._memory.remember(docno, p, i)
         e, ts = self._expiry, self._ts
         if ts is not None and (e.oldest is None or (ts, docno) < e.oldest):
             e.oldest = (ts, docno)
@@ -799,8 +467,7 @@ class Deduplicator:
         `own`: the document is replaced by one of the batch's own (same id), which
         the batch stores; any other forgotten id, and a promoted copy's, go to
         `touched`."""
-        self._fresh.pop(docno, None)
-        self._exact.pop(docno, None)
+        self._memory.forget(docno)
         old = t.record(docno)
         if old is not None:
             self._count(old, -1)
@@ -827,9 +494,4 @@ class Deduplicator:
         self.touched.append(heir_key)
 
 
-__all__ = [
-    "Deduplicator",
-    "Prepared",
-    "Preparer",
-    "resolve_params",
-]
+__all__ = ["Counters", "Deduplicator"]

@@ -21,8 +21,9 @@ from typing import IO, Any
 import orjson
 
 from streamdedup.config import Fields
-from streamdedup.engine.deduplicator import Deduplicator, Prepared
+from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
+from streamdedup.engine.prepare import Prepared
 from streamdedup.errors import ConfigError, InputOutputError
 from streamdedup.models import Rejected, Verdict
 

@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from typing import IO, Any
 
 from streamdedup.config import Fields
-from streamdedup.engine.deduplicator import Prepared, Preparer
+from streamdedup.engine.prepare import Prepared, Preparer
 from streamdedup.errors import StreamDedupError
 from streamdedup.inputs.decode import decode_json
 from streamdedup.models import Document, Rejected

@@ -12,6 +12,7 @@ group's committed offsets as the index's position, and goes on from there.
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -25,11 +26,13 @@ from streamdedup.config import IndexParams
 from streamdedup.errors import IndexOpenError
 from streamdedup.models import Change, Record, Verdict
 from streamdedup.sketch.signature import band_keys
-from streamdedup.store.index import Index, Tables, docno_of
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey, docno_of
+from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.changelog")
 
-PARAMS_KEY = b"\x00params"  # document keys start with i, s or h (index.id_key)
+PARAMS_KEY = b"\x00params"  # document keys start with i, s or h (keys.id_key)
 
 
 def encode_changes(changes: list[Change]) -> list[tuple[bytes, bytes | None]]:
@@ -80,7 +83,7 @@ def params_record(params: IndexParams) -> tuple[bytes, bytes]:
 
 
 def index_is_empty(index: Index) -> bool:
-    return bool(index.read(lambda t: t.meta("next_docno") is None and t.count("ids") == 0))
+    return bool(index.read(lambda t: t.meta(MetaKey.NEXT_DOCNO) is None and t.count("ids") == 0))
 
 
 @dataclass
@@ -90,22 +93,29 @@ class RestoreStats:
     seconds: float = 0.0
 
 
-class _Restorer:
-    """Applies changelog records in log order (the last state of each id wins)."""
+class Restorer:
+    """Rebuilds an empty index from changelog records: `add` them in log order (the
+    last state of each id wins), a write transaction per call, then `finish`."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: Index) -> None:
+        self.index = index
         self.params: IndexParams | None = None
         self.max_docno = -1
+        self.stats = RestoreStats()
 
-    def apply(self, t: Tables, batch: list[tuple[bytes, bytes | None]]) -> None:
+    def add(self, batch: list[tuple[bytes, bytes | None]]) -> None:
+        self.index.write(lambda t: self._apply(t, batch))
+        self.stats.records += len(batch)
+
+    def _apply(self, t: Tables, batch: list[tuple[bytes, bytes | None]]) -> None:
         for key, value in batch:
             if key == PARAMS_KEY:
                 if value is not None:
                     self.params = IndexParams.from_record(msgpack.unpackb(value))
-                    t.set_meta("params", self.params.to_record())
+                    t.set_meta(MetaKey.PARAMS, self.params.to_record())
                 continue
             old = t.docno_for_id(key)
-            if old is not None:  # postings come last (`_postings`): none to remove yet
+            if old is not None:  # postings come last (`_fill_postings`): none to remove yet
                 t.remove_document(old, key, [])
             if value is None:
                 continue
@@ -127,8 +137,27 @@ class _Restorer:
             )
             self.max_docno = max(self.max_docno, docno)
 
+    def finish(
+        self,
+        committed: dict[int, int],
+        ns: str,
+        source: str = "the changelog",
+        progress: Callable[[], None] | None = None,
+    ) -> RestoreStats:
+        """Once every record is added: fill the band buckets, recompute what the engine
+        keeps in `meta`, and record `committed` (the consumer group's offsets) as the
+        position of consumer `ns` ("group/topic").  `source` names the changelog in
+        errors."""
+        if self.params is None:
+            if self.max_docno >= 0:
+                raise IndexOpenError(f"changelog {source} holds no index parameters")
+        else:
+            _fill_postings(self.index, self.params, progress)
+        self.stats.documents = self.index.write(lambda t: _finish(t, self.max_docno, committed, ns))
+        return self.stats
 
-def _postings(
+
+def _fill_postings(
     index: Index, params: IndexParams, progress: Callable[[], None] | None = None
 ) -> None:
     """Fill the band buckets from the stored signatures, in document order (so each
@@ -143,16 +172,11 @@ def _postings(
 def _posting_chunk(
     t: Tables, after: bytes, params: IndexParams, chunk: int = 20_000
 ) -> bytes | None:
-    cur = t.txn.cursor(db=t.db["sigs"])
-    found = cur.set_range(after) if after else cur.first()
-    if found and after and bytes(cur.key()) == after:
-        found = cur.next()
     docnos: list[bytes] = []
     rows: list[bytes] = []
-    while found and len(docnos) < chunk:
-        docnos.append(bytes(cur.key()))
-        rows.append(bytes(cur.value()))
-        found = cur.next()
+    for dk, sig in itertools.islice(t.items("sigs", after=after), chunk):
+        docnos.append(dk)
+        rows.append(sig)
     if not docnos:
         return None
     sigs = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
@@ -162,15 +186,6 @@ def _posting_chunk(
     return docnos[-1]
 
 
-def _apply(
-    index: Index, r: _Restorer, pending: list[tuple[bytes, bytes | None]], stats: RestoreStats
-) -> None:
-    batch = list(pending)
-    index.write(lambda t: r.apply(t, batch))
-    stats.records += len(batch)
-    pending.clear()
-
-
 def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
     """Recompute what the engine keeps in `meta` from the restored documents, and
     which document owns each content: the one indexed (with a signature), else the
@@ -178,16 +193,14 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
     counts: dict[str, int] = {}
     clock = 0
     n = 0
-    t.txn.drop(t.db["content"], delete=False)
-    t.txn.drop(t.db["copies"], delete=False)
-    unindexed: list[tuple[bytes, bytes]] = []
-    for dk, raw in t.txn.cursor(db=t.db["docs"]):
-        rec = Record.unpack(bytes(raw))
+    t.clear_content()
+    unindexed: list[tuple[bytes, int]] = []
+    for docno, rec in t.records():
         if rec.shingles > 0:
-            if t.signature(docno_of(bytes(dk))) is not None:
-                t.txn.put(rec.content_hash, bytes(dk), db=t.db["content"], overwrite=False)
+            if t.signature(docno) is not None:
+                t.register_content(rec.content_hash, docno, copy=False)
             else:
-                unindexed.append((rec.content_hash, bytes(dk)))
+                unindexed.append((rec.content_hash, docno))
         v = Verdict.from_record(rec)
         for kind in (v.verdict, "exact" if v.exact else None, v.reason):
             if kind in ("unique", "duplicate", "exact", "empty"):
@@ -195,14 +208,13 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
         if rec.timestamp_ms is not None:
             clock = max(clock, rec.timestamp_ms)
         n += 1
-    for content, dk in unindexed:
-        if not t.txn.put(content, dk, db=t.db["content"], overwrite=False):
-            t.txn.put(content + dk, b"", db=t.db["copies"])
-    t.set_meta("next_docno", max_docno + 1)
-    t.set_meta("counts", counts)
-    t.set_meta("clock", clock)
-    for name in ("applied", "published"):
-        t.set_meta(f"{name}/{ns}", {str(p): o for p, o in offsets.items()})
+    for content, docno in unindexed:
+        t.register_content(content, docno)
+    t.set_meta(MetaKey.NEXT_DOCNO, max_docno + 1)
+    t.set_meta(MetaKey.COUNTS, counts)
+    t.set_meta(MetaKey.CLOCK, clock)
+    for prefix in (MetaKey.APPLIED, MetaKey.PUBLISHED):
+        t.set_meta(prefix + ns, {str(p): o for p, o in offsets.items()})
     return n
 
 
@@ -230,8 +242,8 @@ def restore(
     for tp in tps:
         consumer.seek_to_beginning(tp)
     total = sum(ends.values())
-    r = _Restorer()
-    stats = RestoreStats()
+    r = Restorer(index)
+    stats = r.stats
     pending: list[tuple[bytes, bytes | None]] = []
     idle = 0
     while any(consumer.position(tp) < ends[tp] for tp in tps) and idle < 20:
@@ -242,20 +254,18 @@ def restore(
                 if m.offset < ends[tp]:
                     pending.append((bytes(m.key), None if m.value is None else bytes(m.value)))
         if len(pending) >= batch_size:
-            _apply(index, r, pending, stats)
+            r.add(list(pending))
+            pending.clear()
             if progress is not None:
                 progress(stats.records, total)
-    _apply(index, r, pending, stats)
-    if r.params is None:
-        if r.max_docno >= 0:
-            raise IndexOpenError(f"changelog {changelog_topic} holds no index parameters")
-    else:
-        _postings(
-            index,
-            r.params,
-            None if progress is None else lambda: progress(stats.records, total),
-        )
-    stats.documents = index.write(lambda t: _finish(t, r.max_docno, committed, ns))
+    r.add(list(pending))
+    pending.clear()
+    r.finish(
+        committed,
+        ns,
+        source=changelog_topic,
+        progress=None if progress is None else lambda: progress(stats.records, total),
+    )
     stats.seconds = time.monotonic() - started
     consumer.unsubscribe()
     return stats

@@ -36,11 +36,11 @@ from kafka.coordinator.assignors.abstract import (
 )
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
-from streamdedup.store.index import Tables
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.worker")
 
-IDENTITY = "identity"
 # committed offsets carry this prefix and the index id as their metadata
 OFFSETS_PREFIX = "streamdedup-index:"
 
@@ -48,10 +48,10 @@ OFFSETS_PREFIX = "streamdedup-index:"
 def identity(t: Tables, fresh: bool) -> dict[str, Any]:
     """The index's id and the time it was bound to its group, created on the first
     bind (`fresh`: the binding is being created now; else it predates ids: time 0)."""
-    have: dict[str, Any] | None = t.meta(IDENTITY)
+    have: dict[str, Any] | None = t.meta(MetaKey.IDENTITY)
     if have is None:
         have = {"id": uuid.uuid4().hex, "bound_at": time.time() if fresh else 0.0}
-        t.set_meta(IDENTITY, have)
+        t.set_meta(MetaKey.IDENTITY, have)
     return have
 
 

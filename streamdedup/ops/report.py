@@ -8,18 +8,20 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.deduplicator import exact_shingles, stored_band_keys
+from streamdedup.engine.prepare import exact_shingles, stored_band_keys
 from streamdedup.errors import IndexCorruptError, IndexOpenError
 from streamdedup.models import Record
 from streamdedup.sketch import setcodec
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
-from streamdedup.store.index import DOCNO_BYTES, Index, Tables, docno_of, id_key
+from streamdedup.store.index import Index
+from streamdedup.store.keys import DOCNO_BYTES, MetaKey, docno_of, id_key
+from streamdedup.store.tables import Tables
 
 
 def _open(path: str) -> tuple[Index, IndexParams]:
     index = Index(path, readonly=True)
-    rec = index.read(lambda t: t.meta("params"))
+    rec = index.read(lambda t: t.meta(MetaKey.PARAMS))
     if rec is None:
         index.close()
         raise IndexOpenError(f"{path} holds no streamdedup index parameters")
@@ -56,18 +58,18 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     kinds: dict[str, int] = {}
     last_docno = -1
     sig_bytes = 2 * params.num_perm
-    for name, db in t.db.items():
+    for name in t.table_names():
         n = 0
-        for key, value in t.txn.cursor(db=db).iternext():
+        for key, value in t.items(name):
             n += 1
             if name == "docs":
                 try:
-                    rec = Record.unpack(bytes(value))
+                    rec = Record.unpack(value)
                 except Exception as exc:
                     if len(problems) < 20:
-                        problems.append(f"docs: record {docno_of(bytes(key))} unreadable ({exc})")
+                        problems.append(f"docs: record {docno_of(key)} unreadable ({exc})")
                     continue
-                last_docno = max(last_docno, docno_of(bytes(key)))
+                last_docno = max(last_docno, docno_of(key))
                 for kind, present in (
                     ("duplicate" if rec.verdict else "unique", True),
                     ("exact", rec.exact),
@@ -76,14 +78,14 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
                     if present:
                         kinds[kind] = kinds.get(kind, 0) + 1
             elif name == "sigs" and len(value) != sig_bytes:
-                problems.append(f"sigs: signature {docno_of(bytes(key))} has {len(value)} bytes")
+                problems.append(f"sigs: signature {docno_of(key)} has {len(value)} bytes")
             elif name == "ids" and len(value) != DOCNO_BYTES:
                 problems.append(f"ids: an entry holds {len(value)} bytes, not a document number")
         stated = t.count(name)
         if n != stated:
             problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
         entries += n
-    counts = t.meta("counts") or {}
+    counts = t.meta(MetaKey.COUNTS) or {}
     for kind in ("unique", "duplicate", "exact", "empty"):
         if counts.get(kind, 0) != kinds.get(kind, 0):
             problems.append(
@@ -91,7 +93,7 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
             )
     if t.count("ids") != t.count("docs"):
         problems.append(f"ids: {t.count('ids'):,} ids for {t.count('docs'):,} documents")
-    next_docno = int(t.meta("next_docno") or 0)
+    next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
     if last_docno >= next_docno:
         problems.append(f"meta: next document number {next_docno} is not past {last_docno}")
     return entries, problems
@@ -106,12 +108,12 @@ def _structure(index: Index) -> tuple[list[str], str]:
         from lmdb.verify import verify
     except ImportError:
         return [], "unavailable"
-    before = index.env.info()["last_txnid"]
+    before = index.last_txnid()
     try:
         problems = list(verify(str(index.path)))  # type: ignore[no-untyped-call]
     except Exception as exc:
         problems = [f"data.mdb: {exc}"]
-    if index.env.info()["last_txnid"] != before:
+    if index.last_txnid() != before:
         return [], "changed"
     return problems, "verified"
 
@@ -140,7 +142,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
         checked = check_index(index, params) if check else None
 
         def read(t: Tables) -> dict[str, Any]:
-            counts = t.meta("counts") or {}
+            counts = t.meta(MetaKey.COUNTS) or {}
             docs = t.count("docs")
             table_bytes = t.table_bytes()
             used = sum(table_bytes.values())
@@ -162,7 +164,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "table_bytes": table_bytes,
                 "bucket_sizes": bucket_histogram(t),
                 "positions": _positions(t),
-                "clock_ms": t.meta("clock"),
+                "clock_ms": t.meta(MetaKey.CLOCK),
                 "oldest_ms": None if (o := t.oldest()) is None else o[0],
             }
 
@@ -177,13 +179,9 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
 def _positions(t: Tables) -> dict[str, dict[str, int]]:
     """Per consumer (group/topic), the next input offset applied, per partition."""
     out: dict[str, dict[str, int]] = {}
-    cur = t.txn.cursor(db=t.db["meta"])
-    prefix = b"applied/"
-    if cur.set_range(prefix):
-        for key, raw in cur:
-            if not bytes(key).startswith(prefix):
-                break
-            out[bytes(key)[len(prefix) :].decode()] = msgpack.unpackb(bytes(raw))
+    prefix = MetaKey.APPLIED.encode()
+    for key, raw in t.meta_entries(prefix):
+        out[key[len(prefix) :].decode()] = msgpack.unpackb(raw)
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from streamdedup.config import EngineOptions, ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
+from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document, Verdict
 from streamdedup.sketch.shingle import reference_shingles
 from streamdedup.store.index import Index
@@ -116,7 +116,7 @@ def dump(path: Path) -> dict[str, object]:
         def read(t):
             out: dict[str, object] = {}
             for name in ("ids", "docs", "sigs", "sets", "texts", "content", "copies", "expiry"):
-                out[name] = [(bytes(k), bytes(v)) for k, v in t.txn.cursor(db=t.db[name])]
+                out[name] = list(t.items(name))
             out["postings"] = t.postings.live()
             return out
 
@@ -161,11 +161,11 @@ def test_the_changelog_restores_promotions(tmp_path) -> None:
             queues.remove(q)
     for name, stream in (("in-order", records), ("shuffled", shuffled)):
         restored = Index(tmp_path / name)
-        r = _Restorer()
-        restored.write(lambda t, s=stream, r=r: r.apply(t, s))
-        _postings(restored, params)
-        restored.write(lambda t, r=r: _finish(t, r.max_docno, {}, "g/t"))
+        r = Restorer(restored)
+        r.add(stream)
+        r.finish({}, "g/t")
         restored.close()
+        assert r.params == params
         a, b = dump(tmp_path / "orig"), dump(tmp_path / name)
         for table in a:
             assert a[table] == b[table], (name, table)

@@ -6,11 +6,13 @@ import time
 import pytest
 
 from streamdedup.config import EngineOptions, IndexParams, ShingleSpec
-from streamdedup.engine import deduplicator as engine
-from streamdedup.engine.deduplicator import Deduplicator, Preparer
+from streamdedup.engine import prepare
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.engine.prepare import Preparer
 from streamdedup.models import Document, Verdict
 from streamdedup.ops.report import index_stats
 from streamdedup.sketch.shingle import reference_shingles
+from streamdedup.store.keys import MetaKey
 
 VOCAB = [f"w{i}" for i in range(5000)]
 
@@ -244,7 +246,7 @@ def stream_with_replacements(seed: int, n: int) -> list[Document]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_verdicts_and_postings_do_not_depend_on_batching(tmp_path, seed: int) -> None:
-    """A batch reads its buckets ahead and buffers its postings (index.batch_postings);
+    """A batch reads its buckets ahead and buffers its postings (Tables.batch_postings);
     one document per transaction does neither in effect.  Both must agree, also with
     a candidate cap small enough that which postings count as "newest" matters."""
     docs = stream_with_replacements(seed, 400)
@@ -272,7 +274,7 @@ def test_preparation_does_not_depend_on_sub_batches(monkeypatch) -> None:
     docs[7] = Document(7, "")
     preparer = Preparer(IndexParams())
     whole = preparer.prepare(docs)
-    monkeypatch.setattr(engine, "SUB_BATCH_CHARS", 2000)  # a few documents each
+    monkeypatch.setattr(prepare, "SUB_BATCH_CHARS", 2000)  # a few documents each
     parts = preparer.prepare(docs)
     assert whole.shingles == parts.shingles and 0 in whole.shingles
     assert whole.sig_bytes == parts.sig_bytes and whole.band_keys == parts.band_keys
@@ -409,7 +411,7 @@ def test_ttl_one_far_future_timestamp_does_not_wipe_the_window(tmp_path) -> None
         assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(copies))
         assert dd.counters.clock_outliers == 1
         assert dd.last_batch.clock_outliers == 0
-        clock = dd.index.read(lambda t: t.meta("clock"))
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
         assert clock == base + 1299
         assert dd.index.read(lambda t: t.count("docs")) == 601
         # an hour of stream time later, the outlier has gone with the first 300
@@ -425,16 +427,16 @@ def test_clock_skew_bound_is_on_the_future_side_only(tmp_path) -> None:
     with Deduplicator(tmp_path / "i", options=opts) as dd:
         dd.check("old", " ".join(words(rnd, 60)), timestamp_ms=T0)  # long past: trusted
         dd.check("ahead", " ".join(words(rnd, 60)), timestamp_ms=now + HOUR // 2)
-        assert dd.index.read(lambda t: t.meta("clock")) == now + HOUR // 2
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == now + HOUR // 2
         dd.check("far", " ".join(words(rnd, 60)), timestamp_ms=now + 2 * HOUR)
-        assert dd.index.read(lambda t: t.meta("clock")) == now + HOUR // 2
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == now + HOUR // 2
         assert dd.outliers == [(0, now + 2 * HOUR)]
         assert dd.counters.clock_outliers == 1
     # without a bound, the clock follows any timestamp (the behaviour asked for by "off")
     opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
     with Deduplicator(tmp_path / "j", options=opts) as dd:
         dd.check("far", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
-        assert dd.index.read(lambda t: t.meta("clock")) == YEAR_2100
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == YEAR_2100
         assert dd.counters.clock_outliers == 0
 
 
@@ -449,12 +451,12 @@ def test_a_clock_moved_by_an_outlier_before_the_bound_is_repaired(tmp_path) -> N
         dd.check("a", " ".join(words(rnd, 60)), timestamp_ms=now - 10)
         dd.check("future", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
         dd.check("b", " ".join(words(rnd, 60)), timestamp_ms=now - 5)
-        assert dd.index.read(lambda t: t.meta("clock")) == YEAR_2100
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == YEAR_2100
     texts = [" ".join(words(rnd, 60)) for _ in range(50)]
     with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
         dd.check_batch([Document(f"c{j}", t, now + j) for j, t in enumerate(texts)])
         copies = dd.check_batch([Document(f"d{j}", t, now + 100 + j) for j, t in enumerate(texts)])
-        clock = dd.index.read(lambda t: t.meta("clock"))
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
     assert all(v.exact and v.duplicate_of == f"c{j}" for j, v in enumerate(copies))
     assert clock == now + 149
 
@@ -470,7 +472,7 @@ def test_ttl_documents_without_a_timestamp_never_expire(tmp_path, missing) -> No
         dd.check("x", " ".join(words(rnd, 60)), timestamp_ms=T0)
         copies = dd.check_batch([Document(f"b{j}", t, T0 + 10 * HOUR) for j, t in enumerate(texts)])
         stored = dd.index.read(lambda t: [t.record(n).timestamp_ms for n in range(20)])
-        clock = dd.index.read(lambda t: t.meta("clock"))
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
     assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(copies))
     assert stored == [None] * 20
     assert clock == T0 + 10 * HOUR

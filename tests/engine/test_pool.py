@@ -10,9 +10,9 @@ import pytest
 
 from streamdedup.config import Fields, IndexParams
 from streamdedup.engine import pool
-from streamdedup.engine.deduplicator import Preparer
 from streamdedup.engine.files import read_lines
 from streamdedup.engine.pool import PreparePool, decode_and_prepare, split_lines
+from streamdedup.engine.prepare import Preparer
 from streamdedup.models import Rejected
 
 

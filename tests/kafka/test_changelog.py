@@ -8,7 +8,7 @@ from pathlib import Path
 
 from streamdedup.config import EngineOptions
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.kafka.changelog import _finish, _postings, _Restorer, encode_changes, params_record
+from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document
 from streamdedup.store.index import Index
 from tests.support.store import dump
@@ -41,11 +41,11 @@ def test_restore_from_changes_reproduces_the_index(tmp_path: Path) -> None:
         params = dd.params
         assert dd.counters.expired > 0
     restored = Index(tmp_path / "copy")
-    r = _Restorer()
-    restored.write(lambda t: r.apply(t, records))
-    _postings(restored, params)
-    restored.write(lambda t: _finish(t, r.max_docno, {}, "g/t"))
+    r = Restorer(restored)
+    r.add(records)
+    r.finish({}, "g/t")
     restored.close()
+    assert r.params == params
     a, b = dump(tmp_path / "orig"), dump(tmp_path / "copy")
     for name in a:
         assert a[name] == b[name], name

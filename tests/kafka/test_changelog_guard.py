@@ -27,7 +27,7 @@ def snapshot(index: Path) -> tuple[int, int]:
     """(documents, last committed transaction) of an index."""
     idx = Index(index, readonly=True)
     try:
-        return idx.read(lambda t: t.count("docs")), int(idx.env.info()["last_txnid"])
+        return idx.read(lambda t: t.count("docs")), idx.last_txnid()
     finally:
         idx.close()
 

@@ -219,7 +219,7 @@ def index_state(index: Path) -> dict[bytes, bytes]:
     from streamdedup.kafka.changelog import current_changes, encode_changes
 
     def read(t: Any) -> dict[bytes, bytes]:
-        keys = [bytes(k) for k in t.txn.cursor(db=t.db["ids"]).iternext(values=False)]
+        keys = [k for k, _ in t.items("ids")]
         return {k: v for k, v in encode_changes(current_changes(t, keys)) if v is not None}
 
     with Deduplicator(index) as dd:
@@ -568,9 +568,8 @@ def test_a_promotion_in_a_batch_redelivered_after_a_crash_reaches_the_changelog(
 
     from kafka import KafkaProducer
 
-    from streamdedup.config import IndexParams
     from streamdedup.engine.deduplicator import Deduplicator
-    from streamdedup.kafka.changelog import _finish, _postings, _Restorer
+    from streamdedup.kafka.changelog import Restorer
     from streamdedup.kafka.settings import create_topics
     from streamdedup.store.index import Index
     from tests.support.store import dump
@@ -613,12 +612,10 @@ def test_a_promotion_in_a_batch_redelivered_after_a_crash_reaches_the_changelog(
     assert changelog_state(t.bootstrap, changelog) == index_state(index)
     records = [(r.key or b"", r.value) for r in committed(t.bootstrap, changelog)]
     restored = Index(tmp_path / "restored")
-    rest = _Restorer()
-    restored.write(lambda tx: rest.apply(tx, records))
+    rest = Restorer(restored)
+    rest.add(records)
     assert rest.params is not None
-    params: IndexParams = rest.params
-    _postings(restored, params)
-    restored.write(lambda tx: _finish(tx, rest.max_docno, {}, "g/t"))
+    rest.finish({}, "g/t")
     restored.close()
     a, b = dump(index), dump(tmp_path / "restored")
     for table in a:

@@ -173,7 +173,7 @@ def test_a_recreated_input_topic_is_refused(
 
         with Deduplicator(index) as dd:
             key = f"topic-id/{t.group}/{t.input}".encode()
-            dd.index.write(lambda tx: tx.txn.delete(key, db=tx.db["meta"]))
+            dd.index.write(lambda tx: tx.delete_meta(key))
     r = t.run_worker(index)
     err = r.stderr.decode()
     assert r.returncode == 7, err[-3000:]

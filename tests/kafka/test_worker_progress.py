@@ -123,9 +123,5 @@ def test_the_ids_a_batch_touched_come_back_with_any_part_of_it(index: Index) -> 
     keep(index, prog, 110, range(0))  # 100-109 published: dropped, with their ids
     assert touched([(0, 112)]) == []
     index.write(lambda t: prog.keep_verdicts(t, {1: 9}, []))
-    rest = index.read(
-        lambda t: [
-            bytes(k) for k, _ in t.txn.cursor(db=t.db["meta"]) if bytes(k).startswith(b"touched/")
-        ]
-    )
+    rest = index.read(lambda t: [k for k, _ in t.meta_entries(b"touched/")])
     assert rest == []

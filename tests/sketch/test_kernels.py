@@ -196,7 +196,7 @@ def _tables(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
     try:
         return index.read(
             lambda t: {
-                name: [(bytes(k), bytes(v)) for k, v in t.txn.cursor(db=t.db[name])]
+                name: list(t.items(name))
                 for name in ("ids", "docs", "sigs", "sets", "texts", "content", "postings")
             }
         )

@@ -4,7 +4,9 @@ import pytest
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import IndexOpenError, ParameterMismatchError
 from streamdedup.models import Document, Record
-from streamdedup.store.index import Index, Tables, id_key
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey, id_key
+from streamdedup.store.tables import Tables
 
 
 def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
@@ -28,9 +30,9 @@ def test_an_index_of_another_format_is_refused_with_a_way_out(index_dir) -> None
         dd.check("a", "some words to index here and there")
 
         def downgrade(t: Tables) -> None:
-            params = t.meta("params")
+            params = t.meta(MetaKey.PARAMS)
             del params["format"]  # as written before formats were recorded
-            t.set_meta("params", params)
+            t.set_meta(MetaKey.PARAMS, params)
 
         dd.index.write(downgrade)
     with pytest.raises(IndexOpenError, match=r"format 1.*[Rr]ebuild"):

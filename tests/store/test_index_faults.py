@@ -19,7 +19,8 @@ import pytest
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError, IndexCorruptError
 from streamdedup.models import Document
-from streamdedup.store.index import Index, id_key
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey, id_key
 
 VOCAB = [f"w{i}" for i in range(3000)]
 
@@ -221,7 +222,7 @@ def test_stats_check_finds_counters_that_disagree_with_the_records(tmp_path: Pat
     path = tmp_path / "i"
     build_index(path, n=200)
     index = Index(path)
-    index.write(lambda t: t.set_meta("counts", {**t.meta("counts"), "unique": 7}))
+    index.write(lambda t: t.set_meta(MetaKey.COUNTS, {**t.meta(MetaKey.COUNTS), "unique": 7}))
     index.close()
     r = run("stats", "--index", str(path), "--check")
     assert r.returncode == 5

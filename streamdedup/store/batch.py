@@ -1,0 +1,69 @@
+"""The posting work of one write batch, buffered in memory: the buckets read ahead in
+key order and the postings the batch adds, written in key order at its end
+(`Tables.batch_postings`, `Tables.flush_postings`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+NONE: list[int] = []  # an empty answer (never changed)
+
+
+def _has_key(row: bytes, bk: bytes) -> bool:
+    """Is `bk` one of the 8-byte keys joined in `row`?"""
+    at = row.find(bk)
+    while at >= 0 and at % 8:
+        at = row.find(bk, at + 1)
+    return at >= 0
+
+
+@dataclass
+class BatchPostings:
+    """The posting work of one batch (see `Tables.batch_postings`).
+
+    Only the keys that two documents of the batch share are tracked one by one
+    (`added`); the rest stay in per-document lists (`docs`) until they are sorted
+    and written.  A document prepared again inside the transaction (the engine
+    does that when it changed since `known` looked) is not one of the batch's
+    rows: its keys are tracked one by one, and its own query reads everything."""
+
+    read_ahead: dict[bytes, list[int]]  # stored postings, newest first, of present keys
+    added: dict[bytes, list[int]]  # buffered docnos, oldest first, of tracked keys
+    rows: set[bytes]  # each document's keys, joined: the rows read ahead
+    quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
+    docs: list[tuple[int, bytes]] = field(default_factory=list)  # docno, joined keys
+    buffered: set[int] = field(default_factory=set)
+    dropped: set[int] = field(default_factory=set)  # buffered, then removed
+    stale: set[bytes] = field(default_factory=set)  # stored postings removed since
+    adopted: bool = False  # a copy took over an owner's postings (docnos out of order)
+
+    def add(self, band_keys: list[bytes], docno: int, adopted: bool = False) -> None:
+        row = b"".join(band_keys)
+        self.docs.append((docno, row))
+        self.buffered.add(docno)
+        added = self.added
+        self.adopted |= adopted
+        if row in self.rows and not adopted:
+            if row not in self.quiet:  # a quiet row shares no key
+                for bk in band_keys:
+                    if bk in added:
+                        added[bk].append(docno)
+            return
+        self.quiet.clear()  # an unforeseen document: every later query looks
+        for bk in band_keys:
+            added.setdefault(bk, []).append(docno)
+
+    def added_to(self, bk: bytes, batch_row: bool) -> list[int]:
+        """Buffered docnos of a key, oldest first."""
+        if batch_row:
+            docnos = self.added.get(bk, NONE)
+        else:
+            docnos = [d for d, row in self.docs if _has_key(row, bk)]
+        return [d for d in docnos if d not in self.dropped] if self.dropped else docnos
+
+    def discard(self, docno: int) -> bool:
+        """Forget a buffered document's postings; False if it has none buffered."""
+        if docno in self.dropped or docno not in self.buffered:
+            return False
+        self.dropped.add(docno)
+        return True

@@ -1,0 +1,430 @@
+"""The tables of an index and typed access to them inside one transaction (`Tables`):
+the only code that reads and writes their keys and values.
+
+Tables (LMDB named databases):
+
+==========  =========================  ============================================
+table       key                        value
+==========  =========================  ============================================
+meta        name                       msgpack (parameters, counters, offsets)
+ids         encoded document id        docno (5 bytes, big-endian)
+docs        docno                      msgpack record: id, verdict, links, hashes
+sigs        docno                      signature: K little-endian uint16
+sets        docno + chunk number       Elias-Fano coded shingle fingerprints (exact
+                                       verification: a sound filter)
+texts       docno + chunk number       zstd-compressed normalised text (exact
+                                       verification: re-shingled to 64-bit hashes)
+content     normalised-content hash    docno of the document owning that content
+copies      content hash + docno       empty: the other live documents with it
+postings    partition + level          a sorted run of band postings (postings.py)
+expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
+==========  =========================  ============================================
+
+The keys are spelled in `keys.py` (the names in `meta` too: `MetaKey`).
+
+A content hash is owned by one document, the one indexed (signature, postings,
+set, text); its exact copies are stored without those and listed in `copies`.  When
+the owner is forgotten, the oldest copy takes its place (`Tables.adopt`), so a copy
+stays findable, as an exact and as a near duplicate, as long as it lives.
+
+Documents are numbered in arrival order, so "the newest N of a hot bucket" are the
+largest docnos among its postings.  All of one batch happens in one write transaction
+(`Index.write`).  Within a batch the engine reads the buckets it needs ahead and writes
+its postings at the end, a whole batch at once (`Tables.batch_postings`, batch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import lmdb
+import msgpack
+import numpy as np
+
+from streamdedup.models import Record
+from streamdedup.store.batch import NONE, BatchPostings
+from streamdedup.store.keys import (
+    DOCNO_BYTES,
+    docno_key,
+    docno_of,
+    expiry_key,
+    native_keys,
+    raw_keys,
+)
+from streamdedup.store.postings import Postings
+
+SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
+
+TABLES = (
+    "meta",
+    "ids",
+    "docs",
+    "sigs",
+    "sets",
+    "texts",
+    "content",
+    "copies",
+    "expiry",
+    "postings",
+)
+
+
+class Tables:
+    """Typed access to the tables inside one transaction.  `txn` and `db` are the
+    store's own: code outside the store uses the methods."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+        self.txn = txn
+        self.db = dbs
+        self.postings = Postings(txn, dbs["postings"])
+        self._postings: BatchPostings | None = None
+
+    def finish(self) -> None:
+        """Before the transaction commits: record (and maybe purge) removed postings."""
+        if self.postings.removed:
+            self.postings.finish(live_docs=self.count("sigs"))
+
+    # -- meta
+    def meta(self, name: str) -> Any:
+        raw = self.txn.get(name.encode(), db=self.db["meta"])
+        return None if raw is None else msgpack.unpackb(raw)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self.txn.put(name.encode(), msgpack.packb(value), db=self.db["meta"])
+
+    def meta_raw(self, key: bytes) -> bytes | None:
+        """A `meta` entry by its key as bytes, its value as stored (packed)."""
+        raw = self.txn.get(key, db=self.db["meta"])
+        return None if raw is None else bytes(raw)
+
+    def put_meta_raw(self, key: bytes, value: bytes) -> None:
+        """Store a `meta` entry by its key as bytes, its value already packed."""
+        self.txn.put(key, value, db=self.db["meta"])
+
+    def delete_meta(self, name: str | bytes) -> bool:
+        """Remove a `meta` entry; False if there was none."""
+        key = name.encode() if isinstance(name, str) else name
+        return bool(self.txn.delete(key, db=self.db["meta"]))
+
+    def meta_entries(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """The `meta` entries whose keys start with `prefix`, in key order: whole keys
+        and packed values."""
+        cur = self.txn.cursor(db=self.db["meta"])
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            yield bytes(cur.key()), bytes(cur.value())
+            found = cur.next()
+
+    def next_meta_entry(self, key: bytes) -> tuple[bytes, bytes] | None:
+        """The first `meta` entry whose key is `key` or sorts after it (whole key,
+        packed value), if any."""
+        cur = self.txn.cursor(db=self.db["meta"])
+        return (bytes(cur.key()), bytes(cur.value())) if cur.set_range(key) else None
+
+    def delete_meta_range(self, start: bytes, stop: bytes) -> None:
+        """Remove the `meta` entries with keys from `start` up to, not including, `stop`."""
+        cur = self.txn.cursor(db=self.db["meta"])
+        while cur.set_range(start) and bytes(cur.key()) < stop:
+            cur.delete()
+
+    # -- whole tables
+    def table_names(self) -> list[str]:
+        """The tables of this index, in layout order (a read-only index of an older
+        format may lack some)."""
+        return list(self.db)
+
+    def items(self, table: str, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
+        """A table's entries in key order, those with keys past `after` if given (LMDB
+        checks each page it walks: a damaged one raises)."""
+        cur = self.txn.cursor(db=self.db[table])
+        found = cur.set_range(after) if after else cur.first()
+        if found and after and bytes(cur.key()) == after:
+            found = cur.next()
+        while found:
+            yield bytes(cur.key()), bytes(cur.value())
+            found = cur.next()
+
+    def records(self) -> Iterator[tuple[int, Record]]:
+        """Every stored document's number and record, in document order."""
+        for key, raw in self.items("docs"):
+            yield docno_of(key), Record.unpack(raw)
+
+    # -- documents
+    def docno_for_id(self, key: bytes) -> int | None:
+        raw = self.txn.get(key, db=self.db["ids"])
+        return None if raw is None else docno_of(bytes(raw))
+
+    def record(self, docno: int) -> Record | None:
+        raw = self.txn.get(docno_key(docno), db=self.db["docs"])
+        return None if raw is None else Record.unpack(bytes(raw))
+
+    def signature(self, docno: int) -> bytes | None:
+        raw = self.txn.get(docno_key(docno), db=self.db["sigs"])
+        return None if raw is None else bytes(raw)
+
+    def shingle_set(self, docno: int) -> bytes:
+        """The stored fingerprint set (`setcodec.encode`d), chunks joined; b"" if none."""
+        return self._chunked(docno, "sets")
+
+    def _chunked(self, docno: int, table: str) -> bytes:
+        """The chunks joined; only a full chunk can have a next one (gets are cheaper
+        than a cursor: most values are one or two chunks)."""
+        prefix, db = docno_key(docno), self.db[table]
+        parts: list[bytes] = []
+        for n in range(1 << 16):
+            raw = self.txn.get(prefix + n.to_bytes(2, "big"), db=db)
+            if raw is None:
+                break
+            parts.append(bytes(raw))
+            if len(raw) < SET_CHUNK:
+                break
+        return b"".join(parts)
+
+    def text(self, docno: int) -> bytes:
+        """The stored compressed text (`texts`), chunks joined; b"" if none."""
+        return self._chunked(docno, "texts")
+
+    def docno_for_content(self, content_hash: bytes) -> int | None:
+        raw = self.txn.get(content_hash, db=self.db["content"])
+        return None if raw is None else docno_of(bytes(raw))
+
+    def first_copy(self, content_hash: bytes) -> int | None:
+        """The oldest live copy of a content hash other than its owner, if any."""
+        cur = self.txn.cursor(db=self.db["copies"])
+        if not cur.set_range(content_hash):
+            return None
+        key = bytes(cur.key())
+        return docno_of(key[len(content_hash) :]) if key.startswith(content_hash) else None
+
+    def put_document(
+        self,
+        docno: int,
+        key: bytes,
+        record: Record,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        register_content: bool,
+        text: bytes | None = None,
+    ) -> bool:
+        """Store a document; True if it became the owner of its content hash (else,
+        with `register_content`, it is listed as one of that content's copies)."""
+        dk = docno_key(docno)
+        self.txn.put(key, dk, db=self.db["ids"])
+        self._put_last(dk, record.pack(), "docs")
+        self._put_data(docno, signature, bucket_keys, shingle_set, text)
+        if record.timestamp_ms is not None:
+            self.txn.put(expiry_key(record.timestamp_ms, docno), b"", db=self.db["expiry"])
+        if register_content:  # the first document with this content stays its owner
+            return self.register_content(record.content_hash, docno)
+        return False
+
+    def register_content(self, content_hash: bytes, docno: int, *, copy: bool = True) -> bool:
+        """Make a document the owner of its content hash if that has none (True); else,
+        with `copy`, list it among the content's copies."""
+        dk = docno_key(docno)
+        if self.txn.put(content_hash, dk, db=self.db["content"], overwrite=False):
+            return True
+        if copy:
+            self.txn.put(content_hash + dk, b"", db=self.db["copies"])
+        return False
+
+    def clear_content(self) -> None:
+        """Empty the `content` and `copies` tables (to set them again from the stored
+        documents: `register_content`)."""
+        self.txn.drop(self.db["content"], delete=False)
+        self.txn.drop(self.db["copies"], delete=False)
+
+    def adopt(
+        self,
+        docno: int,
+        content_hash: bytes,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        text: bytes | None,
+    ) -> None:
+        """Make a copy the owner of its content, with the forgotten owner's signature,
+        postings, set and text (identical content: identical data)."""
+        dk = docno_key(docno)
+        self.txn.delete(content_hash + dk, db=self.db["copies"])
+        self.txn.put(content_hash, dk, db=self.db["content"])
+        self._put_data(docno, signature, bucket_keys, shingle_set, text, adopted=True)
+
+    def _put_data(
+        self,
+        docno: int,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        shingle_set: bytes | None,
+        text: bytes | None,
+        adopted: bool = False,
+    ) -> None:
+        dk = docno_key(docno)
+        if signature is not None:
+            self._put_last(dk, signature, "sigs")
+        if bucket_keys and self._postings is not None:
+            self._postings.add(bucket_keys, docno, adopted=adopted)
+        elif bucket_keys:
+            keys = native_keys(b"".join(bucket_keys))
+            self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
+        for table, value in (("sets", shingle_set), ("texts", text)):
+            if value is None:
+                continue
+            if len(value) < SET_CHUNK:  # most sets, and many texts: one chunk
+                self._put_last(dk + b"\x00\x00", value, table)
+                continue
+            for i in range(0, len(value), SET_CHUNK):
+                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
+                self._put_last(chunk_key, value[i : i + SET_CHUNK], table)
+
+    def _put_last(self, key: bytes, value: bytes, table: str) -> None:
+        """Put a key that is normally the table's largest (docnos only grow): LMDB's
+        append skips the search and fills pages to the brim, where an insert at the
+        end of a page would split it in half.  A restore writes in any order."""
+        db = self.db[table]
+        if not self.txn.put(key, value, db=db, append=True):
+            self.txn.put(key, value, db=db)
+
+    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
+        """Forget a document entirely (its id, record, postings, set, text and content
+        or copies entry).  The caller promotes an owner's copy (`adopt`)."""
+        dk = docno_key(docno)
+        record = self.record(docno)
+        self.txn.delete(key, db=self.db["ids"])
+        self.txn.delete(dk, db=self.db["docs"])
+        self.txn.delete(dk, db=self.db["sigs"])
+        buffered = self._postings is not None and self._postings.discard(docno)
+        if bucket_keys and not buffered:
+            self.postings.remove(docno)
+            if self._postings is not None:
+                self._postings.stale.update(bucket_keys)
+        for table in ("sets", "texts"):
+            cur = self.txn.cursor(db=self.db[table])
+            while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
+                cur.delete()
+        if record is not None and self.docno_for_content(record.content_hash) == docno:
+            self.txn.delete(record.content_hash, db=self.db["content"])
+        elif record is not None:
+            self.txn.delete(record.content_hash + dk, db=self.db["copies"])
+        if record is not None and record.timestamp_ms is not None:
+            self.delete_expiry(record.timestamp_ms, docno)
+
+    # -- expiry order
+    def delete_expiry(self, timestamp_ms: int, docno: int) -> None:
+        """Drop one entry of the expiry order (an orphan: its document is gone)."""
+        self.txn.delete(expiry_key(timestamp_ms, docno), db=self.db["expiry"])
+
+    def newest_timestamp(self, at_most: int) -> int:
+        """The newest stored timestamp at most `at_most` (0: none)."""
+        cur = self.txn.cursor(db=self.db["expiry"])
+        found = cur.prev() if cur.set_range((at_most + 1).to_bytes(8, "big")) else cur.last()
+        return int.from_bytes(bytes(cur.key())[:8], "big") if found else 0
+
+    def oldest(self) -> tuple[int, int] | None:
+        """(timestamp, docno) of the oldest timestamped document, if any."""
+        cur = self.txn.cursor(db=self.db["expiry"])
+        if not cur.first():
+            return None
+        key = bytes(cur.key())
+        return int.from_bytes(key[:8], "big"), docno_of(key[8:])
+
+    # -- postings
+    def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
+        """Read the buckets of a whole batch up front and buffer the postings it adds,
+        both in key order (`flush_postings` writes the buffer).
+
+        B-tree work in key order walks each page once, while it is in cache; one
+        document at a time jumps all over the tree, and in a large index those jumps
+        are most of a document's cost.  `candidates` then answers from the read-ahead
+        and the buffer (this batch's documents, newer than anything stored); it reads
+        a bucket again only if a removal in this batch changed it."""
+        if not band_keys:
+            self._postings = BatchPostings({}, {}, set(), set())
+            return
+        flat = native_keys(b"".join(band_keys))
+        unique, counts = np.unique(flat, return_counts=True)
+        stored = self.postings.lookup(unique, cap)
+        shared = unique[counts > 1]
+        # Documents none of whose keys is stored or shared with another document of
+        # the batch (most of them) have no candidates: found here in one numpy pass.
+        present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+        busy = np.isin(flat, np.union1d(shared, present))
+        rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
+        self._postings = BatchPostings(
+            read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
+            added={bk: [] for bk in raw_keys(shared)},
+            rows=set(band_keys),
+            quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
+        )
+
+    def flush_postings(self) -> None:
+        """Write the buffered postings in key order and stop buffering."""
+        postings, self._postings = self._postings, None
+        if postings is None or not postings.docs:
+            return
+        docs = postings.docs
+        if postings.dropped:
+            docs = [(d, row) for d, row in docs if d not in postings.dropped]
+        flat = native_keys(b"".join([row for _, row in docs]))
+        docnos = np.repeat(
+            np.array([d for d, _ in docs], dtype=np.uint64), [len(row) // 8 for _, row in docs]
+        )
+        if postings.adopted:  # an adopted copy is older than the batch's documents
+            order = np.argsort(docnos, kind="stable")
+            flat, docnos = flat[order], docnos[order]
+        self.postings.add(flat, docnos)  # docnos ascending
+
+    def _newest(self, bk: bytes, cap: int) -> list[int]:
+        """A bucket's stored postings, newest first, at most `cap` of them."""
+        key = int.from_bytes(bk, "big")
+        return self.postings.lookup(np.array([key], dtype=np.uint64), cap).get(key, [])
+
+    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+        """docno -> number of the given buckets it is in, from at most the `cap`
+        newest postings of each bucket."""
+        found: dict[int, int] = {}
+        get = found.get
+        p = self._postings
+        row = b"".join(band_keys) if p is not None else b""
+        if p is not None and row in p.quiet:
+            return found
+        read_ahead = p is not None and row in p.rows
+        for bk in band_keys:
+            if p is None:
+                newest = self._newest(bk, cap)
+            else:
+                stored = (
+                    p.read_ahead.get(bk, NONE)
+                    if read_ahead and not (p.stale and bk in p.stale)
+                    else self._newest(bk, cap)
+                )
+                added = (
+                    p.added.get(bk, NONE)  # the common case of `added_to`, inline
+                    if read_ahead and not p.dropped
+                    else p.added_to(bk, read_ahead)
+                )
+                if not added:
+                    newest = stored
+                elif len(added) >= cap:
+                    newest = added[-cap:]
+                else:
+                    newest = added + stored[: cap - len(added)]
+            for d in newest:
+                found[d] = get(d, 0) + 1
+        return found
+
+    def bucket_sizes(self) -> Iterator[int]:
+        return self.postings.sizes()
+
+    def count(self, table: str) -> int:
+        return int(self.txn.stat(self.db[table])["entries"])
+
+    def table_bytes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, db in self.db.items():
+            st = self.txn.stat(db)
+            pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+            out[name] = int(pages * st["psize"])
+        return out

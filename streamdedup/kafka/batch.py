@@ -22,7 +22,8 @@ from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.publisher import BatchSink
 from streamdedup.models import Change, Document, Rejected, Verdict
-from streamdedup.store.index import Tables, id_key
+from streamdedup.store.keys import id_key
+from streamdedup.store.tables import Tables
 
 
 def select(

@@ -15,7 +15,8 @@ import msgpack
 
 from streamdedup.errors import StreamDedupError
 from streamdedup.models import Verdict
-from streamdedup.store.index import Tables
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 
 class Progress:
@@ -35,10 +36,10 @@ class Progress:
 
     def __init__(self, group_id: str, topic: str) -> None:
         self.ns = f"{group_id}/{topic}"
-        self.applied = f"applied/{self.ns}"
-        self.published = f"published/{self.ns}"
-        self._verdicts = f"verdicts/{self.ns}/".encode()
-        self._touched = f"touched/{self.ns}/".encode()
+        self.applied = MetaKey.APPLIED + self.ns
+        self.published = MetaKey.PUBLISHED + self.ns
+        self._verdicts = f"{MetaKey.VERDICTS}{self.ns}/".encode()
+        self._touched = f"{MetaKey.TOUCHED}{self.ns}/".encode()
 
     def verdict_key(self, partition: int, offset: int) -> bytes:
         return self._verdicts + f"{partition}/".encode() + offset.to_bytes(8, "big")
@@ -78,13 +79,10 @@ class Progress:
         `touched`); drop those wholly below the batch, which went out in committed
         transactions.  A redelivered batch need not start where the stored one did, so
         a stored batch goes only once all of it is below."""
-        cur = t.txn.cursor(db=t.db["meta"])
         for p, lo in first.items():
             for prefix in (self._verdicts, self._touched):
                 start = prefix + f"{p}/".encode()
-                stop = start + lo.to_bytes(8, "big")
-                while cur.set_range(start) and bytes(cur.key()) < stop:
-                    cur.delete()
+                t.delete_meta_range(start, start + lo.to_bytes(8, "big"))
         rows: dict[int, list[tuple[Any, ...]]] = {}
         for p, off, v in verdicts:
             rows.setdefault(p, []).append(
@@ -94,9 +92,9 @@ class Progress:
         # (the broker may cut it otherwise, a rebalance may split it) re-sends them.
         ids = msgpack.packb(list(dict.fromkeys(touched))) if touched else None
         for p, batch in rows.items():
-            t.txn.put(self.verdict_key(p, batch[-1][0]), msgpack.packb(batch), db=t.db["meta"])
+            t.put_meta_raw(self.verdict_key(p, batch[-1][0]), msgpack.packb(batch))
             if ids is not None:
-                t.txn.put(self.touched_key(self.verdict_key(p, batch[-1][0])), ids, db=t.db["meta"])
+                t.put_meta_raw(self.touched_key(self.verdict_key(p, batch[-1][0])), ids)
 
     def stored_verdicts(
         self, t: Tables, wanted: list[tuple[int, int]], touched: list[bytes] | None = None
@@ -105,19 +103,20 @@ class Progress:
         batch of its partition that ends first at or after it (batches never overlap).
         `touched`, if given, gets the ids the stored batches read changed beyond their
         own documents (see `keep_verdicts`)."""
-        cur = t.txn.cursor(db=t.db["meta"])
         rows: list[Any]
         part, rows = -1, []  # the stored batch last read
         out: list[Verdict] = []
         for p, offset in wanted:
             if p != part or not rows or not rows[0][0] <= offset <= rows[-1][0]:
                 key = self.verdict_key(p, offset)
-                found = cur.set_range(key) and bytes(cur.key())[:-8] == key[:-8]
-                part, rows = p, msgpack.unpackb(bytes(cur.value())) if found else []
-                if found and touched is not None:
-                    ids = t.txn.get(self.touched_key(bytes(cur.key())), db=t.db["meta"])
+                entry = t.next_meta_entry(key)
+                if entry is not None and entry[0][:-8] != key[:-8]:
+                    entry = None  # another partition's, or another consumer's
+                part, rows = p, [] if entry is None else msgpack.unpackb(entry[1])
+                if entry is not None and touched is not None:
+                    ids = t.meta_raw(self.touched_key(entry[0]))
                     if ids is not None:
-                        touched.extend(msgpack.unpackb(bytes(ids)))
+                        touched.extend(msgpack.unpackb(ids))
             at = bisect.bisect_left(rows, offset, key=lambda row: row[0])
             if at == len(rows) or rows[at][0] != offset:
                 raise StreamDedupError(

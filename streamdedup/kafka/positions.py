@@ -17,7 +17,9 @@ from streamdedup.config import WorkerConfig
 from streamdedup.errors import UnsafeToContinueError
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.membership import index_of_offsets
-from streamdedup.store.index import Index, Tables
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.worker")
 
@@ -193,7 +195,7 @@ class PositionCheck:
         query with the last record batch's base offset + 1 (measured), below the end
         whenever that batch holds more than one record."""
         topic, ns = self.cfg.input_topic, self.progress.ns
-        key = f"topic-id/{ns}"
+        key = MetaKey.TOPIC_ID + ns
         cluster = getattr(getattr(consumer, "_client", None), "cluster", None)
         found = cluster.topic_id(topic) if cluster is not None else None
         now = None if found is None else str(found)

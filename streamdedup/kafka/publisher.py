@@ -32,7 +32,7 @@ from streamdedup.kafka.settings import PRODUCER_DEFAULTS
 from streamdedup.models import Rejected, Verdict
 from streamdedup.ops import failpoints
 from streamdedup.sketch import kernels
-from streamdedup.store.index import Tables
+from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.worker")
 

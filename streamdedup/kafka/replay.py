@@ -38,7 +38,9 @@ from streamdedup.kafka.publisher import BatchSink
 from streamdedup.kafka.settings import install_signal_handlers
 from streamdedup.kafka.worker import Assigned, Worker, WorkerStats
 from streamdedup.models import Rejected, Verdict
-from streamdedup.store.index import Index, Tables
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.replay")
 
@@ -85,7 +87,7 @@ class FileSink(BatchSink):
         self.index = index
         self.topic = input_topic
         self.path = path
-        self.meta = f"replay-file/{progress.ns}"
+        self.meta = MetaKey.REPLAY_FILE + progress.ns
         self.durable = durable
         self.fh: Any = None
 
@@ -210,14 +212,14 @@ def _partitions(consumer: Any, topic: str) -> list[int]:
 def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: str) -> None:
     """A rebuild wants a fresh index (or its own, interrupted); --restart forgets the
     replay's progress so it starts over."""
-    run_key = f"replay-run/{ns}"
+    run_key = MetaKey.REPLAY_RUN + ns
     want = {"mode": mode, "output": sink}
 
     def check(t: Tables) -> dict[str, str] | None:
         have: dict[str, str] | None = t.meta(run_key)
         if restart:
-            for name in (f"applied/{ns}", f"published/{ns}", f"replay-file/{ns}"):
-                t.txn.delete(name.encode(), db=t.db["meta"])
+            for name in (MetaKey.APPLIED + ns, MetaKey.PUBLISHED + ns, MetaKey.REPLAY_FILE + ns):
+                t.delete_meta(name)
             have = None
         if have is not None and have != want:
             raise ConfigError(

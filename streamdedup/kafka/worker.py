@@ -65,7 +65,8 @@ from streamdedup.models import Change, Rejected, Verdict
 from streamdedup.ops import failpoints
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics
-from streamdedup.store.index import Tables
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 # Names the other commands (cli/main.py, cli/demo.py) still import from here; their
 # homes are streamdedup.config and streamdedup.kafka.settings.
@@ -171,13 +172,13 @@ class Worker:
         want = {"group_id": self.cfg.group_id, "input_topic": self.cfg.input_topic}
 
         def check(t: Tables) -> tuple[dict[str, str] | None, dict[str, Any]]:
-            have = t.meta("binding")
+            have = t.meta(MetaKey.BINDING)
             if have is None:
-                t.set_meta("binding", want)
+                t.set_meta(MetaKey.BINDING, want)
             if self.cfg.changelog_topic and (have is None or have == want):
                 # From now on only writers of this changelog may add to the index
                 # (`engine.check_changelog`): `dedup` and `replay` are refused.
-                t.set_meta("changelog", {"topic": self.cfg.changelog_topic, **want})
+                t.set_meta(MetaKey.CHANGELOG, {"topic": self.cfg.changelog_topic, **want})
             return have, identity(t, fresh=have is None)
 
         have, ident = self.dd.index.write(check)

@@ -24,9 +24,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from streamdedup.errors import DiskFullError, IndexCorruptError, IndexOpenError
-from streamdedup.store.keys import id_key as id_key  # re-exported: kafka/worker.py imports it here
-from streamdedup.store.tables import TABLES
-from streamdedup.store.tables import Tables as Tables  # re-exported: kafka/ imports it here
+from streamdedup.store.tables import TABLES, Tables
 
 T = TypeVar("T")
 

@@ -15,6 +15,9 @@ DocId = str | int
 # A stored verdict, as the `docs` table keeps it.
 UNIQUE, DUPLICATE = 0, 1
 
+# What the index and the summaries count (see `Verdict.kinds`).
+TALLIES = ("unique", "duplicate", "exact", "empty")
+
 # Document and Verdict are plain slotted records, not frozen ones: one of each is
 # built per document, and a frozen dataclass costs a microsecond more to build.
 
@@ -52,6 +55,14 @@ class Verdict:
         if self.reason is not None:
             out["reason"] = self.reason
         return out
+
+    def kinds(self) -> tuple[str, ...]:
+        """The tallies this verdict counts toward (`TALLIES`): its verdict, and "exact"
+        or "empty" when they apply.  The one definition behind the index's stored
+        counts, a changelog restore's recount, `stats --check` and the run summaries."""
+        if self.verdict == "duplicate":
+            return ("duplicate", "exact") if self.exact else ("duplicate",)
+        return ("unique", "empty") if self.reason == "empty" else ("unique",)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
@@ -146,6 +157,18 @@ BAD_TEXT = "bad_text"
 
 @dataclass(frozen=True)
 class Rejected:
+    """An input that could not become a document: a reason code (above) and a message."""
+
     reason: str
     message: str
     id: str | int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "verdict": "error", "error": self.reason, "message": self.message}
+
+
+def output_record(item: Verdict | Rejected, **where: Any) -> dict[str, Any]:
+    """The one output record of an input, a verdict or an error record, followed by
+    where the input came from (`line=` in a file, `source=` on Kafka).  Every verdict
+    file, topic and replay output is written from this."""
+    return {**item.to_dict(), **where}

@@ -299,12 +299,7 @@ class Deduplicator:
         """Keep the verdict tallies `stats` reports (documents currently indexed)."""
         if isinstance(v, Record):
             v = Verdict.from_record(v)
-        kinds = [v.verdict]
-        if v.exact:
-            kinds.append("exact")
-        if v.reason == "empty":
-            kinds.append("empty")
-        for kind in kinds:
+        for kind in v.kinds():
             self._counts[kind] = self._counts.get(kind, 0) + delta
 
     def _check_one(self, t: Tables, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:

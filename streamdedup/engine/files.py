@@ -25,7 +25,7 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
 from streamdedup.engine.prepare import Prepared
 from streamdedup.errors import ConfigError, InputOutputError
-from streamdedup.models import Rejected, Verdict
+from streamdedup.models import Rejected, Verdict, output_record
 
 
 @dataclass
@@ -54,12 +54,10 @@ class Summary:
         if isinstance(item, Rejected):
             self.rejected += 1
             self.reasons[item.reason] = self.reasons.get(item.reason, 0) + 1
-        elif item.is_duplicate:
-            self.duplicates += 1
-            self.exact += item.exact
         else:
-            self.unique += 1
-            self.empty += item.reason == "empty"
+            for kind in item.kinds():
+                name = "duplicates" if kind == "duplicate" else kind
+                setattr(self, name, getattr(self, name) + 1)
 
     def text(self) -> str:
         parts = [
@@ -71,17 +69,6 @@ class Summary:
         if self.reasons:
             parts[-1] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items())) + ")"
         return "; ".join(parts)
-
-
-def error_record(item: Rejected, line: int) -> dict[str, Any]:
-    """The output line for an input line that could not be processed."""
-    return {
-        "id": item.id,
-        "verdict": "error",
-        "error": item.reason,
-        "message": item.message,
-        "line": line,
-    }
 
 
 def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
@@ -133,12 +120,8 @@ def run_dedup(
             for item in decoded:
                 result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
                 summary.add(result)
-                record = (
-                    error_record(result, summary.lines)
-                    if isinstance(result, Rejected)
-                    else result.to_dict()
-                )
-                out.append(orjson.dumps(record))
+                where = {"line": summary.lines} if isinstance(result, Rejected) else {}
+                out.append(orjson.dumps(output_record(result, **where)))
             out.append(b"")
             _deliver(sink, b"\n".join(out), summary.lines - len(decoded))
             summary.seconds = time.perf_counter() - started

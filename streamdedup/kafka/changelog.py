@@ -202,9 +202,8 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
             else:
                 unindexed.append((rec.content_hash, docno))
         v = Verdict.from_record(rec)
-        for kind in (v.verdict, "exact" if v.exact else None, v.reason):
-            if kind in ("unique", "duplicate", "exact", "empty"):
-                counts[kind] = counts.get(kind, 0) + 1
+        for kind in v.kinds():
+            counts[kind] = counts.get(kind, 0) + 1
         if rec.timestamp_ms is not None:
             clock = max(clock, rec.timestamp_ms)
         n += 1

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import msgpack
 import orjson
 
-from streamdedup.models import Rejected, Verdict
+from streamdedup.models import Rejected, Verdict, output_record
 
 
 class Outgoing(NamedTuple):
@@ -30,8 +30,7 @@ class Outgoing(NamedTuple):
 
 
 def verdict_payload(v: Verdict, topic: str, partition: int, offset: int, fmt: str) -> bytes:
-    record = v.to_dict()
-    record["source"] = {"topic": topic, "partition": partition, "offset": offset}
+    record = output_record(v, source={"topic": topic, "partition": partition, "offset": offset})
     if fmt == "msgpack":
         return msgpack.packb(record)  # type: ignore[no-any-return]
     return orjson.dumps(record)

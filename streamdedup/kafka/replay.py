@@ -37,7 +37,7 @@ from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.publisher import BatchSink
 from streamdedup.kafka.settings import install_signal_handlers
 from streamdedup.kafka.worker import Assigned, Worker, WorkerStats
-from streamdedup.models import Rejected, Verdict
+from streamdedup.models import Rejected, Verdict, output_record
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
@@ -106,19 +106,9 @@ class FileSink(BatchSink):
         topic = self.topic
         lines = []
         for o in out:
-            if isinstance(o.item, Verdict):
-                record = o.item.to_dict()
-            elif isinstance(o.item, Rejected):
-                record = {
-                    "id": o.item.id,
-                    "verdict": "error",
-                    "error": o.item.reason,
-                    "message": o.item.message,
-                }
-            else:
-                continue
-            record["source"] = {"topic": topic, "partition": o.partition, "offset": o.offset}
-            lines.append(orjson.dumps(record) + b"\n")
+            if isinstance(o.item, Verdict | Rejected):
+                source = {"topic": topic, "partition": o.partition, "offset": o.offset}
+                lines.append(orjson.dumps(output_record(o.item, source=source)) + b"\n")
         data = b"".join(lines)
         self.fh.seek(start)
         self.fh.write(data)

@@ -10,7 +10,7 @@ import numpy as np
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import exact_shingles, stored_band_keys
 from streamdedup.errors import IndexCorruptError, IndexOpenError
-from streamdedup.models import Record
+from streamdedup.models import TALLIES, Record, Verdict
 from streamdedup.sketch import setcodec
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
@@ -70,13 +70,8 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
                         problems.append(f"docs: record {docno_of(key)} unreadable ({exc})")
                     continue
                 last_docno = max(last_docno, docno_of(key))
-                for kind, present in (
-                    ("duplicate" if rec.verdict else "unique", True),
-                    ("exact", rec.exact),
-                    ("empty", rec.reason == "empty"),
-                ):
-                    if present:
-                        kinds[kind] = kinds.get(kind, 0) + 1
+                for kind in Verdict.from_record(rec).kinds():
+                    kinds[kind] = kinds.get(kind, 0) + 1
             elif name == "sigs" and len(value) != sig_bytes:
                 problems.append(f"sigs: signature {docno_of(key)} has {len(value)} bytes")
             elif name == "ids" and len(value) != DOCNO_BYTES:
@@ -86,7 +81,7 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
             problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
         entries += n
     counts = t.meta(MetaKey.COUNTS) or {}
-    for kind in ("unique", "duplicate", "exact", "empty"):
+    for kind in TALLIES:
         if counts.get(kind, 0) != kinds.get(kind, 0):
             problems.append(
                 f"meta: {counts.get(kind, 0):,} {kind} counted, {kinds.get(kind, 0):,} stored"

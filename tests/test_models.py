@@ -1,0 +1,48 @@
+"""The records every layer names: the tallies a verdict counts toward and the one
+output record builder."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup.models import TALLIES, Rejected, Verdict, output_record
+
+verdicts = st.builds(
+    Verdict,
+    id=st.one_of(st.text(min_size=1), st.integers()),
+    verdict=st.sampled_from(["unique", "duplicate"]),
+    duplicate_of=st.none() | st.text(min_size=1),
+    cluster=st.text(min_size=1),
+    similarity=st.none() | st.floats(0, 1),
+    exact=st.booleans(),
+    reason=st.none() | st.just("empty"),
+)
+
+
+@given(verdicts)
+def test_a_verdict_counts_toward_its_verdict_and_its_marks(v: Verdict) -> None:
+    kinds = v.kinds()
+    assert set(kinds) <= set(TALLIES)
+    assert kinds[0] == v.verdict
+    assert ("exact" in kinds) == (v.is_duplicate and v.exact)
+    assert ("empty" in kinds) == (not v.is_duplicate and v.reason == "empty")
+
+
+@given(verdicts)
+def test_output_record_is_the_verdict_then_where_it_came_from(v: Verdict) -> None:
+    source = {"topic": "t", "partition": 1, "offset": 7}
+    record = output_record(v, source=source)
+    assert list(record)[-1] == "source" and record["source"] == source
+    assert Verdict.from_dict(record) == v
+
+
+def test_error_record_names_the_reason_and_the_line() -> None:
+    record = output_record(Rejected("bad_id", "field 'id' is an empty string", None), line=3)
+    assert record == {
+        "id": None,
+        "verdict": "error",
+        "error": "bad_id",
+        "message": "field 'id' is an empty string",
+        "line": 3,
+    }

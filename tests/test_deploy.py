@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from streamdedup.cli.main import COMMANDS
 from streamdedup.cli.reference import render
+from streamdedup.cli.table import COMMANDS
 from streamdedup.ops.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,9 @@
-"""The command line: the option table (flags, environment variables, TOML keys), one
-entry point that maps every error to its exit status, the commands, and the generator
-of the configuration reference in `docs/`."""
+"""The command line.  `table` declares every option (flags, environment variables,
+TOML keys) on the machinery of `options`; `main` parses, dispatches and maps every
+error to its exit status; `settings` builds the typed settings and holds one check
+per rule; the commands live in `dedup`, `tune`, `reports` (stats, inspect),
+`kafka_tools` (broker, produce), `backup` (backup, restore) and `demo`; `reference`
+renders the configuration reference in `docs/`."""
 
 from streamdedup.cli.main import entry, main
 

@@ -8,6 +8,7 @@ then shuts everything down.  `--file-mode` runs the same stream through `dedup` 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import shutil
 import sys
@@ -29,6 +30,10 @@ from streamdedup.ops.report import index_stats
 def sample_stream() -> IO[bytes]:
     ref = resources.files("streamdedup") / "data" / "sample.jsonl.gz"
     return gzip.GzipFile(str(ref), "rb")  # type: ignore[return-value]
+
+
+def cmd_demo(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    return run_demo(values)
 
 
 def run_demo(values: dict[str, Any]) -> int:

@@ -7,8 +7,8 @@ compares the file with this rendering).
 
 from __future__ import annotations
 
-from streamdedup.cli.main import COMMANDS
 from streamdedup.cli.options import Opt
+from streamdedup.cli.table import COMMANDS
 
 
 def _default(opt: Opt) -> str:

@@ -65,7 +65,8 @@ def test_flags_and_repeatable_options() -> None:
 
 
 def test_max_clock_skew_reaches_the_engine(tmp_path, monkeypatch) -> None:
-    from streamdedup.cli.main import open_engine, parse
+    from streamdedup.cli.main import parse
+    from streamdedup.cli.settings import open_engine
 
     monkeypatch.delenv("STREAMDEDUP_MAX_CLOCK_SKEW", raising=False)
     base = ["--input-topic", "t", "--output-topic", "o", "--index"]

@@ -1,0 +1,53 @@
+"""`streamdedup backup` and `streamdedup restore`: a consistent copy of an index (also
+while a worker writes to it), and a backup put in place as a worker's index; both
+report the copy's documents, bytes and time, as text or JSON on stdout."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import orjson
+
+from streamdedup.cli.settings import require_index
+from streamdedup.errors import EXIT_OK
+
+
+def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.store.index import Index
+
+    started = time.monotonic()
+    source = Index(require_index(values), readonly=True)
+    try:
+        dest = source.copy_to(args.dest)
+    finally:
+        source.close()
+    return _report_copy(values, "backup", dest, time.monotonic() - started)
+
+
+def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.store.index import Index
+
+    started = time.monotonic()
+    target = require_index(values)
+    source = Index(args.source, readonly=True)
+    try:
+        dest = source.copy_to(target)
+    finally:
+        source.close()
+    return _report_copy(values, "restore", dest, time.monotonic() - started)
+
+
+def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -> int:
+    from streamdedup.ops.report import index_stats
+
+    stats = index_stats(str(dest))
+    if values["json"]:
+        print(orjson.dumps({"path": str(dest), "seconds": seconds, **stats}).decode())
+    else:
+        print(
+            f"{what}: {stats['documents']:,} documents, {stats['file_bytes']:,} bytes "
+            f"in {dest} ({seconds:.1f}s)"
+        )
+    return EXIT_OK

@@ -1,0 +1,79 @@
+"""The Kafka helpers for trying things out: `streamdedup broker` (an embedded
+Kafka-protocol broker on loopback until Ctrl-C or SIGTERM) and `streamdedup produce`
+(JSON Lines documents sent to a topic, one message per line keyed by id).  The worker
+and replay commands are not here: `main` hands them to the kafka package."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+import orjson
+
+from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED
+
+
+def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    import threading
+
+    from streamdedup.kafka.broker import EmbeddedBroker
+
+    broker = EmbeddedBroker(values["port"])
+    bootstrap = broker.start()
+    print(f"Kafka-protocol broker (Tansu, in memory) on {bootstrap}; Ctrl-C stops it", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            if broker.proc is None or broker.proc.poll() is not None:
+                print(f"broker exited: {broker.log_tail()}", file=sys.stderr)
+                return EXIT_REJECTED
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
+    return EXIT_OK
+
+
+def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from kafka import KafkaProducer
+
+    from streamdedup.engine.files import stdin_or_file
+    from streamdedup.errors import BrokerUnavailableError
+    from streamdedup.kafka.worker import require_bootstrap, wait_for_broker
+
+    require_bootstrap(values)
+    source = stdin_or_file(args.input)  # a missing input is reported before connecting
+    try:
+        wait_for_broker(values["bootstrap_servers"], 30.0)
+    except BrokerUnavailableError as exc:
+        print(f"streamdedup: error: {exc}", file=sys.stderr)
+        return EXIT_BROKER
+    producer = KafkaProducer(
+        bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
+    )
+    id_field, ts_field = values["id_field"], values["timestamp_field"]
+    sent = unparsed = 0
+    try:
+        for line in source:
+            if not line.strip():
+                continue
+            key, ts = None, None
+            try:
+                doc = orjson.loads(line)
+                key = str(doc.get(id_field)).encode() if isinstance(doc, dict) else None
+                if ts_field and isinstance(doc, dict) and doc.get(ts_field) is not None:
+                    ts = int(doc[ts_field])
+            except (orjson.JSONDecodeError, ValueError, TypeError):
+                unparsed += 1  # sent as it is: the worker dead-letters it
+            producer.send(values["topic"], value=line.rstrip(b"\r\n"), key=key, timestamp_ms=ts)
+            sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+        if args.input != "-":
+            source.close()
+    print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,171 @@
+"""Typed settings built once from the option values, with the command line's checks
+on them, one function per rule.
+
+`options.resolve` leaves each command an untyped `values` dict; `engine_settings`
+turns the engine's share of it into frozen objects -- the index directory, the
+detection parameters asked for (`Detection`; an existing index keeps its own), the
+run-time `EngineOptions` and the changelog topic -- after the cheap checks
+(`require_index`, `check_at_least_one`, `check_detection`), so that a usage error is
+reported before any file or index is touched.  `open_engine` opens the
+`Deduplicator` from such settings (or from `values`, as the Kafka commands call it),
+and `open_new_or_existing` also removes an index directory that its failed start
+created.  The rules whose index-time twins live in the engine (`resolve_params`)
+report with the same words.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from streamdedup.config import EngineOptions, ShingleSpec, Verify, parse_duration_ms
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.errors import ConfigError
+
+# the engine options that bound work per batch: 0 or less would stall or skip it
+POSITIVE_OPTIONS = ("max_bucket_candidates", "max_exact_checks", "batch_size")
+
+
+def require_index(values: dict[str, Any]) -> str:
+    """The `--index` directory, which every command but `demo` needs."""
+    if not values.get("index"):
+        raise ConfigError("--index DIR is required (or STREAMDEDUP_INDEX, or index in --config)")
+    return str(values["index"])
+
+
+def check_at_least_one(values: dict[str, Any]) -> None:
+    """`POSITIVE_OPTIONS` (those the command has) are at least 1."""
+    for name in POSITIVE_OPTIONS:
+        if values.get(name, 1) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+
+
+def check_bands_rows(bands: int | None, rows: int | None) -> None:
+    """`--bands` and `--rows` come as a pair or not at all."""
+    if (bands is None) != (rows is None):
+        raise ConfigError("--bands and --rows go together: give both or neither")
+
+
+def check_threshold(threshold: float | None) -> None:
+    """A given `--threshold` is strictly between 0 and 1."""
+    if threshold is not None and not 0.0 < threshold < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """The detection parameters a run asks for.  None: the value stored in an
+    existing index, or the default for a new one (`resolve_params` decides)."""
+
+    threshold: float | None = None
+    num_perm: int | None = None
+    shingle: ShingleSpec | None = None
+    bands: int | None = None
+    rows: int | None = None
+    verify: Verify | None = None
+    seed: int | None = None
+    fp_weight: float = 0.02
+    fn_weight: float = 0.98
+
+
+def check_detection(values: dict[str, Any]) -> Detection:
+    """The detection options' cheap checks (as `resolve_params` makes them with the
+    index open), and the `Detection` they describe."""
+    shingle = ShingleSpec.parse(values["shingle"]) if values["shingle"] is not None else None
+    check_bands_rows(values["bands"], values["rows"])
+    check_threshold(values["threshold"])
+    verify = values["verify"]
+    return Detection(
+        threshold=values["threshold"],
+        num_perm=values["num_perm"],
+        shingle=shingle,
+        bands=values["bands"],
+        rows=values["rows"],
+        verify=None if verify is None else "exact" if verify == "exact" else "signature",
+        seed=values["seed"],
+        fp_weight=values["fp_weight"],
+        fn_weight=values["fn_weight"],
+    )
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything a command opens its `Deduplicator` with."""
+
+    index: str
+    detection: Detection
+    options: EngineOptions
+    changelog: str | None = None
+
+
+def clock_skew_ms(text: str | None) -> int | None:
+    """`--max-clock-skew`: a duration, or 'off' (no bound)."""
+    if text is None:  # a command without the time-window options
+        return EngineOptions.max_clock_skew_ms
+    return None if text.strip().lower() == "off" else parse_duration_ms(text)
+
+
+def engine_settings(values: dict[str, Any]) -> EngineSettings:
+    """The engine's settings from the option values of `dedup`, `worker` or `replay`
+    (options a command lacks take the engine's defaults)."""
+    index = require_index(values)
+    check_at_least_one(values)
+    detection = check_detection(values)
+    options = EngineOptions(
+        max_bucket_candidates=values["max_bucket_candidates"],
+        max_exact_checks=values["max_exact_checks"],
+        batch_size=values.get("batch_size", EngineOptions.batch_size),
+        durability=values["durability"],
+        ttl_ms=parse_duration_ms(values["ttl"]) if values.get("ttl") else None,
+        max_expire_per_batch=values.get("max_expire_per_batch", 20_000),
+        max_clock_skew_ms=clock_skew_ms(values.get("max_clock_skew")),
+    )
+    return EngineSettings(index, detection, options, values.get("changelog_topic"))
+
+
+def open_engine(
+    values: dict[str, Any] | EngineSettings, *, adds_documents: bool = True
+) -> Deduplicator:
+    """`adds_documents`: refuse at once an index whose changelog this run would not
+    write (`dedup`, `worker`); `replay` is refused only by a batch adding documents."""
+    s = values if isinstance(values, EngineSettings) else engine_settings(values)
+    d = s.detection
+    dd = Deduplicator(
+        s.index,
+        threshold=d.threshold,
+        num_perm=d.num_perm,
+        shingle=d.shingle,
+        bands=d.bands,
+        rows=d.rows,
+        verify=d.verify,
+        seed=d.seed,
+        options=s.options,
+        false_positive_weight=d.fp_weight,
+        false_negative_weight=d.fn_weight,
+        changelog=s.changelog,
+    )
+    try:
+        if adds_documents:
+            dd.require_writable()  # before any input is read or output written
+    except BaseException:
+        dd.close()
+        raise
+    return dd
+
+
+def open_new_or_existing(settings: EngineSettings) -> Deduplicator:
+    """`open_engine`, removing the index directory again if this call created it and
+    then failed (a failed start leaves no empty index behind)."""
+    index = settings.index
+    existed = os.path.lexists(index)
+    try:
+        return open_engine(settings)
+    except BaseException:
+        if not existed and os.path.isdir(index):
+            import shutil
+
+            # only what opening an index creates: never anything a user put there
+            if set(os.listdir(index)) <= {"data.mdb", "lock.mdb"}:
+                shutil.rmtree(index, ignore_errors=True)
+        raise

@@ -1,0 +1,478 @@
+"""The option table: every option of every command, declared once.
+
+The `OptionGroup`s (ENGINE, TUNING, INPUT, KAFKA, ...), the `COMMANDS` table naming
+each command's help line and option groups in the order `--help` and
+docs/configuration.md show them, and `ARGUMENTS`, each command's positional
+arguments.  The parser (`main.build_parser`), the environment and TOML lookups
+(`options.resolve`) and the configuration reference (`reference.py`) are all built
+from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
+"""
+
+from __future__ import annotations
+
+from streamdedup.cli.options import Opt, OptionGroup
+
+ENGINE = OptionGroup(
+    "detection (stored in the index; an existing index keeps its own)",
+    (
+        Opt(
+            "threshold",
+            "Jaccard similarity at or above which a document is a duplicate (default 0.8)",
+            float,
+            metavar="T",
+        ),
+        Opt("num-perm", "MinHash signature length K (default 128)", int, metavar="K"),
+        Opt("shingle", "shingling: word:K or char:K (default word:5)", str, metavar="SPEC"),
+        Opt(
+            "bands",
+            "LSH bands b (with --rows; default: tuned from threshold and K)",
+            int,
+            metavar="B",
+        ),
+        Opt("rows", "LSH rows per band r (with --bands)", int, metavar="R"),
+        Opt(
+            "verify",
+            "how candidates are confirmed (default exact)",
+            str,
+            choices=("exact", "signature"),
+        ),
+        Opt("seed", "hash seed (default 1)", int),
+        Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
+        Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
+    ),
+)
+TUNING = OptionGroup(
+    "engine",
+    (
+        Opt(
+            "max-bucket-candidates",
+            "candidates read from one LSH bucket (bounds the cost "
+            "of boilerplate-heavy 'hot' buckets)",
+            int,
+            100,
+            metavar="N",
+        ),
+        Opt("max-exact-checks", "exact comparisons per document at most", int, 32, metavar="N"),
+        Opt(
+            "batch-size", "documents per batch (one index transaction each)", int, 8000, metavar="N"
+        ),
+        Opt(
+            "durability",
+            "process: a committed batch survives the process being killed, the OS "
+            "writes it to disk shortly after; full: fsync every commit (survives power "
+            "loss, slower)",
+            str,
+            "process",
+            choices=("process", "full"),
+        ),
+        Opt(
+            "workers",
+            "extra processes that decode and compute signatures while the main process "
+            "updates the index (0: all in the main process; 1 suits 2 cores)",
+            int,
+            0,
+            metavar="N",
+        ),
+    ),
+)
+# the engine options that apply to the Kafka commands (batches come from the polls)
+STREAM_ENGINE = OptionGroup(
+    "engine",
+    tuple(
+        o
+        for o in TUNING.options
+        if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
+    ),
+)
+INPUT = OptionGroup(
+    "input",
+    (
+        Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
+        Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
+        Opt("max-doc-bytes", "larger input records are rejected", int, 16 << 20, metavar="N"),
+    ),
+)
+INDEX = OptionGroup("index", (Opt("index", "index directory", str, metavar="DIR"),))
+OUTPUT = OptionGroup(
+    "output",
+    (
+        Opt("output", "verdicts, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
+        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
+    ),
+)
+TUNE = OptionGroup(
+    "tune",
+    (
+        Opt("threshold", "target Jaccard threshold", float, 0.8, metavar="T"),
+        Opt("num-perm", "signature length K", int, 128, metavar="K"),
+        Opt("bands", "evaluate this b instead of tuning (with --rows)", int, metavar="B"),
+        Opt("rows", "evaluate this r instead of tuning (with --bands)", int, metavar="R"),
+        Opt("fp-weight", "weight of the false-positive area", float, 0.02),
+        Opt("fn-weight", "weight of the false-negative area", float, 0.98),
+    ),
+)
+FORMAT = OptionGroup("format", (Opt("json", "print JSON instead of text", flag=True),))
+KAFKA = OptionGroup(
+    "kafka",
+    (
+        Opt(
+            "bootstrap-servers",
+            "Kafka bootstrap servers, host:port[,host:port]",
+            str,
+            metavar="HOSTS",
+        ),
+        Opt("input-topic", "topic the documents arrive on", str, "documents", metavar="TOPIC"),
+        Opt("output-topic", "topic the verdicts go to", str, "verdicts", metavar="TOPIC"),
+        Opt(
+            "dead-letter-topic",
+            "topic for messages that cannot be processed",
+            str,
+            "documents-dlq",
+            metavar="TOPIC",
+        ),
+        Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
+        Opt("input-format", "message format", str, "json", choices=("json", "msgpack", "raw")),
+        Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
+        Opt("max-poll-records", "messages per batch at most", int, 5000, metavar="N"),
+        Opt(
+            "transactional-id",
+            "producer transactional id (default: derived from group, host and index)",
+            str,
+            metavar="ID",
+        ),
+        Opt("client-id", "Kafka client id", str, "streamdedup", metavar="ID"),
+        Opt(
+            "security-protocol",
+            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            str,
+            "PLAINTEXT",
+            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        ),
+        Opt(
+            "sasl-mechanism",
+            "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+            str,
+            choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        ),
+        Opt("sasl-username", "SASL user name", str, metavar="USER"),
+        Opt(
+            "sasl-password",
+            "SASL password (prefer the environment variable)",
+            str,
+            metavar="PASSWORD",
+        ),
+        Opt("ssl-cafile", "CA certificate file", str, metavar="FILE"),
+        Opt("ssl-certfile", "client certificate file", str, metavar="FILE"),
+        Opt("ssl-keyfile", "client key file", str, metavar="FILE"),
+        Opt(
+            "consumer-option",
+            "any other kafka-python consumer setting, KEY=VALUE",
+            str,
+            repeat=True,
+            metavar="KEY=VALUE",
+        ),
+        Opt(
+            "producer-option",
+            "any other kafka-python producer setting, KEY=VALUE",
+            str,
+            repeat=True,
+            metavar="KEY=VALUE",
+        ),
+        Opt("create-topics", "create the topics if they do not exist", flag=True),
+        Opt("partitions", "partitions of topics created with --create-topics", int, 1, metavar="N"),
+        Opt(
+            "connect-timeout",
+            "seconds to keep retrying an unreachable broker at start",
+            float,
+            60.0,
+            metavar="S",
+        ),
+        Opt(
+            "transaction-timeout",
+            "seconds to wait for a Kafka transaction call before giving it up, replacing "
+            "the producer and resuming from the committed offsets",
+            float,
+            60.0,
+            metavar="S",
+        ),
+        Opt(
+            "idle-exit",
+            "stop after this many seconds without messages (default: never)",
+            float,
+            metavar="S",
+        ),
+    ),
+)
+
+LOGGING = OptionGroup(
+    "logging",
+    (
+        Opt("log-level", "log level", str, "info", choices=("debug", "info", "warning", "error")),
+        Opt(
+            "log-format",
+            "text, or json: one JSON object per line for log shippers",
+            str,
+            "text",
+            choices=("text", "json"),
+        ),
+    ),
+)
+OBSERVE = OptionGroup(
+    "metrics and health",
+    (
+        Opt(
+            "metrics-port",
+            "serve /metrics (Prometheus), /healthz and /readyz on this port (default: off)",
+            int,
+            metavar="PORT",
+        ),
+        Opt(
+            "metrics-host",
+            "address the metrics server binds (0.0.0.0 in a container)",
+            str,
+            "127.0.0.1",
+            metavar="HOST",
+        ),
+        Opt(
+            "health-stall",
+            "/healthz fails when the processing loop has not turned for this many seconds",
+            float,
+            120.0,
+            metavar="S",
+        ),
+        Opt(
+            "ready-max-lag",
+            "/readyz fails while the summed consumer lag is above this",
+            int,
+            10_000,
+            metavar="N",
+        ),
+    ),
+)
+WINDOW = OptionGroup(
+    "time window",
+    (
+        Opt(
+            "ttl",
+            "forget documents older than this (by message timestamp), e.g. 7d, 12h; "
+            "default: keep everything",
+            str,
+            metavar="DURATION",
+        ),
+        Opt(
+            "max-expire-per-batch",
+            "documents forgotten per batch at most (the rest follow in later batches)",
+            int,
+            20_000,
+            metavar="N",
+        ),
+        Opt(
+            "max-clock-skew",
+            "a message timestamped further than this ahead of the wall clock does not "
+            "move stream time and is stored as of it (counted and logged); 'off': no bound",
+            str,
+            "1h",
+            metavar="DURATION",
+        ),
+    ),
+)
+CHANGELOG = OptionGroup(
+    "recovery",
+    (
+        Opt(
+            "changelog-topic",
+            "log-compacted topic mirroring every index change; an empty index is "
+            "restored from it at start (default: off)",
+            str,
+            metavar="TOPIC",
+        ),
+    ),
+)
+
+_REPLAY_KAFKA = tuple(
+    o
+    for o in KAFKA.options
+    if o.name not in ("output-topic", "dead-letter-topic", "group-id", "idle-exit", "partitions")
+    and o.name != "create-topics"
+)
+REPLAY = OptionGroup(
+    "replay",
+    (
+        Opt(
+            "mode",
+            "rebuild: fill a fresh index; reverdict: check against an existing one",
+            str,
+            "rebuild",
+            choices=("rebuild", "reverdict"),
+        ),
+        Opt("from-beginning", "start at the oldest retained message (the default)", flag=True),
+        Opt(
+            "from-timestamp",
+            "start at the first message at or after this time (ISO 8601)",
+            str,
+            metavar="TIME",
+        ),
+        Opt(
+            "from-offsets",
+            "replay these partitions from these offsets, e.g. 0:1500,1:0",
+            str,
+            metavar="P:O,...",
+        ),
+        Opt("follow", "keep going past the end offsets present at the start", flag=True),
+        Opt("output-topic", "publish verdicts to this topic", str, metavar="TOPIC"),
+        Opt("output", "write verdicts to this JSON Lines file", str, metavar="FILE"),
+        Opt(
+            "dead-letter-topic",
+            "send undecodable messages here (default: only count them)",
+            str,
+            metavar="TOPIC",
+        ),
+        Opt(
+            "group-id",
+            "the replay's own consumer group: its progress is resumed by name",
+            str,
+            "streamdedup-replay",
+            metavar="GROUP",
+        ),
+        Opt("restart", "forget this replay's earlier progress and start over", flag=True),
+        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
+    ),
+)
+
+COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
+    "dedup": (
+        "check JSON Lines documents against the index, one verdict per line",
+        (INDEX, ENGINE, TUNING, INPUT, OUTPUT),
+    ),
+    "worker": (
+        "consume documents from Kafka, publish verdicts exactly once",
+        (
+            KAFKA,
+            INDEX,
+            ENGINE,
+            STREAM_ENGINE,
+            WINDOW,
+            INPUT,
+            CHANGELOG,
+            OBSERVE,
+            LOGGING,
+        ),
+    ),
+    "backup": (
+        "copy an index consistently, also while a worker writes to it",
+        (INDEX, FORMAT),
+    ),
+    "restore": (
+        "put a backup in place as the index of a worker (which then resumes from the "
+        "offsets recorded in it)",
+        (INDEX, FORMAT),
+    ),
+    "replay": (
+        "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
+        (
+            REPLAY,
+            OptionGroup("kafka", _REPLAY_KAFKA),
+            INDEX,
+            ENGINE,
+            STREAM_ENGINE,
+            WINDOW,
+            INPUT,
+            LOGGING,
+        ),
+    ),
+    "broker": (
+        "run a Kafka-protocol broker on loopback for trying things out (Tansu, in memory)",
+        (OptionGroup("broker", (Opt("port", "port to listen on", int, 9092, metavar="PORT"),)),),
+    ),
+    "produce": (
+        "send JSON Lines documents to a topic (one message per line, keyed by id)",
+        (
+            OptionGroup(
+                "produce",
+                (
+                    Opt(
+                        "bootstrap-servers",
+                        "Kafka bootstrap servers, host:port[,host:port]",
+                        str,
+                        metavar="HOSTS",
+                    ),
+                    Opt("topic", "topic to send to", str, "documents", metavar="TOPIC"),
+                    Opt(
+                        "timestamp-field",
+                        "use this field (epoch milliseconds) as the message timestamp",
+                        str,
+                        metavar="NAME",
+                    ),
+                ),
+            ),
+            OptionGroup("input", (INPUT.options[0],)),
+        ),
+    ),
+    "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
+    "stats": (
+        "summarise an index",
+        (
+            INDEX,
+            FORMAT,
+            OptionGroup(
+                "check",
+                (
+                    Opt(
+                        "check",
+                        "also read every table through and verify the file's structure "
+                        "(exit 5 if damaged; some seconds per million documents)",
+                        flag=True,
+                    ),
+                ),
+            ),
+        ),
+    ),
+    "inspect": ("show what the index knows about one document", (INDEX, FORMAT)),
+    "demo": (
+        "run the main job on a bundled sample stream and print a summary",
+        (
+            OptionGroup(
+                "demo",
+                (
+                    Opt(
+                        "input",
+                        "JSON Lines to use instead of the bundled sample",
+                        str,
+                        metavar="FILE",
+                    ),
+                    Opt(
+                        "index",
+                        "index directory (default: a temporary one, removed after)",
+                        str,
+                        metavar="DIR",
+                    ),
+                    Opt("output", "also keep the verdicts in this file", str, metavar="OUT"),
+                    Opt(
+                        "file-mode",
+                        "run the stream through `dedup` instead of the Kafka "
+                        "worker on an embedded broker",
+                        flag=True,
+                    ),
+                    Opt(
+                        "progress",
+                        "progress bar on stderr",
+                        str,
+                        "auto",
+                        choices=("auto", "always", "never"),
+                    ),
+                ),
+            ),
+            INPUT,
+        ),
+    ),
+}
+
+
+# Each command's positional arguments (dest, metavar, help), added before its options.
+ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "dedup": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
+    "produce": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
+    "backup": (("dest", "DEST", "new or empty directory for the copy"),),
+    "restore": (("source", "BACKUP", "directory made by `backup`"),),
+    "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+}

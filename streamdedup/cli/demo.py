@@ -73,8 +73,10 @@ def _through_kafka(
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+    from streamdedup.config import WorkerConfig
     from streamdedup.kafka.broker import EmbeddedBroker
-    from streamdedup.kafka.worker import Worker, WorkerConfig, create_topics
+    from streamdedup.kafka.settings import create_topics
+    from streamdedup.kafka.worker import Worker
     from streamdedup.models import Rejected
 
     lines = [raw.rstrip(b"\r\n") for raw in source]

@@ -40,9 +40,10 @@ def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
+    from streamdedup.config import require_bootstrap
     from streamdedup.engine.files import stdin_or_file
     from streamdedup.errors import BrokerUnavailableError
-    from streamdedup.kafka.worker import require_bootstrap, wait_for_broker
+    from streamdedup.kafka.settings import wait_for_broker
 
     require_bootstrap(values)
     source = stdin_or_file(args.input)  # a missing input is reported before connecting

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from streamdedup.cli.settings import require_index
 from streamdedup.config import WorkerConfig
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
+from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.settings import (
     connection_settings,
@@ -116,9 +117,7 @@ def run_from_options(
                 compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
             )
         if cfg.changelog_topic:
-            if not values.get("index"):
-                raise ConfigError("--index DIR is required")
-            restore_if_empty(cfg, values["index"], metrics)
+            restore_if_empty(cfg, require_index(values), metrics)
         with open_engine(values) as dd:
             worker = Worker(cfg, dd, metrics=metrics)
             install_signal_handlers(worker.stop_event)

@@ -57,8 +57,6 @@ from streamdedup.kafka.positions import PositionCheck
 from streamdedup.kafka.publisher import BatchSink, Sink, TransactionalId
 from streamdedup.kafka.settings import (
     consumer_settings,
-    create_topics,
-    require_bootstrap,
     wait_for_broker,
 )
 from streamdedup.models import Change, Rejected, Verdict
@@ -73,11 +71,7 @@ from streamdedup.store.tables import Tables
 __all__ = [
     "Assigned",
     "Worker",
-    "WorkerConfig",
     "WorkerStats",
-    "create_topics",
-    "require_bootstrap",
-    "wait_for_broker",
 ]
 
 log = logging.getLogger("streamdedup.kafka.worker")

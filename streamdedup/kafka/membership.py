@@ -17,7 +17,7 @@ their assignment's user data.  They stop (`UnsafeToContinueError`, exit 7) befor
 process anything.  Indexes bound before ids existed count as bound at time 0.
 
 A member alone in the group cannot be compared with anyone; the worker's second check
-is the committed offsets' metadata (`offsets_metadata`, see `Worker._check_positions`).
+is the committed offsets' metadata (`offsets_metadata`, see `PositionCheck` in kafka/positions.py).
 """
 
 from __future__ import annotations

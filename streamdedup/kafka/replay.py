@@ -56,8 +56,10 @@ class StartAt:
     offsets: dict[int, int] | None = None
 
     @classmethod
-    def parse(cls, timestamp: str | None, offsets: str | None) -> StartAt:
-        if timestamp and offsets:
+    def parse(cls, timestamp: str | None, offsets: str | None, beginning: bool = False) -> StartAt:
+        """The start `--from-beginning`, `--from-timestamp` or `--from-offsets` asks
+        for (at most one of them; none: the beginning)."""
+        if sum(map(bool, (beginning, timestamp, offsets))) > 1:
             raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
         if timestamp:
             try:
@@ -241,9 +243,9 @@ def run_replay(
         raise ConfigError("give exactly one of --output-topic TOPIC and --output FILE")
     if out_file == "-":
         raise ConfigError("--output must be a file (an interrupted replay resumes in it)")
-    if values["from_beginning"] and (values["from_timestamp"] or values["from_offsets"]):
-        raise ConfigError("give one of --from-beginning, --from-timestamp, --from-offsets")
-    start = StartAt.parse(values["from_timestamp"], values["from_offsets"])
+    start = StartAt.parse(
+        values["from_timestamp"], values["from_offsets"], values["from_beginning"]
+    )
     cfg = WorkerConfig.from_options(values)
     from streamdedup.ops.progress import make_progress
 

@@ -18,3 +18,10 @@ def test_start_positions() -> None:
 def test_bad_start_positions(ts, offsets) -> None:
     with pytest.raises(ConfigError):
         StartAt.parse(ts, offsets)
+
+
+@pytest.mark.parametrize(("ts", "offsets"), [("2023-01-01", None), (None, "0:1")])
+def test_from_beginning_excludes_the_other_starts(ts, offsets) -> None:
+    assert StartAt.parse(None, None, beginning=True) == StartAt()
+    with pytest.raises(ConfigError, match="give one of"):
+        StartAt.parse(ts, offsets, beginning=True)

@@ -52,6 +52,22 @@ class Fields:
 INDEX_FORMAT = 6
 
 
+# The rules an index's parameters obey, each checked in one place (the CLI checks them
+# early, the engine and `tune` again for API callers).
+
+
+def check_bands_rows(bands: int | None, rows: int | None) -> None:
+    """`--bands` and `--rows` come as a pair or not at all."""
+    if (bands is None) != (rows is None):
+        raise ConfigError("--bands and --rows go together: give both or neither")
+
+
+def check_threshold(threshold: float | None) -> None:
+    """A given `--threshold` is strictly between 0 and 1."""
+    if threshold is not None and not 0.0 < threshold < 1.0:
+        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+
+
 @dataclass(frozen=True)
 class IndexParams:
     """What an index is built with.  Stored in the index; a reopen must agree."""

@@ -19,7 +19,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.config import EngineOptions, ShingleSpec, Verify, parse_duration_ms
+from streamdedup.config import (
+    EngineOptions,
+    ShingleSpec,
+    Verify,
+    check_bands_rows,
+    check_threshold,
+    parse_duration_ms,
+)
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
 
@@ -39,18 +46,6 @@ def check_at_least_one(values: dict[str, Any]) -> None:
     for name in POSITIVE_OPTIONS:
         if values.get(name, 1) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
-
-
-def check_bands_rows(bands: int | None, rows: int | None) -> None:
-    """`--bands` and `--rows` come as a pair or not at all."""
-    if (bands is None) != (rows is None):
-        raise ConfigError("--bands and --rows go together: give both or neither")
-
-
-def check_threshold(threshold: float | None) -> None:
-    """A given `--threshold` is strictly between 0 and 1."""
-    if threshold is not None and not 0.0 < threshold < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from streamdedup.cli.settings import check_bands_rows
+from streamdedup.config import check_bands_rows
 from streamdedup.errors import EXIT_OK
 from streamdedup.sketch.lsh import banding, s_curve_table, tune
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamdedup.config import IndexParams, ShingleSpec, Verify
+from streamdedup.config import (
+    IndexParams,
+    ShingleSpec,
+    Verify,
+    check_bands_rows,
+    check_threshold,
+)
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.sketch.lsh import banding, check_num_perm, tune
 from streamdedup.store.index import Index
@@ -32,8 +38,7 @@ def resolve_params(
     """Parameters for an index: the stored ones, which explicit options must match,
     or new ones from the options and defaults."""
     spec = ShingleSpec.parse(shingle) if isinstance(shingle, str) else shingle
-    if (bands is None) != (rows is None):
-        raise ConfigError("--bands and --rows go together: give both or neither")
+    check_bands_rows(bands, rows)
     if stored is not None:
         asked = {
             "threshold": threshold,
@@ -57,8 +62,7 @@ def resolve_params(
     defaults = IndexParams()
     t = defaults.threshold if threshold is None else threshold
     k = defaults.num_perm if num_perm is None else num_perm
-    if not 0.0 < t < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {t}")
+    check_threshold(t)
     check_num_perm(k)  # before anything is sized by it
     s = defaults.seed if seed is None else seed
     if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamdedup.config import check_threshold
 from streamdedup.errors import ConfigError
 
 _GRID = np.linspace(0.0, 1.0, 2001)
@@ -73,8 +74,7 @@ def tune(
     false_negative_weight: float = 0.98,
 ) -> Banding:
     """The b x r (b * r <= K) with the least weighted error area."""
-    if not 0.0 < threshold < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+    check_threshold(threshold)
     check_num_perm(num_perm)
     best: tuple[float, Banding] | None = None
     for rows in range(1, num_perm + 1):

@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 
 from streamdedup.cli.main import parse
-from streamdedup.cli.settings import (
-    Detection,
-    check_bands_rows,
-    check_threshold,
-    engine_settings,
-    require_index,
-)
-from streamdedup.config import EngineOptions, ShingleSpec
+from streamdedup.cli.settings import Detection, engine_settings, require_index
+from streamdedup.config import EngineOptions, ShingleSpec, check_bands_rows, check_threshold
 from streamdedup.errors import ConfigError
 
 

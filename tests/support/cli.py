@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 
-VOCAB = [f"w{i}" for i in range(3000)]
+from tests.support.docs import edited_stream
 
 
 def run(
@@ -53,16 +52,8 @@ def start_dedup(
 
 
 def corpus(path: Path, n: int, seed: int = 1) -> list[dict[str, object]]:
-    rnd = random.Random(seed)
-    docs: list[dict[str, object]] = []
-    for i in range(n):
-        if docs and rnd.random() < 0.4:
-            src = str(rnd.choice(docs)["text"]).split()
-            src[rnd.randrange(len(src))] = "edited"
-            text = " ".join(src)
-        else:
-            text = " ".join(rnd.choice(VOCAB) for _ in range(rnd.randint(80, 300)))
-        docs.append({"id": f"d{i}", "text": text})
+    """A JSON Lines file of `n` generated documents (longer than the worker tests')."""
+    docs: list[dict[str, object]] = edited_stream(n, seed, words=(80, 300))
     path.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     return docs
 

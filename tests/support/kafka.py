@@ -3,7 +3,6 @@ must equal: shared by the worker, replay, changelog and operations tests."""
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import time
@@ -13,9 +12,9 @@ from typing import Any
 
 import orjson
 
+from tests.support.docs import edited_stream
 from tests.support.txnlog import Record, committed
 
-VOCAB = [f"w{i}" for i in range(3000)]
 FAST_GROUP = [
     "--consumer-option",
     "max_poll_interval_ms=3000",
@@ -27,17 +26,7 @@ FAST_GROUP = [
 
 
 def stream(n: int, seed: int) -> list[dict[str, Any]]:
-    rnd = random.Random(seed)
-    docs: list[dict[str, Any]] = []
-    for i in range(n):
-        if docs and rnd.random() < 0.4:
-            words = str(rnd.choice(docs)["text"]).split()
-            words[rnd.randrange(len(words))] = "edited"
-            text = " ".join(words)
-        else:
-            text = " ".join(rnd.choice(VOCAB) for _ in range(rnd.randint(40, 200)))
-        docs.append({"id": f"d{i}", "text": text})
-    return docs
+    return edited_stream(n, seed)
 
 
 class Topics:

@@ -13,12 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from streamdedup.cli.settings import require_index
-from streamdedup.config import WorkerConfig
+from streamdedup.config import WorkerConfig, connection_settings
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.settings import (
-    connection_settings,
     consumer_settings,
     create_topics,
     install_signal_handlers,

@@ -3,8 +3,7 @@ producer's defaults, waiting for a broker to answer, creating topics (admin), an
 the signal handlers that let a batch finish before the process stops.  Parsing the
 options into settings (`connection_settings`, `parse_pairs`, `require_bootstrap`) is
 plain configuration and lives in `streamdedup.config`, below this layer, where
-`WorkerConfig.from_options` needs it; it is re-exported here so a Kafka client's
-settings are found in one place.
+`WorkerConfig.from_options` needs it; callers import it from there.
 """
 
 from __future__ import annotations
@@ -17,22 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from streamdedup.config import (
-    WorkerConfig,
-    connection_settings,
-    parse_pairs,
-    require_bootstrap,
-)
+from streamdedup.config import WorkerConfig
 from streamdedup.errors import BrokerUnavailableError
 
 __all__ = [
     "PRODUCER_DEFAULTS",
-    "connection_settings",
     "consumer_settings",
     "create_topics",
     "install_signal_handlers",
-    "parse_pairs",
-    "require_bootstrap",
     "wait_for_broker",
 ]
 

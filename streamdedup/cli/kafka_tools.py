@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED
+from streamdedup.inputs.warc import is_warc
 
 
 def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -55,6 +56,8 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     producer = KafkaProducer(
         bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
     )
+    if is_warc(args.input):
+        return _produce_warc(producer, source, values["topic"])
     id_field, ts_field = values["id_field"], values["timestamp_field"]
     sent = unparsed = 0
     try:
@@ -77,4 +80,25 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
         if args.input != "-":
             source.close()
     print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _produce_warc(producer: Any, source: IO[bytes], topic: str) -> int:
+    """An archive's HTML pages as HTML messages: the value is the page's bytes as
+    fetched, the key its URI, the header `warc-record-id` its record id (for
+    `worker --input-format html`, or `--id-header warc-record-id`)."""
+    from streamdedup.inputs.warc import html_pages
+
+    sent = 0
+    try:
+        for ref, page in html_pages(source):
+            key = ref.url.encode() if ref.url else None
+            headers = [("warc-record-id", ref.record_id.encode())] if ref.record_id else []
+            producer.send(topic, value=page, key=key, headers=headers)
+            sent += 1
+        producer.flush()
+    finally:
+        producer.close()
+        source.close()
+    print(f"sent {sent:,} HTML pages to {topic}", file=sys.stderr)
     return EXIT_OK

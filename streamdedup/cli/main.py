@@ -49,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (help_text, groups) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         for dest, metavar, arg_help in ARGUMENTS.get(name, ()):
-            p.add_argument(dest, metavar=metavar, help=arg_help)
+            if metavar.endswith("..."):
+                p.add_argument(dest, metavar=metavar[:-3], nargs="+", help=arg_help)
+            else:
+                p.add_argument(dest, metavar=metavar, help=arg_help)
         p.add_argument(
             "--config",
             metavar="FILE",

@@ -92,6 +92,53 @@ INPUT = OptionGroup(
         Opt("max-doc-bytes", "larger input records are rejected", int, 16 << 20, metavar="N"),
     ),
 )
+# Crawler input (`inputs.html`, `inputs.warc`): what the text of an HTML page is.
+EXTRACT = Opt(
+    "extract",
+    "text of an HTML page that is shingled: main (the main content: navigation, "
+    "headers, footers, cookie banners dropped) or all (every visible text)",
+    str,
+    "main",
+    choices=("main", "all"),
+)
+CRAWL_FILES = OptionGroup(
+    "crawler input",
+    (
+        Opt(
+            "text-format",
+            "what the JSON text field holds: text, or html (its text is extracted)",
+            str,
+            "text",
+            choices=("text", "html"),
+        ),
+        EXTRACT,
+        Opt(
+            "warc-id",
+            "id of a page read from a WARC archive (.warc, .warc.gz): its "
+            "WARC-Target-URI or its WARC-Record-ID",
+            str,
+            "uri",
+            choices=("uri", "record-id"),
+        ),
+        Opt(
+            "report-skipped",
+            "list on stderr every WARC record skipped (not a response, not HTML)",
+            flag=True,
+        ),
+    ),
+)
+CRAWL_STREAM = OptionGroup(
+    "crawler input (--input-format html)",
+    (
+        EXTRACT,
+        Opt(
+            "id-header",
+            "take an HTML message's id from this header instead of its key",
+            str,
+            metavar="NAME",
+        ),
+    ),
+)
 INDEX = OptionGroup("index", (Opt("index", "index directory", str, metavar="DIR"),))
 OUTPUT = OptionGroup(
     "output",
@@ -131,7 +178,13 @@ KAFKA = OptionGroup(
             metavar="TOPIC",
         ),
         Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
-        Opt("input-format", "message format", str, "json", choices=("json", "msgpack", "raw")),
+        Opt(
+            "input-format",
+            "message format (html: the value is a fetched page, the key its id)",
+            str,
+            "json",
+            choices=("json", "msgpack", "raw", "html"),
+        ),
         Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
         Opt("max-poll-records", "messages per batch at most", int, 5000, metavar="N"),
         Opt(
@@ -341,8 +394,8 @@ REPLAY = OptionGroup(
 
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
-        "check JSON Lines documents against the index, one verdict per line",
-        (INDEX, ENGINE, TUNING, INPUT, OUTPUT),
+        "check JSON Lines documents or WARC archives against the index, one verdict per document",
+        (INDEX, ENGINE, TUNING, INPUT, CRAWL_FILES, OUTPUT),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -353,6 +406,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             STREAM_ENGINE,
             WINDOW,
             INPUT,
+            CRAWL_STREAM,
             CHANGELOG,
             OBSERVE,
             LOGGING,
@@ -377,6 +431,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             STREAM_ENGINE,
             WINDOW,
             INPUT,
+            CRAWL_STREAM,
             LOGGING,
         ),
     ),
@@ -468,10 +523,24 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
 }
 
 
-# Each command's positional arguments (dest, metavar, help), added before its options.
+# Each command's positional arguments (dest, metavar, help), added before its options;
+# a metavar ending in "..." takes one or more values (a list).
 ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "dedup": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
-    "produce": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
+    "dedup": (
+        (
+            "input",
+            "INPUT...",
+            "JSON Lines files ('-' for stdin) or WARC archives (.warc, .warc.gz), read in order",
+        ),
+    ),
+    "produce": (
+        (
+            "input",
+            "INPUT",
+            "JSON Lines file ('-' for stdin), or a WARC archive (.warc, .warc.gz): its HTML "
+            "pages are sent as HTML messages keyed by URI",
+        ),
+    ),
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),

@@ -86,31 +86,32 @@ Item = tuple[Document | Rejected | Skipped, WarcRef]
 
 class _WithSentinel:
     """The archive's bytes followed by the end-of-archive record (see the module
-    docstring); fastwarc reads any object with `read`."""
+    docstring); fastwarc reads any object with `read` (and `tell`).  `tail_at` is
+    where the end record starts: only a record parsed from there is the end record
+    (a header cut short can run on into the end record's lines and borrow its id)."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
-        head = stream.read(2)
-        self.pending = head
-        self.tail = gzip.compress(_SENTINEL, mtime=0) if head == _GZIP_MAGIC else _SENTINEL
-        self.done = False
+        self.pending = stream.read(2)  # tells gzip from plain
+        compressed = self.pending == _GZIP_MAGIC
+        self.tail = gzip.compress(_SENTINEL, mtime=0) if compressed else _SENTINEL
+        self.tail_at: int | None = None
         self.position = 0
 
     def read(self, size: int = -1) -> bytes:
-        out = self._next(size)
+        """Up to `size` bytes (never more: fastwarc's buffers are that long)."""
+        size = size if size and size > 0 else 1 << 16
+        out, self.pending = self.pending[:size], self.pending[size:]
+        if len(out) < size and self.tail_at is None:
+            more = self.stream.read(size - len(out))
+            if more:
+                out += more
+            else:  # the archive's end: the end record follows
+                self.tail_at = self.position + len(out)
+                take = size - len(out)
+                out, self.pending = out + self.tail[:take], self.tail[take:]
         self.position += len(out)
         return out
-
-    def _next(self, size: int) -> bytes:
-        data = self.stream.read(size if size and size > 0 else 1 << 16)
-        if self.pending:  # the bytes read to tell gzip from plain go first
-            data, self.pending = self.pending + data, b""
-        if data:
-            return data
-        if not self.done:
-            self.done = True
-            return self.tail
-        return b""
 
     def tell(self) -> int:
         return self.position
@@ -141,13 +142,12 @@ def read_warc(
     and URL, so it is not lost silently); every record before it keeps its verdict."""
     count = 0
     held: tuple[Item, int] | None = None
-    records = ArchiveIterator(
-        _WithSentinel(stream), record_types=WarcRecordType.any_type, parse_http=True
-    )
+    source = _WithSentinel(stream)
+    records = ArchiveIterator(source, record_types=WarcRecordType.any_type, parse_http=True)
     damage = "it ends in the middle of a record (cut short)"
     try:
         for record in records:
-            if record.record_id == _SENTINEL_ID:
+            if record.record_id == _SENTINEL_ID and record.stream_pos == source.tail_at:
                 if held is not None:
                     yield held[0]
                 return
@@ -158,6 +158,12 @@ def read_warc(
             held = (_item(record, ref, id_from, extract, max_bytes), ref), record.stream_pos
     except OSError as exc:  # fastwarc: bad headers, a broken gzip member
         damage = f"{exc}"
+    except BaseException as exc:
+        # fastwarc is Rust: a bug it hits on hostile input is a pyo3 PanicException,
+        # a BaseException whose class cannot be imported; it is damage like any other
+        if type(exc).__name__ != "PanicException":
+            raise
+        damage = f"the WARC reader failed on it ({exc})"
     if held is None:
         yield _corrupt(f"no readable record: {damage}"), WarcRef(None, None)
         return

@@ -180,16 +180,16 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return write_warc(tmp_path_factory.mktemp("w") / "a.warc.gz", recs).read_bytes()
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=4000))
 def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     for item in items(data):
         assert isinstance(item, Document | Rejected | Skipped)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(st.data())
 def test_damaged_archives_never_raise(archive: bytes, data: st.DataObject) -> None:
     """Flip, drop or insert bytes anywhere in a real gzipped archive."""

@@ -86,19 +86,28 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
 def _produce_warc(producer: Any, source: IO[bytes], topic: str) -> int:
     """An archive's HTML pages as HTML messages: the value is the page's bytes as
     fetched, the key its URI, the header `warc-record-id` its record id (for
-    `worker --input-format html`, or `--id-header warc-record-id`)."""
+    `worker --input-format html`, or `--id-header warc-record-id`).  A page larger
+    than a produce request may be (the producer's max_request_size, 1 MiB by
+    default) is not sent, and counted."""
+    from kafka.errors import MessageSizeTooLargeError
+
     from streamdedup.inputs.warc import html_pages
 
-    sent = 0
+    sent = too_large = 0
     try:
         for ref, page in html_pages(source):
             key = ref.url.encode() if ref.url else None
             headers = [("warc-record-id", ref.record_id.encode())] if ref.record_id else []
-            producer.send(topic, value=page, key=key, headers=headers)
+            try:
+                producer.send(topic, value=page, key=key, headers=headers)
+            except MessageSizeTooLargeError:
+                too_large += 1
+                continue
             sent += 1
         producer.flush()
     finally:
         producer.close()
         source.close()
-    print(f"sent {sent:,} HTML pages to {topic}", file=sys.stderr)
+    big = f" ({too_large:,} over the producer's message size limit, not sent)" if too_large else ""
+    print(f"sent {sent:,} HTML pages to {topic}{big}", file=sys.stderr)
     return EXIT_OK

@@ -1,8 +1,8 @@
 """A fetched page's bytes -> the text that is shingled, or why not.
 
-Crawlers hand us HTML, not text.  Two well-kept C++ libraries do the work, wrapped by
-resiliparse (chosen over trafilatura by measurement: see the README's dependency
-notes): `resiliparse.parse.encoding` finds the charset (the HTTP header's, else the
+Crawlers hand us HTML, not text.  resiliparse does the work in native code (the
+lexbor HTML parser and uchardet, bound in Rust; chosen over trafilatura by
+measurement: see the README's dependency notes): `resiliparse.parse.encoding` finds the charset (the HTTP header's, else the
 page's `<meta charset>`, else uchardet's guess) and decodes, and
 `resiliparse.extract.html2text` turns the DOM into text -- with `main_content=True`
 (`--extract main`) it drops navigation, headers, footers, sidebars and cookie banners,

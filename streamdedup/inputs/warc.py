@@ -1,7 +1,8 @@
 """WARC archives -> documents, in record order, with what each record was.
 
-fastwarc (the C++ reader of the resiliparse project) parses the archive, plain or
-gzipped; this module decides what each record becomes:
+fastwarc (the native WARC reader of the resiliparse project) parses the archive, plain
+or compressed, and decodes each HTTP body (chunked transfer, gzip/deflate/brotli
+content encodings); this module decides what each record becomes:
 
 - a `response` record with an HTML payload (`text/html`, `application/xhtml+xml`):
   a `Document` whose id is its `WARC-Target-URI` (or `WARC-Record-ID`, `--warc-id`)
@@ -143,7 +144,9 @@ def read_warc(
     count = 0
     held: tuple[Item, int] | None = None
     source = _WithSentinel(stream)
-    records = ArchiveIterator(source, record_types=WarcRecordType.any_type, parse_http=True)
+    records = ArchiveIterator(
+        source, record_types=WarcRecordType.any_type, parse_http=True, auto_decode="all"
+    )
     damage = "it ends in the middle of a record (cut short)"
     try:
         for record in records:
@@ -189,7 +192,10 @@ def html_pages(stream: IO[bytes]) -> Iterator[tuple[WarcRef, bytes]]:
     damaged record -- produce is for trying a worker on crawl data, `dedup` is the
     reader that reports damage."""
     records = ArchiveIterator(
-        _WithSentinel(stream), record_types=WarcRecordType.response, parse_http=True
+        _WithSentinel(stream),
+        record_types=WarcRecordType.response,
+        parse_http=True,
+        auto_decode="all",
     )
     with contextlib.suppress(OSError):
         for record in records:
@@ -223,7 +229,16 @@ def _item(
             f"record is {record.content_length:,} bytes, over the limit of {max_bytes:,}",
             doc_id,
         )
-    text = page_text(record.reader.read(), extract, record.http_charset)
+    # Bodies are decoded as they are read (`auto_decode`: chunked transfer, gzip,
+    # deflate or brotli content encodings, as wget and other crawlers store them), so
+    # the limit is checked again on the decoded bytes: a small compressed body can
+    # expand far beyond it (a "zip bomb"), and no more than the limit is ever read.
+    payload = record.reader.read(max_bytes + 1)
+    if len(payload) > max_bytes:
+        return Rejected(
+            TOO_LARGE, f"record's decoded body is over the limit of {max_bytes:,} bytes", doc_id
+        )
+    text = page_text(payload, extract, record.http_charset)
     if isinstance(text, Rejected):
         return Rejected(text.reason, text.message, doc_id)
     return Document(doc_id, text)

@@ -5,8 +5,11 @@ on half a page, and keeping every record before the damage."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastwarc.warc import ArchiveIterator
@@ -81,8 +84,6 @@ def test_non_html_and_non_response_records_are_skipped(tmp_path: Path) -> None:
 
 
 def test_a_binary_page_is_an_error_with_its_id_and_the_next_page_goes_on(tmp_path: Path) -> None:
-    import gzip
-
     records = [
         Rec("https://example.org/img", gzip.compress(page("valgrind-faq"))),
         Rec("https://example.org/ok", page("valgrind-faq")),
@@ -104,6 +105,45 @@ def test_a_50_mb_page_is_rejected_without_being_read(tmp_path: Path) -> None:
     assert isinstance(got[1], Rejected) and got[1].reason == TOO_LARGE
     assert got[1].id == "https://example.org/big" and "over the limit" in got[1].message
     assert isinstance(got[2], Document) and got[2].id == "https://example.org/ok"
+
+
+def _deflate(data: bytes) -> bytes:
+    return zlib.compress(data)
+
+
+def _chunked(data: bytes) -> bytes:
+    cut = len(data) // 2
+    parts = (data[:cut], data[cut:])
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("encode", "header"),
+    [
+        (gzip.compress, ("Content-Encoding", "gzip")),
+        (_deflate, ("Content-Encoding", "deflate")),
+        (_chunked, ("Transfer-Encoding", "chunked")),
+    ],
+    ids=["gzip", "deflate", "chunked"],
+)
+def test_encoded_bodies_are_decoded_as_crawlers_store_them(
+    tmp_path: Path, encode: Any, header: tuple[str, str]
+) -> None:
+    """wget and other crawlers keep the body as the server sent it."""
+    body = page("nodejs-synopsis")
+    records = [Rec("https://e/enc", encode(body), http_headers=(header,))]
+    got = [i for i in items(write_warc(tmp_path / "a.warc", records).read_bytes())][1:]
+    assert isinstance(got[0], Document) and got[0].text == page_text(body)
+    pages = list(html_pages(write_warc(tmp_path / "b.warc", records).open("rb")))
+    assert pages[0][1] == body  # produce sends the page's HTML, decoded
+
+
+def test_a_compression_bomb_is_too_large_once_decoded(tmp_path: Path) -> None:
+    bomb = gzip.compress(b"<p>" + b"a " * 5_000_000 + b"</p>")  # 10 MB in about 10 KB
+    records = [Rec("https://e/bomb", bomb, http_headers=(("Content-Encoding", "gzip"),))]
+    data = write_warc(tmp_path / "a.warc", records).read_bytes()
+    (got,) = [i for i in items(data, max_bytes=1_000_000) if not isinstance(i, Skipped)]
+    assert isinstance(got, Rejected) and got.reason == TOO_LARGE and "decoded" in got.message
 
 
 def record_starts(data: bytes) -> list[int]:

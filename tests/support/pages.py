@@ -88,6 +88,7 @@ class Rec:
     payload: bytes
     content_type: str = "text/html; charset=utf-8"
     kind: str = "response"
+    http_headers: tuple[tuple[str, str], ...] = ()  # more HTTP headers (Content-Encoding)
 
 
 def write_warc(path: Path, records: list[Rec], *, gz: bool | None = None) -> Path:
@@ -103,7 +104,10 @@ def write_warc(path: Path, records: list[Rec], *, gz: bool | None = None) -> Pat
                 status = "200 OK" if r.kind == "response" else "GET / HTTP/1.1"
                 http = StatusAndHeaders(
                     status,
-                    [("Content-Type", r.content_type)] if r.content_type else [],
+                    [
+                        *([("Content-Type", r.content_type)] if r.content_type else []),
+                        *r.http_headers,
+                    ],
                     protocol="HTTP/1.1",
                     is_http_request=r.kind == "request",
                 )

@@ -105,6 +105,10 @@ def test_json_lines_holding_html_give_the_verdicts_of_the_warc(tmp_path: Path) -
     _, warc = dedup(tmp_path, crawl(tmp_path), index="w")
     keys = ("id", "verdict", "duplicate_of", "cluster", "similarity", "exact")
     assert [{k: r[k] for k in keys} for r in out] == [{k: r[k] for k in keys} for r in warc]
+    # the same with a preparing process (the HTML is extracted there)
+    proc, pooled = dedup(tmp_path, src, text_format="html", text_field="html", workers=1, index="p")
+    assert proc.returncode == EXIT_OK, proc.stderr.decode()
+    assert pooled == out
     # the same file as text: HTML shingled with its markup, and no "url" fields
     proc, raw = dedup(tmp_path, src, text_field="html", index="t")
     assert proc.returncode == EXIT_OK and "url" not in raw[0]

@@ -208,3 +208,13 @@ def test_decode_message_html_never_raises(
 def test_extract_text_never_raises_on_any_markup(html: str) -> None:
     assert isinstance(extract_text(html, "main"), str | Rejected)
     assert isinstance(decode_page(html.encode("utf-8", "surrogatepass")), str | Rejected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(max_size=500), st.text(max_size=300).map(str.encode)))
+def test_decode_json_with_html_text_never_raises(raw: bytes) -> None:
+    import orjson
+
+    for line in (raw, orjson.dumps({"id": 1, "text": raw.decode("utf-8", "replace")})):
+        got = decode_json(line, Fields(text_format="html"))
+        assert isinstance(got, Document | Rejected)

@@ -196,10 +196,7 @@ def decode_message(
         obj = _unpack(value)
         if isinstance(obj, Rejected):
             return obj
-        doc = from_mapping(obj, fields, "msgpack", timestamp_ms)
-        if fields.text_format == "html" and isinstance(doc, Document):
-            return _extracted(doc, extract_text(doc.text, fields.extract))
-        return doc
+        return from_mapping(obj, fields, "msgpack", timestamp_ms)
     if fmt == "html":
         return _decode_html(value, key, fields, timestamp_ms, headers)
     if key is None:

@@ -2,8 +2,9 @@
 
 Crawlers hand us HTML, not text.  resiliparse does the work in native code (the
 lexbor HTML parser and uchardet, bound in Rust; chosen over trafilatura by
-measurement: see the README's dependency notes): `resiliparse.parse.encoding` finds the charset (the HTTP header's, else the
-page's `<meta charset>`, else uchardet's guess) and decodes, and
+measurement: see the README's dependency notes): `resiliparse.parse.encoding` finds
+the charset (the HTTP header's, else the page's `<meta charset>`, else uchardet's
+guess) and decodes, and
 `resiliparse.extract.html2text` turns the DOM into text -- with `main_content=True`
 (`--extract main`) it drops navigation, headers, footers, sidebars and cookie banners,
 so that the same article under two site templates shingles alike and two articles

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Literal
 
-from fastwarc.warc import ArchiveIterator, WarcRecordType
+from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
 from streamdedup.inputs.decode import check_id
 from streamdedup.inputs.html import Extract, page_text
@@ -206,11 +206,9 @@ def html_pages(stream: IO[bytes]) -> Iterator[tuple[WarcRef, bytes]]:
 
 
 def _item(
-    record: object, ref: WarcRef, id_from: WarcId, extract: Extract, max_bytes: int
+    record: WarcRecord, ref: WarcRef, id_from: WarcId, extract: Extract, max_bytes: int
 ) -> Document | Rejected | Skipped:
-    from fastwarc.warc import WarcRecord
-
-    assert isinstance(record, WarcRecord)
+    """What one record becomes (see the module docstring)."""
     if record.record_type != WarcRecordType.response:
         kind = record.headers.get("WARC-Type") or "unknown"
         return Skipped(NOT_RESPONSE, f"a {kind} record, not a response", ref)

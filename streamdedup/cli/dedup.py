@@ -115,6 +115,7 @@ class Run:
                 self.fields,
                 warc_id="record-id" if self.values["warc_id"] == "record-id" else "uri",
                 batch_size=batch_size,
+                workers=max(0, self.values["workers"]),
                 progress=self.progress,
                 summary=self.summary,
                 on_skip=(lambda item, n: _report_skip(path, item, n)) if report else None,

@@ -67,8 +67,9 @@ TUNING = OptionGroup(
         ),
         Opt(
             "workers",
-            "extra processes that decode and compute signatures while the main process "
-            "updates the index (0: all in the main process; 1 suits 2 cores)",
+            "extra processes that decode and compute signatures (WARC input: extract "
+            "pages) while the main process updates the index (0: all in the main "
+            "process; 1 suits 2 cores)",
             int,
             0,
             metavar="N",

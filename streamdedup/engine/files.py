@@ -173,6 +173,7 @@ def run_warc(
     *,
     warc_id: WarcId = "uri",
     batch_size: int = 8000,
+    workers: int = 0,
     progress: Any = None,
     summary: Summary | None = None,
     on_skip: Callable[[Skipped, int], None] | None = None,

@@ -82,7 +82,26 @@ class Skipped:
     ref: WarcRef
 
 
+@dataclass(frozen=True, slots=True)
+class Page:
+    """An HTML response's body, not yet extracted (`read_pages`): extraction, the
+    costly part, can then run elsewhere (`engine.pages`, `dedup --workers`)."""
+
+    id: str | int
+    payload: bytes
+    charset: str | None
+
+
 Item = tuple[Document | Rejected | Skipped, WarcRef]
+PageItem = tuple[Page | Rejected | Skipped, WarcRef]
+
+
+def page_document(page: Page, extract: Extract = "main") -> Document | Rejected:
+    """A page's document: its extracted text under its id, or why not."""
+    text = page_text(page.payload, extract, page.charset)
+    if isinstance(text, Rejected):
+        return Rejected(text.reason, text.message, page.id)
+    return Document(page.id, text)
 
 
 class _WithSentinel:
@@ -132,7 +151,19 @@ def read_warc(
     extract: Extract = "main",
     max_bytes: int = 16 << 20,
 ) -> Iterator[Item]:
-    """Every record of the archive in order, as a document, a skip or a reject.
+    """Every record of the archive in order, as a document, a skip or a reject: the
+    pages of `read_pages` extracted here, one at a time."""
+    for item, ref in read_pages(stream, id_from=id_from, max_bytes=max_bytes):
+        yield (page_document(item, extract) if isinstance(item, Page) else item), ref
+
+
+def read_pages(
+    stream: IO[bytes],
+    *,
+    id_from: WarcId = "uri",
+    max_bytes: int = 16 << 20,
+) -> Iterator[PageItem]:
+    """Every record of the archive in order, as an HTML page, a skip or a reject.
 
     Each record is handed out only once the next one (or the end-of-archive record)
     has been parsed.  When the archive turns out to be damaged -- a header fastwarc
@@ -142,7 +173,7 @@ def read_warc(
     half a page.  That record becomes the `corrupt_warc` error record (with its id
     and URL, so it is not lost silently); every record before it keeps its verdict."""
     count = 0
-    held: tuple[Item, int] | None = None
+    held: tuple[PageItem, int] | None = None
     source = _WithSentinel(stream)
     records = ArchiveIterator(
         source, record_types=WarcRecordType.any_type, parse_http=True, auto_decode="all"
@@ -158,7 +189,7 @@ def read_warc(
                 yield held[0]
             count += 1
             ref = WarcRef(record.headers.get("WARC-Target-URI"), record.record_id)
-            held = (_item(record, ref, id_from, extract, max_bytes), ref), record.stream_pos
+            held = (_item(record, ref, id_from, max_bytes), ref), record.stream_pos
     except OSError as exc:  # fastwarc: bad headers, a broken gzip member
         damage = f"{exc}"
     except BaseException as exc:
@@ -171,7 +202,7 @@ def read_warc(
         yield _corrupt(f"no readable record: {damage}"), WarcRef(None, None)
         return
     (item, ref), offset = held
-    doc_id = item.id if isinstance(item, Document | Rejected) else None
+    doc_id = item.id if isinstance(item, Page | Rejected) else None
     where = f"record {count} (at byte {offset:,}"
     where += f", {ref.url})" if ref.url else ")"
     yield _corrupt(f"{damage}; {where} is next to the damage and was not checked", doc_id), ref
@@ -206,8 +237,8 @@ def html_pages(stream: IO[bytes]) -> Iterator[tuple[WarcRef, bytes]]:
 
 
 def _item(
-    record: WarcRecord, ref: WarcRef, id_from: WarcId, extract: Extract, max_bytes: int
-) -> Document | Rejected | Skipped:
+    record: WarcRecord, ref: WarcRef, id_from: WarcId, max_bytes: int
+) -> Page | Rejected | Skipped:
     """What one record becomes (see the module docstring)."""
     if record.record_type != WarcRecordType.response:
         kind = record.headers.get("WARC-Type") or "unknown"
@@ -236,10 +267,7 @@ def _item(
         return Rejected(
             TOO_LARGE, f"record's decoded body is over the limit of {max_bytes:,} bytes", doc_id
         )
-    text = page_text(payload, extract, record.http_charset)
-    if isinstance(text, Rejected):
-        return Rejected(text.reason, text.message, doc_id)
-    return Document(doc_id, text)
+    return Page(doc_id, payload, record.http_charset)
 
 
 _ID_HEADER = {"uri": "WARC-Target-URI", "record-id": "WARC-Record-ID"}

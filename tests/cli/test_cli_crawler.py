@@ -149,6 +149,9 @@ def test_a_damaged_archive_keeps_the_verdicts_before_it_and_the_next_input_runs(
     assert out[4]["id"] == "https://e/after" and out[4]["duplicate_of"] == "https://e/valgrind-faq"
     assert "corrupt_warc 1" in proc.stderr.decode()
     assert b"Traceback" not in proc.stderr
+    # pages extracted in another process: the same output
+    proc, pooled = dedup(tmp_path, cut, after, workers=1, index="pooled")
+    assert proc.returncode == EXIT_REJECTED and pooled == out
 
 
 def test_a_50_mb_page_is_an_error_record(tmp_path: Path) -> None:

@@ -12,8 +12,9 @@ Measured, each in the same run, round robin, best of --repeat (on a shared machi
 noise only ever adds time):
 
 - `streamdedup dedup crawl.warc.gz` (read, extract main content, shingle, index),
-  and `streamdedup dedup pages.jsonl` on the same pages' extracted text: docs/s of
-  each, and their ratio;
+  the same with `--workers 1 --batch-size 1000` (pages extracted in another process
+  while this one updates the index), and `streamdedup dedup pages.jsonl` on the same
+  pages' extracted text: docs/s of each, and their ratios;
 - in this process: reading the archive alone (fastwarc, payloads only), and reading
   it with extraction (`inputs.warc.read_warc`): the extraction's cost per page and
   its share of the WARC run's time;
@@ -206,9 +207,12 @@ def main() -> None:
             for item, _ in read_warc(warc.open("rb")):
                 if isinstance(item, Document):
                     fh.write(orjson.dumps({"id": item.id, "text": item.text}) + b"\n")
-        runs: dict[str, list[float]] = {"warc": [], "jsonl": []}
-        for r in range(args.repeat):  # round robin: both once, then again
+        runs: dict[str, list[float]] = {"warc": [], "warc_workers1": [], "jsonl": []}
+        for r in range(args.repeat):  # round robin: all once, then again
             runs["warc"].append(measure(dedup(warc, tmp / f"w{r}")))
+            runs["warc_workers1"].append(
+                measure(dedup(warc, tmp / f"p{r}", "--workers", "1", "--batch-size", "1000"))
+            )
             runs["jsonl"].append(measure(dedup(jsonl, tmp / f"j{r}")))
         data = warc.read_bytes()
         read_s, read_runs = best_of(args.repeat, lambda: _timed(read_only, data))
@@ -224,6 +228,11 @@ def main() -> None:
         "html_mb": html_bytes / 1e6,
         "warc_gz_mb": warc_bytes / 1e6,
         "dedup_warc": {"seconds": warc_s, "docs_per_s": n / warc_s, "runs": runs["warc"]},
+        "dedup_warc_workers1_batch1000": {
+            "seconds": min(runs["warc_workers1"]),
+            "docs_per_s": n / min(runs["warc_workers1"]),
+            "runs": runs["warc_workers1"],
+        },
         "dedup_jsonl_text": {
             "seconds": jsonl_s,
             "docs_per_s": n / jsonl_s,
@@ -246,6 +255,11 @@ def main() -> None:
         f"dedup WARC (extraction included): {n / warc_s:,.0f} docs/s;  "
         f"same pages as JSON text: {n / jsonl_s:,.0f} docs/s;  "
         f"WARC run takes {warc_s / jsonl_s:.2f}x the time"
+    )
+    pooled = min(runs["warc_workers1"])
+    print(
+        f"dedup WARC --workers 1 --batch-size 1000: {n / pooled:,.0f} docs/s "
+        f"({warc_s / pooled:.2f}x the speed of --workers 0)"
     )
     print(
         f"extraction: {result['extraction_ms_per_page']:.2f} ms/page, "

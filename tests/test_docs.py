@@ -294,3 +294,15 @@ def test_scurve_script_draws_what_the_page_shows(tmp_path: Path) -> None:
     assert len(list(tmp_path.iterdir())) == 3
     for png in tmp_path.iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paths_named_in_the_docs_exist() -> None:
+    """A file of the repository named in the README or any page (`streamdedup/...`,
+    `tests/...`, `bench/...`, `deploy/...`, `docs/...`) exists: a moved module or test
+    shows up here."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pattern = re.compile(r"`((?:streamdedup|tests|bench|deploy|docs)/[\w./-]*\w)/?[`:]")
+    named = {m.group(1) for page in pages for m in pattern.finditer(page.read_text())}
+    assert len(named) > 10, "the pattern finds too little: is it still right?"
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing

@@ -61,13 +61,14 @@ def draw(num_perm: int, bandings: dict[float, Banding], out: Path) -> None:
 def table(bands: dict[tuple[int, float], Banding]) -> str:
     """The Markdown table docs/parameters.md carries (same rows, same order)."""
     rows = [
-        "| K | threshold | bands b | rows r | (1/b)^(1/r) | false-positive area | "
-        "false-negative area |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| K | threshold | bands b | rows r | (1/b)^(1/r) | P(candidate) at the threshold | "
+        "false-positive area | false-negative area |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (k, t), b in bands.items():
         rows.append(
             f"| {k} | {t} | {b.bands} | {b.rows} | {b.approx_threshold:.3f} | "
+            f"{float(s_curve(t, b.bands, b.rows)):.3f} | "
             f"{b.false_positive_area:.4f} | {b.false_negative_area:.5f} |"
         )
     return "\n".join(rows)

@@ -50,7 +50,6 @@ NOT_RUN = [
     ("README.md", "installs into a fresh venv (the tests run in one)"),
     ("README.md", "the test suite itself"),
     ("README.md", "kcat needs a real Apache Kafka broker"),
-    ("README.md", "runs part of the test suite (this test is in it)"),
     ("docs/guide/getting-started.md", "installs into a fresh venv (the tests run in one)"),
     ("docs/guide/reading-verdicts.md", "kcat needs a real Apache Kafka broker"),
     ("docs/guide/reading-verdicts.md", "needs the Apache Kafka distribution and a cluster"),
@@ -306,3 +305,19 @@ def test_paths_named_in_the_docs_exist() -> None:
     assert len(named) > 10, "the pattern finds too little: is it still right?"
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing
+
+
+def test_readme_troubleshooting_quotes_the_tested_page() -> None:
+    """The README's table quotes the messages that docs/guide/troubleshooting.md shows,
+    and that page's console blocks are compared with what the commands print: so the
+    README's quotes are checked too, through the page."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Troubleshooting\n", 1)[1].split("\n## ", 1)[0]
+    page = (ROOT / "docs/guide/troubleshooting.md").read_text()
+    rows = [line for line in section.splitlines() if line.startswith("| ")][2:]
+    assert len(rows) == 5, "the five mistakes"
+    for row in rows:
+        quote = re.search(r"`([^`]+)`", row.split(" | ")[1])
+        assert quote, row
+        for part in quote.group(1).split("..."):
+            assert part.strip() in page, (row, part)

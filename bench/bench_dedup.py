@@ -15,6 +15,7 @@ counts, as with timeit, since on a shared machine noise only ever adds time.
 All runs are printed.
 
     python bench/bench_dedup.py --docs 20000            # about 6 minutes
+    python bench/bench_dedup.py --docs 20000 --skip-datasketch --num-perms 64 128 256
 """
 
 from __future__ import annotations
@@ -156,6 +157,13 @@ def main() -> int:
         default=3,
         help="runs per contender; the fastest counts (noise on a shared machine only adds)",
     )
+    ap.add_argument(
+        "--num-perms",
+        type=int,
+        nargs="+",
+        help="instead of the usual contenders, streamdedup's default at each of these K "
+        "(the K trade-off in docs/parameters.md)",
+    )
     args = ap.parse_args()
 
     # What an installed package has: its modules' bytecode compiled (an editable
@@ -195,6 +203,14 @@ def main() -> int:
                 ),
             ),
         ]
+        if args.num_perms:
+            contenders = [
+                (
+                    f"streamdedup --num-perm {k}",
+                    lambda tmp, t=t, k=k: run_streamdedup(corpus, tmp, t, ["--num-perm", str(k)]),
+                )
+                for k in args.num_perms
+            ]
         if not args.skip_datasketch:
             contenders.append(
                 (

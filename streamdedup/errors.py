@@ -42,6 +42,11 @@ class ConfigError(StreamDedupError):
     """Invalid options or configuration file."""
 
 
+class MissingTopicError(ConfigError):
+    """A Kafka topic the command reads does not exist (a mistyped name, or nothing
+    was produced to it yet)."""
+
+
 class ParameterMismatchError(StreamDedupError):
     """An index was opened with parameters other than those it was built with."""
 

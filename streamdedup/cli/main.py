@@ -32,6 +32,7 @@ from streamdedup.cli.reports import cmd_inspect, cmd_stats
 from streamdedup.cli.settings import open_engine
 from streamdedup.cli.table import ARGUMENTS, COMMANDS
 from streamdedup.cli.tune import cmd_tune
+from streamdedup.cli.verdicts import cmd_verdicts
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, StreamDedupError
 from streamdedup.sketch import kernels
 
@@ -96,6 +97,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "replay": cmd_replay,
     "broker": cmd_broker,
     "produce": cmd_produce,
+    "verdicts": cmd_verdicts,
     "restore": cmd_restore,
 }
 

@@ -339,6 +339,42 @@ REPLAY = OptionGroup(
     ),
 )
 
+_CONNECTION = ("security-protocol", "sasl-mechanism", "sasl-username", "sasl-password")
+VERDICTS = OptionGroup(
+    "verdicts",
+    (
+        KAFKA.options[0],  # --bootstrap-servers
+        Opt("topic", "the verdict topic to read", str, "verdicts", metavar="TOPIC"),
+        Opt(
+            "only",
+            "print only the verdicts of this kind",
+            str,
+            choices=("unique", "duplicate"),
+        ),
+        Opt(
+            "follow",
+            "keep printing new verdicts until Ctrl-C (default: stop at the end)",
+            flag=True,
+        ),
+        Opt("output", "where the JSON lines go ('-' for stdout)", str, "-", metavar="FILE"),
+        Opt(
+            "partition",
+            "read only this partition (default: all)",
+            int,
+            repeat=True,
+            metavar="N",
+        ),
+    ),
+)
+VERDICTS_KAFKA = OptionGroup(
+    "kafka",
+    tuple(
+        o
+        for o in KAFKA.options
+        if o.name in _CONNECTION or o.name.startswith("ssl-") or o.name == "connect-timeout"
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents against the index, one verdict per line",
@@ -379,6 +415,10 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             INPUT,
             LOGGING,
         ),
+    ),
+    "verdicts": (
+        "print a verdict topic's committed verdicts as JSON lines (aborted batches left out)",
+        (VERDICTS, VERDICTS_KAFKA),
     ),
     "broker": (
         "run a Kafka-protocol broker on loopback for trying things out (Tansu, in memory)",

@@ -516,3 +516,31 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
 }
+
+
+# One example per command, shown at the end of its --help (and in docs/configuration.md).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "dedup": ("streamdedup dedup pages.jsonl --index ./index --output verdicts.jsonl",),
+    "worker": (
+        "streamdedup worker --bootstrap-servers localhost:9092 --index ./index "
+        "--input-topic documents --output-topic verdicts",
+    ),
+    "backup": ("streamdedup backup --index ./index ./index-backup",),
+    "restore": ("streamdedup restore --index ./index ./index-backup",),
+    "replay": (
+        "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
+        "--index ./rebuilt --output verdicts.jsonl",
+    ),
+    "verdicts": (
+        "streamdedup verdicts --bootstrap-servers localhost:9092 --topic verdicts "
+        "--only duplicate --follow",
+    ),
+    "broker": ("streamdedup broker --port 9092",),
+    "produce": (
+        "streamdedup produce pages.jsonl --bootstrap-servers localhost:9092 --topic documents",
+    ),
+    "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
+    "stats": ("streamdedup stats --index ./index --check",),
+    "inspect": ("streamdedup inspect --index ./index page-42",),
+    "demo": ("streamdedup demo",),
+}

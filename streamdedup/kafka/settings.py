@@ -17,13 +17,18 @@ from collections.abc import Callable
 from typing import Any
 
 from streamdedup.config import WorkerConfig
-from streamdedup.errors import BrokerUnavailableError
+from streamdedup.errors import BrokerUnavailableError, MissingTopicError
 
 __all__ = [
+    "EMBEDDED_GROUP_TIMEOUTS",
     "PRODUCER_DEFAULTS",
     "consumer_settings",
     "create_topics",
+    "group_timeouts",
     "install_signal_handlers",
+    "is_embedded_broker",
+    "require_topic",
+    "topic_partitions",
     "wait_for_broker",
 ]
 
@@ -57,18 +62,25 @@ def consumer_settings(cfg: WorkerConfig) -> dict[str, Any]:
 
 def wait_for_broker(bootstrap_servers: str, timeout_s: float) -> None:
     """Retry a plain TCP connection with backoff: fast feedback, clear error."""
-    hosts = [h.strip().rsplit(":", 1) for h in bootstrap_servers.split(",")]
+    hosts = [h.strip().rpartition(":") for h in bootstrap_servers.split(",")]
     delay, deadline = 0.25, time.monotonic() + timeout_s
+    last = "no address given"
     while True:
-        for host, port in hosts:
+        for host, _, port in hosts:
             try:
                 socket.create_connection((host, int(port)), timeout=2).close()
                 return
-            except (OSError, ValueError):
-                continue
+            except socket.gaierror as exc:
+                last = f"{host}: cannot resolve the name ({exc.strerror})"
+            except ValueError:
+                last = f"{host}:{port}: expected host:port"
+            except OSError as exc:
+                last = f"{host}:{port}: {exc.strerror or exc}"
         if time.monotonic() + delay > deadline:
             raise BrokerUnavailableError(
-                f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s"
+                f"no Kafka broker answered at {bootstrap_servers} within {timeout_s:.0f}s "
+                f"({last}): check --bootstrap-servers (host:port of a running broker; "
+                "`streamdedup broker` starts one on this machine for trying things out)"
             )
         log.warning("broker not reachable at %s, retrying in %.1fs", bootstrap_servers, delay)
         time.sleep(delay)
@@ -117,3 +129,76 @@ def create_topics(
                 admin.create_topics(wanted)
     finally:
         admin.close()
+
+
+def topic_partitions(bootstrap: str, topic: str, settings: dict[str, Any]) -> int | None:
+    """How many partitions `topic` has, 0 when the broker says it does not exist, None
+    when the broker could not be asked (the caller's own clients then report why).
+    Asked through the admin API, which never creates the topic (a consumer's or a
+    producer's metadata request may, on brokers that auto-create topics)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+    except (KafkaError, OSError, AssertionError, TypeError):
+        return None
+    try:
+        (description,) = admin.describe_topics([topic])
+        return 0 if description.get("error_code") else len(description["partitions"])
+    except (KafkaError, OSError):
+        return None
+    finally:
+        admin.close()
+
+
+def require_topic(
+    bootstrap: str, topic: str, settings: dict[str, Any], flag: str, remedy: str
+) -> None:
+    """Refuse, in one line, to start on a topic that does not exist."""
+    if topic_partitions(bootstrap, topic, settings) == 0:
+        raise MissingTopicError(
+            f"topic {topic!r} ({flag}) does not exist on {bootstrap}: check the name, or {remedy}"
+        )
+
+
+# Tansu answers a consumer-group join only after about twice the session timeout
+# (measured: 23-25 s with kafka-python's 10 s default, 5 s with 6 s, 2 s with 3 s); on
+# Apache Kafka a join takes well under a second whatever the timeout.  On the embedded
+# broker the worker therefore uses a short session (heartbeats come from kafka-python's
+# I/O thread, so a long batch does not miss them); --consumer-option overrides it.
+EMBEDDED_GROUP_TIMEOUTS: dict[str, Any] = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500}
+
+
+def is_embedded_broker(bootstrap: str, settings: dict[str, Any]) -> bool:
+    """Whether the cluster is Tansu (the embedded broker): its cluster id is
+    `tansu_cluster` unless it was started with another.  False when it cannot tell."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+    except (KafkaError, OSError, AssertionError, TypeError):
+        return False
+    try:
+        return str(admin.describe_cluster().get("cluster_id") or "").startswith("tansu")
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()
+
+
+def group_timeouts(bootstrap: str, consumer_options: dict[str, Any]) -> dict[str, Any]:
+    """The consumer options with `EMBEDDED_GROUP_TIMEOUTS` added on the embedded broker
+    (those the user gave win)."""
+    settings = {
+        k: v for k, v in consumer_options.items() if k.startswith(("security_", "sasl_", "ssl_"))
+    }
+    if not is_embedded_broker(bootstrap, settings):
+        return consumer_options
+    log.info(
+        "embedded broker (Tansu): consumer-group session timeout %.0fs so the join takes "
+        "seconds (--consumer-option session_timeout_ms=... overrides it)",
+        EMBEDDED_GROUP_TIMEOUTS["session_timeout_ms"] / 1000,
+    )
+    return {**EMBEDDED_GROUP_TIMEOUTS, **consumer_options}

@@ -21,6 +21,8 @@ Exit statuses (documented in the README, "Bad input and exit status"):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
@@ -33,9 +35,30 @@ EXIT_INTERRUPTED = 130
 
 
 class StreamDedupError(Exception):
-    """Base class: anything streamdedup raises on purpose."""
+    """Base class: anything streamdedup raises on purpose.
+
+    A message that names a parameter of the Python API writes it in backticks
+    (`num_perm`) and lists it in `params`, so that API callers read the names they
+    passed and the command line shows its own flags instead (`for_command_line`:
+    --num-perm).  `params` maps each name to its flag; given as names only, the flag
+    is the name with dashes."""
 
     exit_status: int = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, params: Mapping[str, str] | Iterable[str] = ()):
+        super().__init__(message)
+        self.params: dict[str, str] = (
+            dict(params)
+            if isinstance(params, Mapping)
+            else {p: "--" + p.replace("_", "-") for p in params}
+        )
+
+    def for_command_line(self) -> str:
+        """The message with each `param` written as its command-line flag."""
+        text = str(self)
+        for name, flag in self.params.items():
+            text = text.replace(f"`{name}`", flag)
+        return text
 
 
 class ConfigError(StreamDedupError):

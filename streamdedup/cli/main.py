@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args, values = parse(argv)
         return HANDLERS[command](args, values)
     except StreamDedupError as exc:
-        say(f"streamdedup: error: {exc}")
+        say(f"streamdedup: error: {exc.for_command_line()}")
         return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

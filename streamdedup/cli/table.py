@@ -438,6 +438,15 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     ),
                     Opt("topic", "topic to send to", str, "documents", metavar="TOPIC"),
                     Opt(
+                        "partitions",
+                        "partitions of the topic when produce creates it (an existing "
+                        "topic keeps its own); one keeps the processing order, hence the "
+                        "verdicts, the same on every run",
+                        int,
+                        1,
+                        metavar="N",
+                    ),
+                    Opt(
                         "timestamp-field",
                         "use this field (epoch milliseconds) as the message timestamp",
                         str,

@@ -98,7 +98,7 @@ def cmd_verdicts(args: Any, values: dict[str, Any]) -> int:
         reader = LogReader(bootstrap, topic, values["partition"] or None, settings)
         try:
             printer = Printer(out, values["only"])
-            follow(reader, printer, out, bool(values["follow"]))
+            read_topic(reader, printer, out, follow=bool(values["follow"]))
         finally:
             reader.close()
     finally:
@@ -112,23 +112,23 @@ def cmd_verdicts(args: Any, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def follow(reader: LogReader, printer: Printer, out: BinaryIO, keep_going: bool) -> None:
+def read_topic(reader: LogReader, printer: Printer, out: BinaryIO, *, follow: bool) -> None:
     """Round-robin over the partitions until each is read to the end it had when
-    first fetched (or, with `keep_going`, until a signal)."""
+    first fetched (or, with `follow`, until SIGINT or SIGTERM)."""
     views = {p: CommittedView() for p in reader.partitions}
     ends: dict[int, int] = {}
     stop = threading.Event()
-    if keep_going:
+    if follow:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     while not stop.is_set():
-        todo = [p for p in reader.partitions if keep_going or reader.offsets[p] < ends.get(p, 1)]
+        todo = [p for p in reader.partitions if follow or reader.offsets[p] < ends.get(p, 1)]
         if not todo:
             return
         for p in todo:
-            batches, high = reader.fetch(p, max_wait_ms=200 if keep_going else 0)
+            batches, high = reader.fetch(p, max_wait_ms=200 if follow else 0)
             ends.setdefault(p, high)
-            if not batches and not keep_going:
+            if not batches and not follow:
                 ends[p] = reader.offsets[p]  # nothing more below the end: done
             for batch in batches:
                 printer(reader.topic, p, views[p].feed(batch))

@@ -134,6 +134,14 @@ def test_a_mistyped_flag_shows_the_subcommands_usage_and_the_closest_option(
     assert line.endswith(f"did you mean {meant}?")
 
 
+def test_a_value_outside_the_choices_lists_them() -> None:
+    r = run("dedup", "in.jsonl", "--verify", "fuzzy")
+    assert r.returncode == 2
+    assert error_line(r.stderr).endswith(
+        "argument --verify: invalid choice: 'fuzzy' (choose from 'exact', 'signature')"
+    )
+
+
 def test_a_flag_nothing_resembles_points_at_help() -> None:
     r = run("tune", "--zzzzzz")
     assert r.returncode == 2

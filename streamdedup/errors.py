@@ -4,9 +4,12 @@ command line reports for it (`cli.main` maps them in one place: `exc.exit_status
 Exit statuses (documented in the README, "Bad input and exit status"):
 
 ====  ==================================================================
-0     finished; every line / message processed
-1     finished, but some lines were rejected (error records / dead letters)
-2     usage, configuration or index-parameter error (nothing processed)
+0     finished; every line / message processed (also `worker` and
+      `verdicts --follow` stopped by SIGINT or SIGTERM: stopping is their end)
+1     finished, but some lines were rejected (error records / dead letters:
+      `dedup`, `replay`; `verdicts`: records that are not verdicts)
+2     usage, configuration or index-parameter error, or a topic that does not
+      exist (nothing processed)
 3     Kafka: no broker answered, or it refused the connection (auth, TLS)
 4     an input or output file cannot be read or written (missing, a
       directory, no permission, no space, closed pipe)

@@ -23,7 +23,8 @@ from streamdedup.kafka.settings import (
     create_topics,
     group_timeouts,
     install_signal_handlers,
-    require_topic,
+    missing_topic,
+    probe_cluster,
     wait_for_broker,
 )
 from streamdedup.kafka.worker import Worker
@@ -103,16 +104,8 @@ def run_from_options(
         # the broker and the input topic are checked before the index is opened: a
         # wrong address or topic name is reported at once and creates nothing
         wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
-        if not values["create_topics"]:
-            require_topic(
-                cfg.bootstrap_servers,
-                cfg.input_topic,
-                connection_settings(values),
-                "--input-topic",
-                "create it first (`streamdedup produce` does; or start the worker with "
-                "--create-topics --partitions N)",
-            )
-        else:
+        probe = probe_cluster(cfg.bootstrap_servers, cfg.input_topic, connection_settings(values))
+        if values["create_topics"]:
             create_topics(
                 cfg.bootstrap_servers,
                 [
@@ -129,9 +122,16 @@ def run_from_options(
                 connection_settings(values),
                 compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
             )
-        if not {"session_timeout_ms", "heartbeat_interval_ms"} & set(cfg.consumer_options):
-            options = group_timeouts(cfg.bootstrap_servers, cfg.consumer_options)
-            cfg = dataclasses.replace(cfg, consumer_options=options)
+        elif probe.answered and probe.partitions == 0:
+            raise missing_topic(
+                cfg.input_topic,
+                cfg.bootstrap_servers,
+                "--input-topic",
+                "create it first (`streamdedup produce` does; or start the worker "
+                "with --create-topics --partitions N)",
+            )
+        options = group_timeouts(probe.embedded, cfg.consumer_options)
+        cfg = dataclasses.replace(cfg, consumer_options=options)
         if cfg.changelog_topic:
             restore_if_empty(cfg, require_index(values), metrics)
         with open_engine(values) as dd:

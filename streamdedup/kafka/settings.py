@@ -1,5 +1,7 @@
 """Kafka client settings and the chores around the clients: the consumer's and the
-producer's defaults, waiting for a broker to answer, creating topics (admin), and
+producer's defaults (and the group timeouts on the embedded broker), waiting for a
+broker to answer, probing the cluster before a start (topic there? which broker?),
+creating topics (admin), and
 the signal handlers that let a batch finish before the process stops.  Parsing the
 options into settings (`connection_settings`, `parse_pairs`, `require_bootstrap`) is
 plain configuration and lives in `streamdedup.config`, below this layer, where
@@ -14,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from streamdedup.config import WorkerConfig
@@ -22,11 +25,13 @@ from streamdedup.errors import BrokerUnavailableError, MissingTopicError
 __all__ = [
     "EMBEDDED_GROUP_TIMEOUTS",
     "PRODUCER_DEFAULTS",
+    "ClusterProbe",
     "consumer_settings",
     "create_topics",
     "group_timeouts",
     "install_signal_handlers",
-    "is_embedded_broker",
+    "missing_topic",
+    "probe_cluster",
     "require_topic",
     "topic_partitions",
     "wait_for_broker",
@@ -131,25 +136,61 @@ def create_topics(
         admin.close()
 
 
-def topic_partitions(bootstrap: str, topic: str, settings: dict[str, Any]) -> int | None:
-    """How many partitions `topic` has, 0 when the broker says it does not exist, None
-    when the broker could not be asked (the caller's own clients then report why).
-    Asked through the admin API, which never creates the topic (a consumer's or a
-    producer's metadata request may, on brokers that auto-create topics)."""
+# The probes before a start (topic there? embedded broker?) run once the broker answers
+# TCP; a healthy one bootstraps in milliseconds.  One that refuses the client (TLS or
+# SASL settings it does not speak) would hold kafka-python's admin client for 30 s:
+# the probe gives up sooner and the worker's own clients report the refusal.
+PROBE_TIMEOUT_MS = 5000
+
+
+@dataclass(frozen=True)
+class ClusterProbe:
+    """What a command learns from the cluster before it starts: whether the broker
+    answered the admin client at all, how many partitions the topic asked about has
+    (0: it does not exist), and whether the broker is the embedded one (Tansu: its
+    cluster id is `tansu_cluster` unless it was started with another)."""
+
+    answered: bool = False
+    partitions: int = 0
+    embedded: bool = False
+
+
+def probe_cluster(bootstrap: str, topic: str, settings: dict[str, Any]) -> ClusterProbe:
+    """One admin client, which never creates the topic (a consumer's or a producer's
+    metadata request may, on brokers that auto-create topics).  A broker that cannot
+    be asked gives `answered=False`: the command's own clients then report why."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, bootstrap_timeout_ms=PROBE_TIMEOUT_MS, **settings
+        )
     except (KafkaError, OSError, AssertionError, TypeError):
-        return None
+        return ClusterProbe()
     try:
         (description,) = admin.describe_topics([topic])
-        return 0 if description.get("error_code") else len(description["partitions"])
+        partitions = 0 if description.get("error_code") else len(description["partitions"])
+        cluster = str(admin.describe_cluster().get("cluster_id") or "")
+        return ClusterProbe(True, partitions, cluster.startswith("tansu"))
     except (KafkaError, OSError):
-        return None
+        return ClusterProbe()
     finally:
         admin.close()
+
+
+def topic_partitions(bootstrap: str, topic: str, settings: dict[str, Any]) -> int | None:
+    """How many partitions `topic` has, 0 when it does not exist, None when the broker
+    could not be asked."""
+    probe = probe_cluster(bootstrap, topic, settings)
+    return probe.partitions if probe.answered else None
+
+
+def missing_topic(topic: str, bootstrap: str, flag: str, remedy: str) -> MissingTopicError:
+    """The one-line refusal to start on a topic that does not exist."""
+    return MissingTopicError(
+        f"topic {topic!r} ({flag}) does not exist on {bootstrap}: check the name, or {remedy}"
+    )
 
 
 def require_topic(
@@ -157,9 +198,7 @@ def require_topic(
 ) -> None:
     """Refuse, in one line, to start on a topic that does not exist."""
     if topic_partitions(bootstrap, topic, settings) == 0:
-        raise MissingTopicError(
-            f"topic {topic!r} ({flag}) does not exist on {bootstrap}: check the name, or {remedy}"
-        )
+        raise missing_topic(topic, bootstrap, flag, remedy)
 
 
 # Tansu answers a consumer-group join only after about twice the session timeout
@@ -170,31 +209,10 @@ def require_topic(
 EMBEDDED_GROUP_TIMEOUTS: dict[str, Any] = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500}
 
 
-def is_embedded_broker(bootstrap: str, settings: dict[str, Any]) -> bool:
-    """Whether the cluster is Tansu (the embedded broker): its cluster id is
-    `tansu_cluster` unless it was started with another.  False when it cannot tell."""
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **settings)
-    except (KafkaError, OSError, AssertionError, TypeError):
-        return False
-    try:
-        return str(admin.describe_cluster().get("cluster_id") or "").startswith("tansu")
-    except (KafkaError, OSError):
-        return False
-    finally:
-        admin.close()
-
-
-def group_timeouts(bootstrap: str, consumer_options: dict[str, Any]) -> dict[str, Any]:
-    """The consumer options with `EMBEDDED_GROUP_TIMEOUTS` added on the embedded broker
-    (those the user gave win)."""
-    settings = {
-        k: v for k, v in consumer_options.items() if k.startswith(("security_", "sasl_", "ssl_"))
-    }
-    if not is_embedded_broker(bootstrap, settings):
+def group_timeouts(embedded: bool, consumer_options: dict[str, Any]) -> dict[str, Any]:
+    """The consumer options, with `EMBEDDED_GROUP_TIMEOUTS` added on the embedded
+    broker unless the user set a session or heartbeat timeout."""
+    if not embedded or {"session_timeout_ms", "heartbeat_interval_ms"} & set(consumer_options):
         return consumer_options
     log.info(
         "embedded broker (Tansu): consumer-group session timeout %.0fs so the join takes "

@@ -144,7 +144,11 @@ class LogReader:
         from kafka.errors import KafkaError
 
         try:
-            admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, **self.settings)
+            admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap,
+                bootstrap_timeout_ms=int(self.timeout_s * 1000),
+                **self.settings,
+            )
         except KafkaError as exc:
             raise BrokerUnavailableError(
                 f"could not connect to the Kafka broker at {self.bootstrap}: {exc}; "

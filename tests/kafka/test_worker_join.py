@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.kafka.settings import is_embedded_broker
+from streamdedup.kafka.settings import probe_cluster
 from tests.support.kafka import Topics
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def worker(t: Topics, index: Path, *extra: str) -> list[str]:
 
 @pytest.fixture
 def embedded(kafka_bootstrap: str) -> str:
-    if not is_embedded_broker(kafka_bootstrap, {}):
+    if not probe_cluster(kafka_bootstrap, "-", {}).embedded:
         pytest.skip("the short session applies to the embedded broker only")
     return kafka_bootstrap
 

@@ -223,6 +223,11 @@ class LogReader:
                 continue
             found = [p for t in response.responses for p in t.partitions]
             if not found:  # Tansu answers a fetch with max_wait_ms=0 with no partitions
+                if time.monotonic() > deadline:
+                    raise BrokerUnavailableError(
+                        f"reading {self.topic}[{partition}] from {self.bootstrap}: the "
+                        "broker answers fetches with no data for the partition"
+                    )
                 max_wait_ms = max(max_wait_ms, 10)
                 continue
             (data,) = found

@@ -75,15 +75,20 @@ INDEX_FORMAT = 6
 
 
 def check_bands_rows(bands: int | None, rows: int | None) -> None:
-    """`--bands` and `--rows` come as a pair or not at all."""
+    """`bands` and `rows` come as a pair or not at all."""
     if (bands is None) != (rows is None):
-        raise ConfigError("--bands and --rows go together: give both or neither")
+        raise ConfigError(
+            "`bands` and `rows` go together: give both or neither", params=("bands", "rows")
+        )
 
 
 def check_threshold(threshold: float | None) -> None:
-    """A given `--threshold` is strictly between 0 and 1."""
+    """A given `threshold` is strictly between 0 and 1."""
     if threshold is not None and not 0.0 < threshold < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+        raise ConfigError(
+            f"`threshold` must be strictly between 0 and 1, got {threshold}",
+            params=("threshold",),
+        )
 
 
 @dataclass(frozen=True)

@@ -54,12 +54,6 @@ NOT_RUN = [
     ("docs/guide/reading-verdicts.md", "kcat needs a real Apache Kafka broker"),
     ("docs/guide/reading-verdicts.md", "needs the Apache Kafka distribution and a cluster"),
 ]
-# Blocks using a command that lands with another branch: a failure of such a block makes
-# the page's test an expected failure (the other blocks still have to pass). Remove an
-# entry once its branch is merged.
-PENDING = {
-    "streamdedup verdicts": "needs the `streamdedup verdicts` command from the CLI-UX branch",
-}
 BLOCK_TIMEOUT = 240  # seconds; the slowest block runs a worker (a ~25 s group join)
 
 FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -207,21 +201,12 @@ def marks(page: str) -> list[pytest.MarkDecorator]:
 @pytest.mark.parametrize("page", [pytest.param(p, marks=marks(p), id=p) for p in GUIDE])
 def test_page_runs_as_written(page: str, tmp_path: Path) -> None:
     runner = Page(tmp_path)
-    failures, pending = [], []
     try:
         for block in runnable(page):
             problem = runner.execute(block)
-            if problem is None:
-                continue
-            reasons = [why for what, why in PENDING.items() if what in block.body]
-            (pending if reasons else failures).append(problem)
-            if not reasons:
-                break  # later blocks build on this one
+            assert problem is None, problem  # later blocks build on this one
     finally:
         runner.stop()
-    assert not failures, "\n\n".join(failures)
-    if pending:
-        pytest.xfail("; ".join(sorted({w for p in pending for k, w in PENDING.items() if k in p})))
 
 
 def test_blocks_that_are_not_run_are_listed() -> None:

@@ -12,7 +12,8 @@ from typing import IO, Any
 
 import orjson
 
-from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED
+from streamdedup.cli.console import say
+from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs.warc import is_warc
 
 
@@ -38,6 +39,26 @@ def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def ensure_topic(bootstrap: str, topic: str, values: dict[str, Any]) -> str:
+    """Create the topic with `--partitions` if it does not exist (rather than let the
+    broker auto-create it with its own default: 4 partitions on the embedded broker,
+    whose order of processing -- hence some verdicts -- then differs from run to run),
+    and say what there is."""
+    from streamdedup.kafka.settings import create_topics, topic_partitions
+
+    if values["partitions"] < 1:
+        raise ConfigError("--partitions must be at least 1")
+    have = topic_partitions(bootstrap, topic, {})
+    if have:
+        note = ""
+        if "partitions" in values["_explicit"] and have != values["partitions"]:
+            note = f" (--partitions {values['partitions']} applies to a new topic only)"
+        return f"topic {topic} exists with {have} partition{'s' * (have != 1)}{note}"
+    create_topics(bootstrap, [topic], values["partitions"], {})
+    n = values["partitions"]
+    return f"created topic {topic} with {n} partition{'s' * (n != 1)}"
+
+
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
@@ -53,6 +74,7 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     except BrokerUnavailableError as exc:
         print(f"streamdedup: error: {exc}", file=sys.stderr)
         return EXIT_BROKER
+    say(ensure_topic(values["bootstrap_servers"], values["topic"], values))
     producer = KafkaProducer(
         bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
     )

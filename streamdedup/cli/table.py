@@ -393,6 +393,42 @@ REPLAY = OptionGroup(
     ),
 )
 
+_CONNECTION = ("security-protocol", "sasl-mechanism", "sasl-username", "sasl-password")
+VERDICTS = OptionGroup(
+    "verdicts",
+    (
+        KAFKA.options[0],  # --bootstrap-servers
+        Opt("topic", "the verdict topic to read", str, "verdicts", metavar="TOPIC"),
+        Opt(
+            "only",
+            "print only the verdicts of this kind",
+            str,
+            choices=("unique", "duplicate"),
+        ),
+        Opt(
+            "follow",
+            "keep printing new verdicts until Ctrl-C (default: stop at the end)",
+            flag=True,
+        ),
+        Opt("output", "where the JSON lines go ('-' for stdout)", str, "-", metavar="FILE"),
+        Opt(
+            "partition",
+            "read only this partition (default: all)",
+            int,
+            repeat=True,
+            metavar="N",
+        ),
+    ),
+)
+VERDICTS_KAFKA = OptionGroup(
+    "kafka",
+    tuple(
+        o
+        for o in KAFKA.options
+        if o.name in _CONNECTION or o.name.startswith("ssl-") or o.name == "connect-timeout"
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
@@ -436,6 +472,10 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             LOGGING,
         ),
     ),
+    "verdicts": (
+        "print a verdict topic's committed verdicts as JSON lines (aborted batches left out)",
+        (VERDICTS, VERDICTS_KAFKA),
+    ),
     "broker": (
         "run a Kafka-protocol broker on loopback for trying things out (Tansu, in memory)",
         (OptionGroup("broker", (Opt("port", "port to listen on", int, 9092, metavar="PORT"),)),),
@@ -453,6 +493,15 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                         metavar="HOSTS",
                     ),
                     Opt("topic", "topic to send to", str, "documents", metavar="TOPIC"),
+                    Opt(
+                        "partitions",
+                        "partitions of the topic when produce creates it (an existing "
+                        "topic keeps its own); one keeps the processing order, hence the "
+                        "verdicts, the same on every run",
+                        int,
+                        1,
+                        metavar="N",
+                    ),
                     Opt(
                         "timestamp-field",
                         "use this field (epoch milliseconds) as the message timestamp",
@@ -545,4 +594,32 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+}
+
+
+# One example per command, shown at the end of its --help (and in docs/configuration.md).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "dedup": ("streamdedup dedup pages.jsonl --index ./index --output verdicts.jsonl",),
+    "worker": (
+        "streamdedup worker --bootstrap-servers localhost:9092 --index ./index "
+        "--input-topic documents --output-topic verdicts",
+    ),
+    "backup": ("streamdedup backup --index ./index ./index-backup",),
+    "restore": ("streamdedup restore --index ./index ./index-backup",),
+    "replay": (
+        "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
+        "--index ./rebuilt --output verdicts.jsonl",
+    ),
+    "verdicts": (
+        "streamdedup verdicts --bootstrap-servers localhost:9092 --topic verdicts "
+        "--only duplicate --follow",
+    ),
+    "broker": ("streamdedup broker --port 9092",),
+    "produce": (
+        "streamdedup produce pages.jsonl --bootstrap-servers localhost:9092 --topic documents",
+    ),
+    "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
+    "stats": ("streamdedup stats --index ./index --check",),
+    "inspect": ("streamdedup inspect --index ./index page-42",),
+    "demo": ("streamdedup demo",),
 }

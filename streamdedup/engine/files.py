@@ -289,7 +289,8 @@ def stdout_or_file(path: str) -> IO[bytes]:
         return open(path, "wb", opener=lambda p, _: os.open(p, os.O_WRONLY | os.O_CREAT, 0o666))
     except OSError as exc:
         raise InputOutputError(
-            f"cannot write the verdicts to {path}: {exc.strerror or exc}"
+            f"cannot write the verdicts to {path}: {exc.strerror or exc}; choose a path in "
+            "an existing, writable directory (or '-' for stdout)"
         ) from exc
 
 

@@ -214,7 +214,7 @@ def test_help_shows_choices_and_an_example_for_every_command() -> None:
             assert hidden not in text, name
     dedup = _subparser(parser, "dedup").format_help()
     assert "--verify {exact,signature}" in dedup
-    assert "--input-format {json,msgpack,raw}" in _subparser(parser, "worker").format_help()
+    assert "--input-format {json,msgpack,raw,html}" in _subparser(parser, "worker").format_help()
 
 
 # ------------------------------------------------------------------- replay

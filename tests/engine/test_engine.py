@@ -280,9 +280,7 @@ def test_preparation_does_not_depend_on_sub_batches(monkeypatch) -> None:
     assert whole.sig_bytes == parts.sig_bytes and whole.band_keys == parts.band_keys
     assert whole.texts == parts.texts
     assert whole.hashes is not None and parts.hashes is not None
-    assert all(
-        whole.hashes.of(i).tolist() == parts.hashes.of(i).tolist() for i in range(len(docs))
-    )
+    assert all(whole.hashes.of(i).tolist() == parts.hashes.of(i).tolist() for i in range(len(docs)))
 
 
 def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) -> None:

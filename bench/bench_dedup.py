@@ -70,11 +70,11 @@ def measure(
 STREAMS = {"crawl-like": ("corpus", generate), "template-heavy": ("templates", templates.generate)}
 
 
-def corpus_file(n: int, seed: int, stream: str = "crawl-like") -> Path:
+def corpus_file(n: int, seed: int, stream: str = "crawl-like", out: Path = OUT) -> Path:
     prefix, make = STREAMS[stream]
-    path = OUT / f"{prefix}-{n}-{seed}.jsonl"
+    path = out / f"{prefix}-{n}-{seed}.jsonl"
     if not path.exists():
-        OUT.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as fh:
             for d in make(n, seed):
                 fh.write(d.jsonl())
@@ -268,6 +268,7 @@ def main() -> int:
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS))
     ap.add_argument("--skip-anchors", action="store_true", help="no datasketch or rensa")
+    ap.add_argument("--out", type=Path, default=OUT, help="corpora, ground truth and results")
     ap.add_argument("--more", action="store_true", help="also --workers 2, signature, numpy")
     ap.add_argument(
         "--baseline",
@@ -293,7 +294,7 @@ def main() -> int:
     print(version)
     results: list[dict[str, Any]] = []
     for stream in args.streams:
-        corpus = corpus_file(args.docs, args.seed, stream)
+        corpus = corpus_file(args.docs, args.seed, stream, args.out)
         size_mb = corpus.stat().st_size / 1e6
         print(f"\n{stream}: {args.docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
         for t in args.thresholds:
@@ -318,14 +319,13 @@ def main() -> int:
         if len(speed) == 2:
             ratio = speed["template-heavy"] / speed["crawl-like"]
             print(f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f}")
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bench_dedup.json").write_text(
+    (args.out / "bench_dedup.json").write_text(
         json.dumps(
             {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},
             indent=2,
         )
     )
-    print(f"\nresults written to {OUT / 'bench_dedup.json'}")
+    print(f"\nresults written to {args.out / 'bench_dedup.json'}")
     return 0
 
 

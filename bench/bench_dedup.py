@@ -1,5 +1,4 @@
-"""streamdedup `dedup` next to datasketch and rensa, on a crawl-like and a
-template-heavy stream, all in the same run.
+"""streamdedup `dedup` next to datasketch and rensa, on two streams, in one run.
 
 For each stream (crawl-like: corpus.py; template-heavy: templates.py) and threshold
 it runs, each as its own process (timed end to end, reading JSON Lines and writing
@@ -267,7 +266,13 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS))
-    ap.add_argument("--skip-anchors", action="store_true", help="no datasketch or rensa")
+    ap.add_argument(
+        "--skip-anchors",
+        "--skip-datasketch",  # its name before rensa joined (README commands use it)
+        dest="skip_anchors",
+        action="store_true",
+        help="no datasketch or rensa",
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="corpora, ground truth and results")
     ap.add_argument("--more", action="store_true", help="also --workers 2, signature, numpy")
     ap.add_argument(

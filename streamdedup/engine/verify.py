@@ -9,10 +9,11 @@ checks.
 
 Why the stored text and nothing narrower (index format 7): format 6 also stored each
 page's 24-bit fingerprint set, as a sound filter before the exact check.  The filter
-cost 1,118 of the 3,455 bytes a page of the crawl-like benchmark took, and saved
-little: a candidate that reaches the check is mostly a true duplicate, which is
-measured exactly anyway, and a 64-bit merge in the compiled kernel costs about what
-the fingerprint comparison did.  Measured side by side: see docs/benchmarks-exactness.md."""
+cost 1,118 of the 3,455 bytes a page of the crawl-like benchmark took (the target is
+2,500), and no speed: it spared a near-threshold candidate's decompression and
+re-shingling (about 12 us), but every true duplicate paid for both the filter and the
+check, and every page for coding and writing its set.  Side by side, format 7 was as
+fast or faster on both benchmark streams (docs/benchmarks-exactness.md)."""
 
 from __future__ import annotations
 

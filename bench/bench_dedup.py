@@ -16,6 +16,7 @@ counts, as with timeit, since on a shared machine noise only ever adds time.
 All runs are printed.
 
     python bench/bench_dedup.py --docs 20000            # about 15 minutes
+    python bench/bench_dedup.py --docs 20000 --skip-datasketch --num-perms 64 128 256
 """
 
 from __future__ import annotations
@@ -168,9 +169,24 @@ def run_anchor(library: str, corpus: Path, tmp: Path, threshold: float, n: int) 
 
 
 def contenders_for(
-    corpus: Path, t: float, n: int, more: bool, anchors: bool, baseline: Path | None
+    corpus: Path,
+    t: float,
+    n: int,
+    more: bool,
+    anchors: bool,
+    baseline: Path | None,
+    num_perms: list[int] | None = None,
 ) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = [
+    if num_perms:  # the K trade-off (docs/parameters.md): streamdedup's default at each K
+        out: list[tuple[str, Any]] = [
+            (
+                f"streamdedup --num-perm {k}",
+                lambda tmp, k=k: run_streamdedup(corpus, tmp, t, ["--num-perm", str(k)]),
+            )
+            for k in num_perms
+        ]
+        return out + (anchor_contenders(corpus, t, n) if anchors else [])
+    out = [
         ("streamdedup (default, 1 core)", lambda tmp: run_streamdedup(corpus, tmp, t, [])),
         (
             "streamdedup --workers 1",
@@ -199,12 +215,14 @@ def contenders_for(
                 lambda tmp: run_streamdedup(corpus, tmp, t, [], {"STREAMDEDUP_KERNELS": "numpy"}),
             ),
         ]
-    if anchors:
-        out += [
-            ("datasketch (template)", lambda tmp: run_anchor("datasketch", corpus, tmp, t, n)),
-            ("rensa", lambda tmp: run_anchor("rensa", corpus, tmp, t, n)),
-        ]
-    return out
+    return out + (anchor_contenders(corpus, t, n) if anchors else [])
+
+
+def anchor_contenders(corpus: Path, t: float, n: int) -> list[tuple[str, Any]]:
+    return [
+        ("datasketch (template)", lambda tmp: run_anchor("datasketch", corpus, tmp, t, n)),
+        ("rensa", lambda tmp: run_anchor("rensa", corpus, tmp, t, n)),
+    ]
 
 
 def run_round_robin(
@@ -276,6 +294,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="corpora, ground truth and results")
     ap.add_argument("--more", action="store_true", help="also --workers 2, signature, numpy")
     ap.add_argument(
+        "--num-perms",
+        type=int,
+        nargs="+",
+        help="instead of the usual streamdedup contenders, its default at each of these K "
+        "(the K trade-off in docs/parameters.md)",
+    )
+    ap.add_argument(
         "--baseline",
         type=Path,
         help="a checkout of another streamdedup version (its kernels built) to run side by side",
@@ -285,6 +310,13 @@ def main() -> int:
         type=int,
         default=3,
         help="runs per contender; the fastest counts (noise on a shared machine only adds)",
+    )
+    ap.add_argument(
+        "--num-perms",
+        type=int,
+        nargs="+",
+        help="instead of the usual contenders, streamdedup's default at each of these K "
+        "(the K trade-off in docs/parameters.md)",
     )
     args = ap.parse_args()
 
@@ -307,7 +339,13 @@ def main() -> int:
             have = f"{sum(truth):,} documents have an earlier one at Jaccard >= {t}"
             print(f"\n{stream}, threshold {t}: {have}", flush=True)
             contenders = contenders_for(
-                corpus, t, args.docs, args.more, not args.skip_anchors, args.baseline
+                corpus,
+                t,
+                args.docs,
+                args.more,
+                not args.skip_anchors,
+                args.baseline,
+                args.num_perms,
             )
             rows = run_round_robin(contenders, truth, args.docs, args.repeat)
             print_table(rows)

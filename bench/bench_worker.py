@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -198,7 +199,7 @@ def clock(logs: dict[Path, list[dict[str, Any]]], partitions: int) -> tuple[floa
         if not moves:
             raise SystemExit(f"a worker never got a partition: see {log}")
         ready = max(ready, moves[-1]["at"])
-        shares += moves[-1]["message"].count("partition=")
+        shares += len(re.findall(r"\[\d+\]", moves[-1]["message"]))  # topic[p], ...
         commits += [(e["at"], e["batch_messages"]) for e in entries if "batch_messages" in e]
     if shares != partitions:
         raise SystemExit(f"the processes ended holding {shares} of {partitions} partitions")
@@ -221,7 +222,7 @@ def log_entries(log: Path) -> list[dict[str, Any]]:
 
 
 def assignments(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in entries if e["message"].startswith("assigned [")]
+    return [e for e in entries if e["message"].startswith("joined consumer group")]
 
 
 def verdict_sources(bootstrap: str, topic: str, n: int) -> list[tuple[int, int]]:

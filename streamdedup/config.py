@@ -30,13 +30,31 @@ class ShingleSpec:
 
 @dataclass(frozen=True)
 class Fields:
+    """How an input record becomes a document: where its id and text are, the size
+    limit, and for crawler input what the text is (`text_format` "html": the text
+    field holds HTML; `extract`: main content or all text; `id_header`: the Kafka
+    header holding the id of an HTML message, instead of its key).  Picklable: the
+    preparing processes of `dedup --workers` decode with it."""
+
     id_field: str = "id"
     text_field: str = "text"
     max_bytes: int = 16 << 20
+    text_format: Literal["text", "html"] = "text"
+    extract: Literal["main", "all"] = "main"
+    id_header: str | None = None
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> Fields:
-        return cls(values["id_field"], values["text_field"], values["max_doc_bytes"])
+        fmt = values.get("text_format") or "text"
+        extract = values.get("extract") or "main"
+        return cls(
+            values["id_field"],
+            values["text_field"],
+            values["max_doc_bytes"],
+            text_format="html" if fmt == "html" else "text",
+            extract="all" if extract == "all" else "main",
+            id_header=values.get("id_header"),
+        )
 
 
 # What an index's tables mean (hashing, fingerprints, signatures, layout).  Bumped
@@ -60,15 +78,20 @@ INDEX_FORMAT = 7
 
 
 def check_bands_rows(bands: int | None, rows: int | None) -> None:
-    """`--bands` and `--rows` come as a pair or not at all."""
+    """`bands` and `rows` come as a pair or not at all."""
     if (bands is None) != (rows is None):
-        raise ConfigError("--bands and --rows go together: give both or neither")
+        raise ConfigError(
+            "`bands` and `rows` go together: give both or neither", params=("bands", "rows")
+        )
 
 
 def check_threshold(threshold: float | None) -> None:
-    """A given `--threshold` is strictly between 0 and 1."""
+    """A given `threshold` is strictly between 0 and 1."""
     if threshold is not None and not 0.0 < threshold < 1.0:
-        raise ConfigError(f"--threshold must be strictly between 0 and 1, got {threshold}")
+        raise ConfigError(
+            f"`threshold` must be strictly between 0 and 1, got {threshold}",
+            params=("threshold",),
+        )
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ command line reports for it (`cli.main` maps them in one place: `exc.exit_status
 Exit statuses (documented in the README, "Bad input and exit status"):
 
 ====  ==================================================================
-0     finished; every line / message processed
-1     finished, but some lines were rejected (error records / dead letters)
-2     usage, configuration or index-parameter error (nothing processed)
+0     finished; every line / message processed (also `worker` and
+      `verdicts --follow` stopped by SIGINT or SIGTERM: stopping is their end)
+1     finished, but some lines were rejected (error records / dead letters:
+      `dedup`, `replay`; `verdicts`: records that are not verdicts)
+2     usage, configuration or index-parameter error, or a topic that does not
+      exist (nothing processed)
 3     Kafka: no broker answered, or it refused the connection (auth, TLS)
 4     an input or output file cannot be read or written (missing, a
       directory, no permission, no space, closed pipe)
@@ -21,6 +24,8 @@ Exit statuses (documented in the README, "Bad input and exit status"):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
@@ -33,13 +38,39 @@ EXIT_INTERRUPTED = 130
 
 
 class StreamDedupError(Exception):
-    """Base class: anything streamdedup raises on purpose."""
+    """Base class: anything streamdedup raises on purpose.
+
+    A message that names a parameter of the Python API writes it in backticks
+    (`num_perm`) and lists it in `params`, so that API callers read the names they
+    passed and the command line shows its own flags instead (`for_command_line`:
+    --num-perm).  `params` maps each name to its flag; given as names only, the flag
+    is the name with dashes."""
 
     exit_status: int = EXIT_USAGE
+
+    def __init__(self, message: str = "", *, params: Mapping[str, str] | Iterable[str] = ()):
+        super().__init__(message)
+        self.params: dict[str, str] = (
+            dict(params)
+            if isinstance(params, Mapping)
+            else {p: "--" + p.replace("_", "-") for p in params}
+        )
+
+    def for_command_line(self) -> str:
+        """The message with each `param` written as its command-line flag."""
+        text = str(self)
+        for name, flag in self.params.items():
+            text = text.replace(f"`{name}`", flag)
+        return text
 
 
 class ConfigError(StreamDedupError):
     """Invalid options or configuration file."""
+
+
+class MissingTopicError(ConfigError):
+    """A Kafka topic the command reads does not exist (a mistyped name, or nothing
+    was produced to it yet)."""
 
 
 class ParameterMismatchError(StreamDedupError):

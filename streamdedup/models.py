@@ -152,6 +152,11 @@ MISSING_ID = "missing_id"
 BAD_ID = "bad_id"
 MISSING_TEXT = "missing_text"
 BAD_TEXT = "bad_text"
+# crawler inputs (`inputs.html`, `inputs.warc`)
+BINARY_CONTENT = "binary_content"  # a page body that is not text (an image labelled HTML)
+UNDECODABLE = "undecodable_text"  # no charset turns the page's bytes into text
+MALFORMED_HTML = "malformed_html"  # the HTML parser gave up on the page
+CORRUPT_WARC = "corrupt_warc"  # a WARC archive cut short or damaged: the rest is unread
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,39 @@ def test_bench_worker_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
     assert "of file mode" in r.stdout.decode()
 
 
+def test_bench_html_runs(tmp_path: Path) -> None:
+    """The crawler-input benchmark on the vendored pages: both runs, the extraction's
+    share and the extractor comparison (resiliparse always; trafilatura when the bench
+    extra is installed) end up in its results."""
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_html.py"),
+            "--pages",
+            "20",
+            "--repeat",
+            "1",
+            "--compare-sample",
+            "7",
+            "--roots",
+            str(Path(__file__).parent / "data" / "html"),
+            "--results",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    results = json.loads((tmp_path / "bench_html.json").read_text())
+    assert results["pages"] == 7  # every vendored page, once
+    assert results["dedup_warc"]["docs_per_s"] > 0 and results["dedup_jsonl_text"]["docs_per_s"] > 0
+    assert 0 < results["extraction_share_of_warc_run"] < 1
+    ours = results["extractors"]["resiliparse"]
+    assert ours["syndicated_copy_jaccard"] >= 0.8
+    assert ours["one_template_two_articles_jaccard"] < 0.1
+    assert "docs/s" in r.stdout.decode()
+
+
 def _bench_module(name: str):  # the bench scripts are not a package: import by path
     import importlib
 

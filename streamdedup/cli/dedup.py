@@ -12,19 +12,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
-from streamdedup.cli.settings import engine_settings, open_new_or_existing
+from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
 from streamdedup.config import Fields
-from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED
+from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
+from streamdedup.inputs.warc import Skipped, is_warc
 from streamdedup.ops.progress import make_progress
+
+if TYPE_CHECKING:
+    from streamdedup.engine.deduplicator import Deduplicator
+    from streamdedup.engine.files import Summary
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.engine.files import (
+        Summary,
         refuse_same_file,
-        run_dedup,
         stdin_or_file,
         stdout_or_file,
         truncate_output,
@@ -32,13 +38,19 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
     fields = Fields.from_options(values)
     output = values["output"]
+    inputs: list[str] = [args.input] if isinstance(args.input, str) else list(args.input)
     settings = engine_settings(values)  # usage errors come before file errors
-    # Input and output are checked and opened before the index: a run that cannot read
+    if inputs.count("-") > 1:
+        raise ConfigError("stdin ('-') can be given as INPUT only once")
+    # Inputs and output are checked and opened before the index: a run that cannot read
     # or write its files must not create (or change) an index.
-    refuse_same_file(args.input, output)
-    source = stdin_or_file(args.input)
+    for path in inputs:
+        refuse_same_file(path, output)
+    sources: list[IO[bytes]] = []
     sink = None
     try:
+        for path in inputs:
+            sources.append(stdin_or_file(path))
         existed = output == "-" or os.path.lexists(output)
         sink = stdout_or_file(output)
         try:
@@ -52,16 +64,11 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
             if output != "-":
                 truncate_output(sink)
             progress = make_progress(values["progress"], "dedup")
+            summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
             try:
-                summary = run_dedup(
-                    dd,
-                    source,
-                    sink,
-                    fields,
-                    batch_size=settings.options.batch_size,
-                    workers=max(0, values["workers"]),
-                    progress=progress,
-                )
+                for path, source in zip(inputs, sources, strict=True):
+                    run = Run(dd, sink, fields, values, settings, progress, summary)
+                    run.one_input(path, source, several=len(inputs) > 1)
             except KeyboardInterrupt:
                 say("\ninterrupted: the index holds every document whose verdict was written")
                 return EXIT_INTERRUPTED
@@ -69,10 +76,65 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 if progress is not None:
                     progress.close()
     finally:
-        if args.input != "-":
-            source.close()
+        for path, source in zip(inputs, sources, strict=False):
+            if path != "-":
+                source.close()
         if sink is not None and output != "-":
             with contextlib.suppress(OSError):  # a write error was reported already
                 sink.close()
     say(summary.text())
     return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Run:
+    """What every input of one `dedup` run shares: the index, the output, the
+    settings, the progress bar and the running summary."""
+
+    dd: Deduplicator
+    sink: IO[bytes]
+    fields: Fields
+    values: dict[str, Any]
+    settings: EngineSettings
+    progress: Any
+    summary: Summary
+
+    def one_input(self, path: str, source: IO[bytes], *, several: bool) -> None:
+        """One INPUT through the index: a WARC archive (by its name) or JSON Lines.
+        With several inputs an error record names its input (`"input"`) besides its
+        line."""
+        from streamdedup.engine.files import run_dedup, run_warc
+
+        batch_size = self.settings.options.batch_size
+        if is_warc(path):
+            report = self.values["report_skipped"]
+            run_warc(
+                self.dd,
+                source,
+                self.sink,
+                self.fields,
+                warc_id="record-id" if self.values["warc_id"] == "record-id" else "uri",
+                batch_size=batch_size,
+                workers=max(0, self.values["workers"]),
+                progress=self.progress,
+                summary=self.summary,
+                on_skip=(lambda item, n: _report_skip(path, item, n)) if report else None,
+            )
+            return
+        run_dedup(
+            self.dd,
+            source,
+            self.sink,
+            self.fields,
+            batch_size=batch_size,
+            workers=max(0, self.values["workers"]),
+            progress=self.progress,
+            summary=self.summary,
+            where={"input": path} if several else None,
+        )
+
+
+def _report_skip(path: str, item: Skipped, number: int) -> None:
+    """`--report-skipped`: one line per skipped record, on stderr."""
+    name = item.ref.url or item.ref.record_id or "(no URI)"
+    say(f"skipped {path} record {number}: {name}: {item.message} [{item.reason}]")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -29,9 +30,10 @@ from streamdedup.cli.demo import cmd_demo
 from streamdedup.cli.kafka_tools import cmd_broker, cmd_produce
 from streamdedup.cli.options import add_options, load_toml, resolve
 from streamdedup.cli.reports import cmd_inspect, cmd_stats
-from streamdedup.cli.settings import open_engine
-from streamdedup.cli.table import ARGUMENTS, COMMANDS
+from streamdedup.cli.settings import open_engine, run_without_leaving_empty_index
+from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES
 from streamdedup.cli.tune import cmd_tune
+from streamdedup.cli.verdicts import cmd_verdicts
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, StreamDedupError
 from streamdedup.sketch import kernels
 
@@ -47,9 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (help_text, groups) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        examples = EXAMPLES.get(name, ())
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog="example:\n" + "\n".join(f"  {e}" for e in examples) if examples else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         for dest, metavar, arg_help in ARGUMENTS.get(name, ()):
-            p.add_argument(dest, metavar=metavar, help=arg_help)
+            if metavar.endswith("..."):
+                p.add_argument(dest, metavar=metavar[:-3], nargs="+", help=arg_help)
+            else:
+                p.add_argument(dest, metavar=metavar, help=arg_help)
         p.add_argument(
             "--config",
             metavar="FILE",
@@ -59,8 +71,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def closest_option(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str | None:
+    """The option of `parser` nearest to the first unknown flag (`--treshold`:
+    `--threshold`), or None when none is close."""
+    flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
+    options = [o for action in parser._actions for o in action.option_strings]
+    for flag in flags:
+        near = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+        if near:
+            return near[0]
+    return None
+
+
 def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str, Any]]:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse would report them with the top-level usage: the subcommand's is the
+        # one that helps, with the option that was probably meant
+        sub = _subparser(parser, args.command)
+        near = closest_option(sub, unknown)
+        hint = f"; did you mean {near}?" if near else f"; see streamdedup {args.command} --help"
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     config_path = args.config or os.environ.get("STREAMDEDUP_CONFIG")
     config = load_toml(config_path) if config_path else None
     values = resolve(
@@ -73,16 +105,29 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
     return args.command, args, values
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    raise LookupError(command)  # pragma: no cover - build_parser always adds them
+
+
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.kafka.replay import run_replay
 
-    return run_replay(values, lambda v: open_engine(v, adds_documents=False))
+    return run_without_leaving_empty_index(
+        values.get("index"),
+        lambda: run_replay(values, lambda v: open_engine(v, adds_documents=False)),
+    )
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.cli.worker import run_from_options
 
-    return run_from_options(values, open_engine)
+    return run_without_leaving_empty_index(
+        values.get("index"), lambda: run_from_options(values, open_engine)
+    )
 
 
 HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
@@ -96,6 +141,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "replay": cmd_replay,
     "broker": cmd_broker,
     "produce": cmd_produce,
+    "verdicts": cmd_verdicts,
     "restore": cmd_restore,
 }
 
@@ -120,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args, values = parse(argv)
         return HANDLERS[command](args, values)
     except StreamDedupError as exc:
-        say(f"streamdedup: error: {exc}")
+        say(f"streamdedup: error: {exc.for_command_line()}")
         return exc.exit_status
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -101,11 +101,13 @@ def add_options(parser: argparse.ArgumentParser, groups: Sequence[OptionGroup]) 
                     help=opt.help + " (repeatable)" + env,
                 )
             else:
+                # with choices and no metavar, argparse shows them: --verify {exact,signature}
                 g.add_argument(
                     f"--{opt.name}",
                     dest=opt.dest,
                     default=None,
                     metavar=opt.metavar,
+                    choices=opt.choices,
                     help=opt.help + default + env,
                 )
 

@@ -8,7 +8,7 @@ compares the file with this rendering).
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt
-from streamdedup.cli.table import COMMANDS
+from streamdedup.cli.table import COMMANDS, EXAMPLES
 
 
 def _default(opt: Opt) -> str:
@@ -44,6 +44,8 @@ def render() -> str:
     ]
     for name, (help_text, groups) in COMMANDS.items():
         out += [f"## `streamdedup {name}`", "", help_text[0].upper() + help_text[1:] + ".", ""]
+        if EXAMPLES.get(name):
+            out += ["```", *EXAMPLES[name], "```", ""]
         for group in groups:
             if not group.options:
                 continue

@@ -15,7 +15,10 @@ report with the same words.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +31,9 @@ from streamdedup.config import (
     parse_duration_ms,
 )
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import ConfigError
+from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, StreamDedupError
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import Tables
 
 # the engine options that bound work per batch: 0 or less would stall or skip it
 POSITIVE_OPTIONS = ("max_bucket_candidates", "max_exact_checks", "batch_size")
@@ -152,15 +157,72 @@ def open_engine(
 def open_new_or_existing(settings: EngineSettings) -> Deduplicator:
     """`open_engine`, removing the index directory again if this call created it and
     then failed (a failed start leaves no empty index behind)."""
-    index = settings.index
-    existed = os.path.lexists(index)
-    try:
+    with removed_if_failed(settings.index):
         return open_engine(settings)
-    except BaseException:
-        if not existed and os.path.isdir(index):
-            import shutil
 
-            # only what opening an index creates: never anything a user put there
-            if set(os.listdir(index)) <= {"data.mdb", "lock.mdb"}:
-                shutil.rmtree(index, ignore_errors=True)
+
+@contextlib.contextmanager
+def removed_if_failed(index: str | None) -> Iterator[None]:
+    """Around a command that may create the index directory `index`: if the command
+    fails (an exception, Ctrl-C) and the directory did not exist before and holds an
+    index without a single document, remove it -- a failed start (broker unreachable,
+    topic missing, output not writable) leaves no empty index behind that a later
+    run, or a user, would take for a real one.  An index that took any document is
+    kept, whatever happened after."""
+    existed = index is None or os.path.lexists(index)
+    try:
+        yield
+    except BaseException:
+        if not existed and index is not None:
+            _remove_if_empty(index)
         raise
+
+
+def run_without_leaving_empty_index(index: str | None, command: Callable[[], int]) -> int:
+    """`removed_if_failed` for the commands that also report a failure by their exit
+    status (`worker`, `replay`): any status but 0 and 1 counts as failed."""
+    existed = index is None or os.path.lexists(index)
+    failed = True
+    try:
+        status = command()
+        failed = status not in (EXIT_OK, EXIT_REJECTED)
+        return status
+    finally:
+        if failed and not existed and index is not None:
+            _remove_if_empty(index)
+
+
+def _remove_if_empty(index: str) -> None:
+    if _empty_index(index):
+        shutil.rmtree(index, ignore_errors=True)
+
+
+def _holds_nothing(t: Tables) -> bool:
+    """No document, and no input offsets recorded (a batch of dead letters only)."""
+    return (
+        t.meta(MetaKey.NEXT_DOCNO) is None
+        and t.count("ids") == 0
+        and next(t.meta_entries(MetaKey.APPLIED.encode()), None) is None
+    )
+
+
+def _empty_index(path: str) -> bool:
+    """Only what opening an index creates, and no document in it: never remove
+    anything a user put there.  (The directory was created by the failed command
+    itself: an index there that cannot even be read holds nothing worth keeping.)"""
+    if not os.path.isdir(path) or not set(os.listdir(path)) <= {"data.mdb", "lock.mdb"}:
+        return False
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        return True
+    from streamdedup.store.index import Index
+
+    try:
+        index = Index(path, readonly=True)
+    except StreamDedupError:
+        return True
+    try:
+        return bool(index.read(_holds_nothing))
+    except StreamDedupError:
+        return True
+    finally:
+        index.close()

@@ -67,8 +67,9 @@ TUNING = OptionGroup(
         ),
         Opt(
             "workers",
-            "extra processes that decode and compute signatures while the main process "
-            "updates the index (0: all in the main process; 1 suits 2 cores)",
+            "extra processes that decode and compute signatures (WARC input: extract "
+            "pages) while the main process updates the index (0: all in the main "
+            "process; 1 suits 2 cores)",
             int,
             0,
             metavar="N",
@@ -90,6 +91,53 @@ INPUT = OptionGroup(
         Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
         Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
         Opt("max-doc-bytes", "larger input records are rejected", int, 16 << 20, metavar="N"),
+    ),
+)
+# Crawler input (`inputs.html`, `inputs.warc`): what the text of an HTML page is.
+EXTRACT = Opt(
+    "extract",
+    "text of an HTML page that is shingled: main (the main content: navigation, "
+    "headers, footers, cookie banners dropped) or all (every visible text)",
+    str,
+    "main",
+    choices=("main", "all"),
+)
+CRAWL_FILES = OptionGroup(
+    "crawler input",
+    (
+        Opt(
+            "text-format",
+            "what the JSON text field holds: text, or html (its text is extracted)",
+            str,
+            "text",
+            choices=("text", "html"),
+        ),
+        EXTRACT,
+        Opt(
+            "warc-id",
+            "id of a page read from a WARC archive (.warc, .warc.gz): its "
+            "WARC-Target-URI or its WARC-Record-ID",
+            str,
+            "uri",
+            choices=("uri", "record-id"),
+        ),
+        Opt(
+            "report-skipped",
+            "list on stderr every WARC record skipped (not a response, not HTML)",
+            flag=True,
+        ),
+    ),
+)
+CRAWL_STREAM = OptionGroup(
+    "crawler input (--input-format html)",
+    (
+        EXTRACT,
+        Opt(
+            "id-header",
+            "take an HTML message's id from this header instead of its key",
+            str,
+            metavar="NAME",
+        ),
     ),
 )
 INDEX = OptionGroup("index", (Opt("index", "index directory", str, metavar="DIR"),))
@@ -131,7 +179,13 @@ KAFKA = OptionGroup(
             metavar="TOPIC",
         ),
         Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
-        Opt("input-format", "message format", str, "json", choices=("json", "msgpack", "raw")),
+        Opt(
+            "input-format",
+            "message format (html: the value is a fetched page, the key its id)",
+            str,
+            "json",
+            choices=("json", "msgpack", "raw", "html"),
+        ),
         Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
         Opt("max-poll-records", "messages per batch at most", int, 5000, metavar="N"),
         Opt(
@@ -339,10 +393,46 @@ REPLAY = OptionGroup(
     ),
 )
 
+_CONNECTION = ("security-protocol", "sasl-mechanism", "sasl-username", "sasl-password")
+VERDICTS = OptionGroup(
+    "verdicts",
+    (
+        KAFKA.options[0],  # --bootstrap-servers
+        Opt("topic", "the verdict topic to read", str, "verdicts", metavar="TOPIC"),
+        Opt(
+            "only",
+            "print only the verdicts of this kind",
+            str,
+            choices=("unique", "duplicate"),
+        ),
+        Opt(
+            "follow",
+            "keep printing new verdicts until Ctrl-C (default: stop at the end)",
+            flag=True,
+        ),
+        Opt("output", "where the JSON lines go ('-' for stdout)", str, "-", metavar="FILE"),
+        Opt(
+            "partition",
+            "read only this partition (default: all)",
+            int,
+            repeat=True,
+            metavar="N",
+        ),
+    ),
+)
+VERDICTS_KAFKA = OptionGroup(
+    "kafka",
+    tuple(
+        o
+        for o in KAFKA.options
+        if o.name in _CONNECTION or o.name.startswith("ssl-") or o.name == "connect-timeout"
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
-        "check JSON Lines documents against the index, one verdict per line",
-        (INDEX, ENGINE, TUNING, INPUT, OUTPUT),
+        "check JSON Lines documents or WARC archives against the index, one verdict per document",
+        (INDEX, ENGINE, TUNING, INPUT, CRAWL_FILES, OUTPUT),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -353,6 +443,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             STREAM_ENGINE,
             WINDOW,
             INPUT,
+            CRAWL_STREAM,
             CHANGELOG,
             OBSERVE,
             LOGGING,
@@ -377,8 +468,13 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             STREAM_ENGINE,
             WINDOW,
             INPUT,
+            CRAWL_STREAM,
             LOGGING,
         ),
+    ),
+    "verdicts": (
+        "print a verdict topic's committed verdicts as JSON lines (aborted batches left out)",
+        (VERDICTS, VERDICTS_KAFKA),
     ),
     "broker": (
         "run a Kafka-protocol broker on loopback for trying things out (Tansu, in memory)",
@@ -397,6 +493,15 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                         metavar="HOSTS",
                     ),
                     Opt("topic", "topic to send to", str, "documents", metavar="TOPIC"),
+                    Opt(
+                        "partitions",
+                        "partitions of the topic when produce creates it (an existing "
+                        "topic keeps its own); one keeps the processing order, hence the "
+                        "verdicts, the same on every run",
+                        int,
+                        1,
+                        metavar="N",
+                    ),
                     Opt(
                         "timestamp-field",
                         "use this field (epoch milliseconds) as the message timestamp",
@@ -468,11 +573,53 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
 }
 
 
-# Each command's positional arguments (dest, metavar, help), added before its options.
+# Each command's positional arguments (dest, metavar, help), added before its options;
+# a metavar ending in "..." takes one or more values (a list).
 ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "dedup": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
-    "produce": (("input", "INPUT", "JSON Lines file, '-' for stdin"),),
+    "dedup": (
+        (
+            "input",
+            "INPUT...",
+            "JSON Lines files ('-' for stdin) or WARC archives (.warc, .warc.gz), read in order",
+        ),
+    ),
+    "produce": (
+        (
+            "input",
+            "INPUT",
+            "JSON Lines file ('-' for stdin), or a WARC archive (.warc, .warc.gz): its HTML "
+            "pages are sent as HTML messages keyed by URI",
+        ),
+    ),
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+}
+
+
+# One example per command, shown at the end of its --help (and in docs/configuration.md).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "dedup": ("streamdedup dedup pages.jsonl --index ./index --output verdicts.jsonl",),
+    "worker": (
+        "streamdedup worker --bootstrap-servers localhost:9092 --index ./index "
+        "--input-topic documents --output-topic verdicts",
+    ),
+    "backup": ("streamdedup backup --index ./index ./index-backup",),
+    "restore": ("streamdedup restore --index ./index ./index-backup",),
+    "replay": (
+        "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
+        "--index ./rebuilt --output verdicts.jsonl",
+    ),
+    "verdicts": (
+        "streamdedup verdicts --bootstrap-servers localhost:9092 --topic verdicts "
+        "--only duplicate --follow",
+    ),
+    "broker": ("streamdedup broker --port 9092",),
+    "produce": (
+        "streamdedup produce pages.jsonl --bootstrap-servers localhost:9092 --topic documents",
+    ),
+    "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
+    "stats": ("streamdedup stats --index ./index --check",),
+    "inspect": ("streamdedup inspect --index ./index page-42",),
+    "demo": ("streamdedup demo",),
 }

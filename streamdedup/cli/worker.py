@@ -7,6 +7,7 @@ clients live in `streamdedup.kafka`, below this layer, and know nothing of optio
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -20,7 +21,10 @@ from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.settings import (
     consumer_settings,
     create_topics,
+    group_timeouts,
     install_signal_handlers,
+    missing_topic,
+    probe_cluster,
     wait_for_broker,
 )
 from streamdedup.kafka.worker import Worker
@@ -97,8 +101,11 @@ def run_from_options(
         port = metrics.serve(values["metrics_host"], values["metrics_port"])
         log.info("metrics on http://%s:%d/metrics", values["metrics_host"], port)
     try:
+        # the broker and the input topic are checked before the index is opened: a
+        # wrong address or topic name is reported at once and creates nothing
+        wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
+        probe = probe_cluster(cfg.bootstrap_servers, cfg.input_topic, connection_settings(values))
         if values["create_topics"]:
-            wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
             create_topics(
                 cfg.bootstrap_servers,
                 [
@@ -115,6 +122,16 @@ def run_from_options(
                 connection_settings(values),
                 compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
             )
+        elif probe.answered and probe.partitions == 0:
+            raise missing_topic(
+                cfg.input_topic,
+                cfg.bootstrap_servers,
+                "--input-topic",
+                "create it first (`streamdedup produce` does; or start the worker "
+                "with --create-topics --partitions N)",
+            )
+        options = group_timeouts(probe.embedded, cfg.consumer_options)
+        cfg = dataclasses.replace(cfg, consumer_options=options)
         if cfg.changelog_topic:
             restore_if_empty(cfg, require_index(values), metrics)
         with open_engine(values) as dd:

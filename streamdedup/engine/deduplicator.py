@@ -161,6 +161,17 @@ class Deduplicator:
     # ------------------------------------------------------------------ public API
 
     def check(self, doc_id: DocId, text: str, timestamp_ms: int | None = None) -> Verdict:
+        """Check one document against everything indexed before it, then index it.
+
+        The verdict says `unique` or `duplicate` (with the best-matching earlier id
+        and its similarity); the document is in the index when this returns, in its
+        own write transaction -- for many documents `check_batch` is far cheaper (one
+        transaction for all).  The same `doc_id` checked again with the same text gets
+        its stored verdict back; with other text it replaces the earlier document.
+        `timestamp_ms` (epoch milliseconds) places it in the time window when the
+        engine has one (`EngineOptions.ttl_ms`); None: it carries no time.  Errors
+        are `StreamDedupError`s (errors.py) and name this API's parameters, not
+        command-line flags."""
         return self.check_batch([Document(doc_id, text, timestamp_ms)])[0]
 
     def check_batch(self, docs: Iterable[Document | tuple[DocId, str]]) -> list[Verdict]:

@@ -10,11 +10,12 @@ gives those documents their stored verdicts back.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import stat
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -25,7 +26,8 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
 from streamdedup.engine.prepare import Prepared
 from streamdedup.errors import ConfigError, InputOutputError
-from streamdedup.models import Rejected, Verdict, output_record
+from streamdedup.inputs.warc import Skipped, WarcId, WarcRef, read_warc
+from streamdedup.models import Document, Rejected, Verdict, output_record
 
 
 @dataclass
@@ -44,6 +46,8 @@ class Summary:
     seconds: float = 0.0
     unit: str = "lines"
     rejected_as: str = "rejected"
+    # WARC records that are not pages to check (no output line): reason -> count
+    skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -68,6 +72,9 @@ class Summary:
         ]
         if self.reasons:
             parts[-1] += " (" + ", ".join(f"{k} {v}" for k, v in sorted(self.reasons.items())) + ")"
+        if self.skipped:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items()))
+            parts.append(f"skipped {sum(self.skipped.values())} ({kinds})")
         return "; ".join(parts)
 
 
@@ -100,10 +107,15 @@ def run_dedup(
     batch_size: int = 8000,
     workers: int = 0,
     progress: Any = None,
+    summary: Summary | None = None,
+    where: dict[str, Any] | None = None,
 ) -> Summary:
-    """Process all of `source`; `progress` is a tqdm-like object or None."""
-    summary = Summary()
-    started = time.perf_counter()
+    """Process all of `source`; `progress` is a tqdm-like object or None.  With
+    several inputs, one `summary` goes through all of them (its time included), and
+    `where` (the input's name) is added to each error record."""
+    summary = summary if summary is not None else Summary()
+    first = summary.lines
+    started = time.perf_counter() - summary.seconds
     pool = None
     groups: Iterable[list[tuple[Decoded, Prepared]]]
     if workers > 0:
@@ -120,20 +132,83 @@ def run_dedup(
             for item in decoded:
                 result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
                 summary.add(result)
-                where = {"line": summary.lines} if isinstance(result, Rejected) else {}
-                out.append(orjson.dumps(output_record(result, **where)))
-            out.append(b"")
-            _deliver(sink, b"\n".join(out), summary.lines - len(decoded))
-            summary.seconds = time.perf_counter() - started
-            if progress is not None:
-                progress.update(len(decoded))
-                progress.set_postfix(
-                    dup=summary.duplicates, rejected=summary.rejected, refresh=False
+                line = {"line": summary.lines - first, **(where or {})}
+                out.append(
+                    orjson.dumps(
+                        output_record(result, **line)
+                        if isinstance(result, Rejected)
+                        else output_record(result)
+                    )
                 )
+            _write_batch(sink, out, summary, progress, len(decoded), started)
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
             pool.close()
+    return summary
+
+
+def _write_batch(
+    sink: IO[bytes],
+    out: list[bytes],
+    summary: Summary,
+    progress: Any,
+    count: int,
+    started: float,
+) -> None:
+    """One batch's output lines written (after its commit), the progress moved on."""
+    out.append(b"")
+    _deliver(sink, b"\n".join(out), summary.lines - count)
+    summary.seconds = time.perf_counter() - started
+    if progress is not None:
+        progress.update(count)
+        progress.set_postfix(dup=summary.duplicates, rejected=summary.rejected, refresh=False)
+
+
+def run_warc(
+    dedup: Deduplicator,
+    source: IO[bytes],
+    sink: IO[bytes],
+    fields: Fields,
+    *,
+    warc_id: WarcId = "uri",
+    batch_size: int = 8000,
+    workers: int = 0,
+    progress: Any = None,
+    summary: Summary | None = None,
+    on_skip: Callable[[Skipped, int], None] | None = None,
+) -> Summary:
+    """Process a WARC archive: its HTML response records, in order, each page's text
+    extracted as it is read (`inputs.warc`); the documents are checked and inserted
+    in batches of `batch_size` records, like lines.  Every output record carries the
+    page's `url` and `warc_record_id`; an error record also its `record` number in
+    the archive.  Skipped records (`on_skip(record, number)`) get no output line."""
+    summary = summary if summary is not None else Summary()
+    started = time.perf_counter() - summary.seconds
+    items = read_warc(source, id_from=warc_id, extract=fields.extract, max_bytes=fields.max_bytes)
+    number = 0
+    while chunk := list(itertools.islice(items, batch_size)):
+        kept: list[tuple[Document | Rejected, WarcRef, int]] = []
+        for item, ref in chunk:
+            number += 1
+            if isinstance(item, Skipped):
+                summary.skipped[item.reason] = summary.skipped.get(item.reason, 0) + 1
+                if on_skip is not None:
+                    on_skip(item, number)
+            else:
+                kept.append((item, ref, number))
+        docs = [item for item, _, _ in kept if isinstance(item, Document)]
+        verdicts = iter(dedup.check_batch(docs))  # committed before writing
+        out: list[bytes] = []
+        for item, ref, n in kept:
+            result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
+            summary.add(result)
+            extra: dict[str, Any] = ref.fields()
+            if isinstance(result, Rejected):
+                extra["record"] = n
+            out.append(orjson.dumps(output_record(result, **extra)))
+        _write_batch(sink, out, summary, progress, len(kept), started)
+    summary.seconds = time.perf_counter() - started
     return summary
 
 
@@ -214,7 +289,8 @@ def stdout_or_file(path: str) -> IO[bytes]:
         return open(path, "wb", opener=lambda p, _: os.open(p, os.O_WRONLY | os.O_CREAT, 0o666))
     except OSError as exc:
         raise InputOutputError(
-            f"cannot write the verdicts to {path}: {exc.strerror or exc}"
+            f"cannot write the verdicts to {path}: {exc.strerror or exc}; choose a path in "
+            "an existing, writable directory (or '-' for stdout)"
         ) from exc
 
 

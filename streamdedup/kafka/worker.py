@@ -90,6 +90,11 @@ class WorkerStats:
     started: float = field(default_factory=time.monotonic)
 
 
+def partition_list(tps: Any) -> str:
+    """`topic[0], topic[1]` -- how logs name partitions (not kafka-python's reprs)."""
+    return ", ".join(f"{tp.topic}[{tp.partition}]" for tp in sorted(tps))
+
+
 class Assigned(NamedTuple):
     """What a loop that assigns its own partitions (`replay`) answers once the
     consumer exists: when it is done, and per partition the earliest message
@@ -221,16 +226,28 @@ class Worker:
             # Runs on kafka-python's I/O thread: log and mark, never block.  A batch in
             # flight when partitions move fails its commit and is aborted and rewound.
             def on_partitions_revoked(self, revoked: Any) -> None:
-                log.info("revoked %s", sorted(str(tp) for tp in revoked))
+                if revoked:
+                    log.info("partitions revoked: %s", partition_list(revoked))
                 for tp in revoked:
                     checked.discard(tp.partition)
 
             def on_partitions_assigned(self, assigned: Any) -> None:
-                log.info("assigned %s", sorted(str(tp) for tp in assigned))
+                log.info(
+                    "joined consumer group %r; partitions assigned: %s",
+                    group,
+                    partition_list(assigned) or "none (more members than partitions)",
+                )
                 for tp in assigned:
                     checked.discard(tp.partition)
 
+        group = self.cfg.group_id
         self.consumer.subscribe([self.cfg.input_topic], listener=Listener())
+        log.info(
+            "joining consumer group %r on topic %r (session timeout %.0fs)",
+            group,
+            self.cfg.input_topic,
+            self.consumer.config["session_timeout_ms"] / 1000,
+        )
 
     # ------------------------------------------------------------------ the loop
 

@@ -103,6 +103,13 @@ class Metrics:
             ["topic", "partition"],
             registry=r,
         )
+        # the labelled gauge has no sample until a partition is assigned; the total is
+        # there from the start (0), so a dashboard or alert never sees it missing
+        self.lag_total = Gauge(
+            "streamdedup_total_consumer_lag",
+            "Messages behind the ends of all assigned partitions (0 before any is assigned)",
+            registry=r,
+        )
         self.indexed = Gauge(
             "streamdedup_indexed_documents", "Documents the index holds", registry=r
         )
@@ -134,6 +141,7 @@ class Metrics:
             self.lag.labels(topic, str(partition)).set(lag)
         self._lag = dict(lags)
         self.assigned.set(len(lags))
+        self.lag_total.set(sum(lags.values()))
 
     # -- read by the endpoints
     def healthy(self) -> tuple[bool, str]:

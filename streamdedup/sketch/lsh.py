@@ -26,8 +26,9 @@ MIN_NUM_PERM, MAX_NUM_PERM = 2, 1024
 def check_num_perm(num_perm: int) -> None:
     if not MIN_NUM_PERM <= num_perm <= MAX_NUM_PERM:
         raise ConfigError(
-            f"--num-perm must be between {MIN_NUM_PERM} and {MAX_NUM_PERM}, got {num_perm} "
-            "(128 is the default; more than a few hundred rarely pays)"
+            f"`num_perm` must be between {MIN_NUM_PERM} and {MAX_NUM_PERM}, got {num_perm} "
+            "(128 is the default; more than a few hundred rarely pays)",
+            params=("num_perm",),
         )
 
 
@@ -61,8 +62,9 @@ def banding(threshold: float, num_perm: int, bands: int, rows: int) -> Banding:
     check_num_perm(num_perm)
     if bands < 1 or rows < 1 or bands * rows > num_perm:
         raise ConfigError(
-            f"--bands {bands} x --rows {rows} needs {bands * rows} hash values; "
-            f"--num-perm is {num_perm}"
+            f"`bands` {bands} x `rows` {rows} needs {bands * rows} hash values; "
+            f"`num_perm` is {num_perm}",
+            params=("bands", "rows", "num_perm"),
         )
     return Banding(bands, rows, *error_areas(threshold, bands, rows))
 

@@ -48,7 +48,8 @@ def test_bad_values_name_their_source() -> None:
     with pytest.raises(ConfigError, match="environment STREAMDEDUP_NUM_PERM"):
         resolve(_parse([]), GROUPS, "dedup", None, {"STREAMDEDUP_NUM_PERM": "many"})
     with pytest.raises(ConfigError, match="must be one of exact, signature"):
-        resolve(_parse(["--verify", "fuzzy"]), GROUPS, "dedup", None, {})
+        # (on the command line argparse refuses it first: tests/cli/test_errors.py)
+        resolve(_parse([]), GROUPS, "dedup", None, {"STREAMDEDUP_VERIFY": "fuzzy"})
 
 
 def test_flags_and_repeatable_options() -> None:

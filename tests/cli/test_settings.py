@@ -42,7 +42,7 @@ def test_worker_settings_carry_the_time_window(tmp_path: Path) -> None:
         (("--index", "i", "--batch-size", "0"), "--batch-size must be at least 1"),
         (("--index", "i", "--max-exact-checks", "0"), "--max-exact-checks must be at least 1"),
         (("--index", "i", "--shingle", "word"), "invalid shingle spec"),
-        (("--index", "i", "--bands", "3"), "--bands and --rows go together"),
+        (("--index", "i", "--bands", "3"), "`bands` and `rows` go together"),
         (("--index", "i", "--threshold", "1"), "strictly between 0 and 1"),
     ],
 )

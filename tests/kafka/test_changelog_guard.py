@@ -50,7 +50,7 @@ def test_the_python_api_needs_the_changelog_named(tmp_path: Path) -> None:
             dd.check("b", "eight nine ten eleven twelve")
     with (
         Deduplicator(index, changelog="another") as dd,
-        pytest.raises(ConfigError, match="--changelog-topic cl"),
+        pytest.raises(ConfigError, match="`changelog` cl"),
     ):
         dd.check("b", "eight nine ten eleven twelve")
     assert snapshot(index) == before

@@ -322,7 +322,7 @@ def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> 
         time.sleep(1.0)
     deadline = time.time() + 60
     while time.time() < deadline:  # both members hold partitions before data arrives
-        if all(b'assigned ["TopicPartition' in p.read_bytes() for p in logs):
+        if all(b"partitions assigned: " + t.input.encode() in p.read_bytes() for p in logs):
             break
         time.sleep(0.5)
     docs = stream(200, seed=6)
@@ -356,7 +356,7 @@ def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> 
         dup = next(v for v in pair if v["verdict"] == "duplicate")
         other = next(v for v in pair if v is not dup)
         assert dup["duplicate_of"] == other["id"] and dup["exact"], pair
-    assert all(b'assigned ["TopicPartition' in p.read_bytes() for p in logs), (
+    assert all(b"partitions assigned: " + t.input.encode() in p.read_bytes() for p in logs), (
         "both processes held partitions"
     )
 
@@ -403,8 +403,9 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     for log in logs:
         log.close()
     first_log, second_log = ((tmp_path / f"w{i}.log").read_bytes() for i in range(2))
-    assert b'revoked ["TopicPartition' in first_log, "the first worker lost a partition"
-    assert b'assigned ["TopicPartition' in second_log, "the second worker took one over"
+    lost, took = b"partitions revoked: " + t.input.encode(), b"assigned: " + t.input.encode()
+    assert lost in first_log, "the first worker lost a partition"
+    assert took in second_log, "the second worker took one over"
     seen = verdicts()
     assert len(seen) == len(docs), "a document got no verdict"
     assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"

@@ -229,7 +229,7 @@ def test_a_second_index_in_the_group_is_refused(kafka_bootstrap: str, tmp_path: 
         )
         try:
             deadline = time.time() + 60
-            while b'assigned ["TopicPartition' not in first_log.read_bytes():
+            while b"partitions assigned: " + t.input.encode() not in first_log.read_bytes():
                 assert time.time() < deadline and first.poll() is None, first_log.read_text()
                 time.sleep(0.3)
             second = t.run_worker(tmp_path / "other-idx", idle=20)

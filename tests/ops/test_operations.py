@@ -278,10 +278,9 @@ def test_lost_index_is_restored_from_the_changelog(kafka_bootstrap: str, tmp_pat
     assert stats["bucket_sizes"] == reference["bucket_sizes"]
 
 
-def readme_commands(section: str) -> list[str]:
-    """The shell lines of a README section's code blocks, continuations joined."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+def operations_commands() -> list[str]:
+    """The shell lines of docs/operations.md's code blocks, continuations joined."""
+    body = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
     lines: list[str] = []
     for block in body.split("```bash\n")[1:]:
         pending = ""
@@ -298,7 +297,7 @@ def readme_commands(section: str) -> list[str]:
 
 
 def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """Every command of the README's Operations section, in order, as written (the
+    """Every command of the operations page (docs/operations.md), in order, as written (the
     throwaway broker aside: the test's broker stands in for it)."""
     import os
     import shlex
@@ -312,7 +311,7 @@ def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> 
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
     ran = []
-    for line in readme_commands("Operations"):
+    for line in operations_commands():
         if line.startswith(("export ", "streamdedup broker")):
             continue
         args = shlex.split(line)

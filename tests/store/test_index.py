@@ -20,8 +20,8 @@ def test_parameters_are_stored_and_mismatches_refused(index_dir) -> None:
         assert dd.params.num_perm == 64 and dd.params.threshold == 0.7
     with pytest.raises(ParameterMismatchError) as err:
         Deduplicator(index_dir, num_perm=128)
-    assert "--num-perm 64" in str(err.value) and "--num-perm 128" in str(err.value)
-    with pytest.raises(ParameterMismatchError, match="--shingle word:5"):
+    assert "`num_perm` 64" in str(err.value) and "`num_perm` 128" in str(err.value)
+    with pytest.raises(ParameterMismatchError, match="`shingle` word:5"):
         Deduplicator(index_dir, shingle="word:5")
 
 

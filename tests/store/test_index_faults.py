@@ -274,9 +274,9 @@ def test_tune_checks_num_perm_too() -> None:
 
 
 def test_the_python_api_validates_parameters(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="--num-perm must be between"):
+    with pytest.raises(ConfigError, match="`num_perm` must be between"):
         Deduplicator(tmp_path / "a", num_perm=70000)
-    with pytest.raises(ConfigError, match="--seed must be between"):
+    with pytest.raises(ConfigError, match="`seed` must be between"):
         Deduplicator(tmp_path / "b", seed=10**20)
     with pytest.raises(ConfigError, match="needs 140 hash values"):
         Deduplicator(tmp_path / "c", bands=20, rows=7)

@@ -311,13 +311,6 @@ def main() -> int:
         default=3,
         help="runs per contender; the fastest counts (noise on a shared machine only adds)",
     )
-    ap.add_argument(
-        "--num-perms",
-        type=int,
-        nargs="+",
-        help="instead of the usual contenders, streamdedup's default at each of these K "
-        "(the K trade-off in docs/parameters.md)",
-    )
     args = ap.parse_args()
 
     # What an installed package has: its modules' bytecode compiled (an editable

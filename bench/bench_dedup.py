@@ -1,20 +1,21 @@
-"""streamdedup `dedup` next to datasketch, same corpus, same run.
+"""streamdedup `dedup` next to datasketch and rensa, on two streams, in one run.
 
-For each threshold it runs, each as its own process (timed end to end, reading
-JSON Lines and writing verdicts): streamdedup on one core (the default
-configuration), streamdedup with --workers 1 and 2 (more processes computing
-signatures; the machine has two cores), streamdedup with --verify signature,
-streamdedup on the numpy code instead of its compiled kernels, and datasketch
-(MinHash + MinHashLSH, query then insert).  It prints docs/s, peak memory, index
-bytes per document, precision and recall of `duplicate` verdicts against exact
-brute-force ground truth, and each speed as a ratio to datasketch.
+For each stream (crawl-like: corpus.py; template-heavy: templates.py) and threshold
+it runs, each as its own process (timed end to end, reading JSON Lines and writing
+verdicts): streamdedup on one core (the default configuration), streamdedup with
+--workers 1, datasketch (one MinHash template for all documents + MinHashLSH) and
+rensa (RMinHash + RMinHashLSH), both query then insert (anchors.py); with --more also
+streamdedup --workers 2, --verify signature and the numpy code.  It prints docs/s,
+peak memory, index bytes per document, precision and recall of `duplicate` verdicts
+against exact brute-force ground truth, each speed as a ratio to datasketch and to
+rensa, and the template-heavy stream's speed as a ratio to the crawl-like one's.
 
 Every contender runs --repeat times (default 3), each run its own process on a
 fresh index, round robin (all contenders once, then again); the fastest run
 counts, as with timeit, since on a shared machine noise only ever adds time.
 All runs are printed.
 
-    python bench/bench_dedup.py --docs 20000            # about 6 minutes
+    python bench/bench_dedup.py --docs 20000            # about 15 minutes
     python bench/bench_dedup.py --docs 20000 --skip-datasketch --num-perms 64 128 256
 """
 
@@ -35,6 +36,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(HERE))
+import templates  # noqa: E402
 from corpus import generate, ground_truth  # noqa: E402
 
 _MEASURE = (
@@ -48,13 +50,16 @@ _MEASURE = (
 )
 
 
-def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+def measure(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> dict[str, Any]:
     """Wall time and peak RSS (largest single process) of a command."""
     r = subprocess.run(
         [sys.executable, "-c", _MEASURE, *cmd],
         capture_output=True,
         check=True,
         env=None if env is None else {**os.environ, **env},
+        cwd=cwd,
     )
     out: dict[str, Any] = json.loads(r.stdout.decode().strip().splitlines()[-1])
     if out["rc"] not in (0, 1):
@@ -62,12 +67,16 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
     return out
 
 
-def corpus_file(n: int, seed: int) -> Path:
-    path = OUT / f"corpus-{n}-{seed}.jsonl"
+STREAMS = {"crawl-like": ("corpus", generate), "template-heavy": ("templates", templates.generate)}
+
+
+def corpus_file(n: int, seed: int, stream: str = "crawl-like", out: Path = OUT) -> Path:
+    prefix, make = STREAMS[stream]
+    path = out / f"{prefix}-{n}-{seed}.jsonl"
     if not path.exists():
-        OUT.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as fh:
-            for d in generate(n, seed):
+            for d in make(n, seed):
                 fh.write(d.jsonl())
     return path
 
@@ -92,8 +101,18 @@ def accuracy(verdicts: Path, truth: list[bool]) -> tuple[float, float]:
 
 
 def run_streamdedup(
-    corpus: Path, tmp: Path, threshold: float, extra: list[str], env: dict[str, str] | None = None
+    corpus: Path,
+    tmp: Path,
+    threshold: float,
+    extra: list[str],
+    env: dict[str, str] | None = None,
+    source: Path | None = None,
 ) -> dict[str, Any]:
+    """`source`: another checkout of streamdedup to run instead of this one (the
+    baseline of a side-by-side comparison), put first on the path, run from outside
+    this tree."""
+    if source is not None:
+        env = {**(env or {}), "PYTHONPATH": str(source)}
     index, out = tmp / "index", tmp / "verdicts.jsonl"
     cmd = [
         sys.executable,
@@ -111,12 +130,15 @@ def run_streamdedup(
         "never",
         *extra,
     ]
-    m = measure(cmd, env)
+    cwd = tmp if source is not None else None
+    m = measure(cmd, env, cwd)
     stats = json.loads(
         subprocess.run(
             [sys.executable, "-m", "streamdedup.cli", "stats", "--index", str(index), "--json"],
             capture_output=True,
             check=True,
+            env=None if env is None else {**os.environ, **env},
+            cwd=cwd,
         ).stdout
     )
     m["bytes_per_doc"] = stats["bytes_used"] / stats["documents"]
@@ -125,12 +147,13 @@ def run_streamdedup(
     return m
 
 
-def run_datasketch(corpus: Path, tmp: Path, threshold: float, n: int) -> dict[str, Any]:
+def run_anchor(library: str, corpus: Path, tmp: Path, threshold: float, n: int) -> dict[str, Any]:
     out, size = tmp / "verdicts.jsonl", tmp / "size"
     m = measure(
         [
             sys.executable,
-            str(HERE / "datasketch_run.py"),
+            str(HERE / "anchors.py"),
+            library,
             str(corpus),
             str(out),
             "--threshold",
@@ -145,24 +168,148 @@ def run_datasketch(corpus: Path, tmp: Path, threshold: float, n: int) -> dict[st
     return m
 
 
+def contenders_for(
+    corpus: Path,
+    t: float,
+    n: int,
+    more: bool,
+    anchors: bool,
+    baseline: Path | None,
+    num_perms: list[int] | None = None,
+) -> list[tuple[str, Any]]:
+    if num_perms:  # the K trade-off (docs/parameters.md): streamdedup's default at each K
+        out: list[tuple[str, Any]] = [
+            (
+                f"streamdedup --num-perm {k}",
+                lambda tmp, k=k: run_streamdedup(corpus, tmp, t, ["--num-perm", str(k)]),
+            )
+            for k in num_perms
+        ]
+        return out + (anchor_contenders(corpus, t, n) if anchors else [])
+    out = [
+        ("streamdedup (default, 1 core)", lambda tmp: run_streamdedup(corpus, tmp, t, [])),
+        (
+            "streamdedup --workers 1",
+            lambda tmp: run_streamdedup(corpus, tmp, t, ["--workers", "1"]),
+        ),
+    ]
+    if baseline is not None:
+        out.append(
+            (
+                "baseline (--baseline, 1 core)",
+                lambda tmp: run_streamdedup(corpus, tmp, t, [], source=baseline),
+            )
+        )
+    if more:
+        out += [
+            (
+                "streamdedup --workers 2",
+                lambda tmp: run_streamdedup(corpus, tmp, t, ["--workers", "2"]),
+            ),
+            (
+                "streamdedup --verify signature",
+                lambda tmp: run_streamdedup(corpus, tmp, t, ["--verify", "signature"]),
+            ),
+            (
+                "streamdedup, numpy kernels",
+                lambda tmp: run_streamdedup(corpus, tmp, t, [], {"STREAMDEDUP_KERNELS": "numpy"}),
+            ),
+        ]
+    return out + (anchor_contenders(corpus, t, n) if anchors else [])
+
+
+def anchor_contenders(corpus: Path, t: float, n: int) -> list[tuple[str, Any]]:
+    return [
+        ("datasketch (template)", lambda tmp: run_anchor("datasketch", corpus, tmp, t, n)),
+        ("rensa", lambda tmp: run_anchor("rensa", corpus, tmp, t, n)),
+    ]
+
+
+def run_round_robin(
+    contenders: list[tuple[str, Any]], truth: list[bool], n: int, repeat: int
+) -> list[dict[str, Any]]:
+    """Every contender once, then again (so that a slow spell of the machine falls
+    on all of them alike rather than on one contender's runs); the fastest counts."""
+    runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    last: dict[str, tuple[dict[str, Any], float, float]] = {}
+    for _ in range(repeat):
+        for name, fn in contenders:
+            with tempfile.TemporaryDirectory(prefix="bench-") as d:  # a fresh index
+                m = fn(Path(d))
+                p, r = accuracy(m["verdicts"], truth)
+            runs[name].append(m["seconds"])
+            last[name] = (m, p, r)
+    rows = []
+    for name, _ in contenders:
+        m, p, r = last[name]
+        rows.append(
+            {
+                "name": name,
+                "docs_per_s": n / min(runs[name]),
+                "seconds": min(runs[name]),
+                "all_seconds": runs[name],
+                "peak_rss_mb": m["rss_kb"] / 1024,
+                "bytes_per_doc": m["bytes_per_doc"],
+                "file_bytes_per_doc": m["file_bytes_per_doc"],
+                "precision": p,
+                "recall": r,
+            }
+        )
+        every = ", ".join(f"{n / x:,.0f}" for x in runs[name])
+        print(f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  (runs: {every})", flush=True)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    ds = next((x["docs_per_s"] for x in rows if x["name"].startswith("datasketch")), None)
+    rs = next((x["docs_per_s"] for x in rows if x["name"] == "rensa"), None)
+    print(
+        f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'vs rensa':>8} {'peak MB':>8} {'B/doc':>7} "
+        f"{'precision':>9} {'recall':>7}"
+    )
+    for x in rows:
+        x["vs_datasketch"] = x["docs_per_s"] / ds if ds else None
+        x["vs_rensa"] = x["docs_per_s"] / rs if rs else None
+        a = f"{x['vs_datasketch']:5.1f}x" if ds else "   n/a"
+        b = f"{x['vs_rensa']:7.2f}x" if rs else "     n/a"
+        print(
+            f"  {x['name']:32} {x['docs_per_s']:9,.0f} {a:>6} {b:>8} {x['peak_rss_mb']:8.0f} "
+            f"{x['bytes_per_doc']:7,.0f} {x['precision']:9.4f} {x['recall']:7.4f}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.5])
-    ap.add_argument("--skip-datasketch", action="store_true")
+    ap.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.9])
+    ap.add_argument("--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS))
+    ap.add_argument(
+        "--skip-anchors",
+        "--skip-datasketch",  # its name before rensa joined (README commands use it)
+        dest="skip_anchors",
+        action="store_true",
+        help="no datasketch or rensa",
+    )
+    ap.add_argument("--out", type=Path, default=OUT, help="corpora, ground truth and results")
+    ap.add_argument("--more", action="store_true", help="also --workers 2, signature, numpy")
+    ap.add_argument(
+        "--num-perms",
+        type=int,
+        nargs="+",
+        help="instead of the usual streamdedup contenders, its default at each of these K "
+        "(the K trade-off in docs/parameters.md)",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of another streamdedup version (its kernels built) to run side by side",
+    )
     ap.add_argument(
         "--repeat",
         type=int,
         default=3,
         help="runs per contender; the fastest counts (noise on a shared machine only adds)",
-    )
-    ap.add_argument(
-        "--num-perms",
-        type=int,
-        nargs="+",
-        help="instead of the usual contenders, streamdedup's default at each of these K "
-        "(the K trade-off in docs/parameters.md)",
     )
     args = ap.parse_args()
 
@@ -175,100 +322,46 @@ def main() -> int:
         [sys.executable, "-m", "streamdedup.cli", "--version"], capture_output=True, text=True
     ).stdout.strip()
     print(version)
-    corpus = corpus_file(args.docs, args.seed)
-    size_mb = corpus.stat().st_size / 1e6
-    print(f"corpus: {args.docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
     results: list[dict[str, Any]] = []
+    for stream in args.streams:
+        corpus = corpus_file(args.docs, args.seed, stream, args.out)
+        size_mb = corpus.stat().st_size / 1e6
+        print(f"\n{stream}: {args.docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
+        for t in args.thresholds:
+            truth = truth_for(corpus, t)
+            have = f"{sum(truth):,} documents have an earlier one at Jaccard >= {t}"
+            print(f"\n{stream}, threshold {t}: {have}", flush=True)
+            contenders = contenders_for(
+                corpus,
+                t,
+                args.docs,
+                args.more,
+                not args.skip_anchors,
+                args.baseline,
+                args.num_perms,
+            )
+            rows = run_round_robin(contenders, truth, args.docs, args.repeat)
+            print_table(rows)
+            for x in rows:
+                x.update(stream=stream, threshold=t)
+            results.extend(rows)
+    # Template-heavy against crawl-like: the same build, the same run.
     for t in args.thresholds:
-        truth = truth_for(corpus, t)
-        print(f"\nthreshold {t}: {sum(truth):,} documents have an earlier one at Jaccard >= {t}")
-        contenders: list[tuple[str, Any]] = [
-            ("streamdedup (default, 1 core)", lambda tmp, t=t: run_streamdedup(corpus, tmp, t, [])),
-            (
-                "streamdedup --workers 1 (2 cores)",
-                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "1"]),
-            ),
-            (
-                "streamdedup --workers 2 (2 cores)",
-                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--workers", "2"]),
-            ),
-            (
-                "streamdedup --verify signature",
-                lambda tmp, t=t: run_streamdedup(corpus, tmp, t, ["--verify", "signature"]),
-            ),
-            (
-                "streamdedup, numpy kernels",
-                lambda tmp, t=t: run_streamdedup(
-                    corpus, tmp, t, [], {"STREAMDEDUP_KERNELS": "numpy"}
-                ),
-            ),
-        ]
-        if args.num_perms:
-            contenders = [
-                (
-                    f"streamdedup --num-perm {k}",
-                    lambda tmp, t=t, k=k: run_streamdedup(corpus, tmp, t, ["--num-perm", str(k)]),
-                )
-                for k in args.num_perms
-            ]
-        if not args.skip_datasketch:
-            contenders.append(
-                (
-                    "datasketch MinHashLSH",
-                    lambda tmp, t=t: run_datasketch(corpus, tmp, t, args.docs),
-                )
-            )
-        # Round robin -- every contender once, then again -- so that a slow spell of
-        # the machine falls on all of them alike rather than on one contender's runs.
-        runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
-        last: dict[str, tuple[dict[str, Any], float, float]] = {}
-        for _ in range(args.repeat):
-            for name, fn in contenders:
-                with tempfile.TemporaryDirectory(prefix="bench-") as d:  # a fresh index
-                    m = fn(Path(d))
-                    p, r = accuracy(m["verdicts"], truth)
-                runs[name].append(m["seconds"])
-                last[name] = (m, p, r)
-        rows = []
-        for name, _ in contenders:
-            m, p, r = last[name]
-            rows.append(
-                {
-                    "threshold": t,
-                    "name": name,
-                    "docs_per_s": args.docs / min(runs[name]),
-                    "seconds": min(runs[name]),
-                    "all_seconds": runs[name],
-                    "peak_rss_mb": m["rss_kb"] / 1024,
-                    "bytes_per_doc": m["bytes_per_doc"],
-                    "file_bytes_per_doc": m["file_bytes_per_doc"],
-                    "precision": p,
-                    "recall": r,
-                }
-            )
-            every = ", ".join(f"{args.docs / x:,.0f}" for x in runs[name])
-            print(f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  (runs: {every})", flush=True)
-        base = next((x["docs_per_s"] for x in rows if x["name"].startswith("datasketch")), None)
-        print(
-            f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'peak MB':>8} {'B/doc':>7} "
-            f"{'precision':>9} {'recall':>7}"
-        )
-        for x in rows:
-            x["speedup_vs_datasketch"] = x["docs_per_s"] / base if base else None
-            ratio = f"{x['speedup_vs_datasketch']:5.1f}x" if base else "   n/a"
-            print(
-                f"  {x['name']:32} {x['docs_per_s']:9,.0f} {ratio:>6} {x['peak_rss_mb']:8.0f} "
-                f"{x['bytes_per_doc']:7,.0f} {x['precision']:9.4f} {x['recall']:7.4f}"
-            )
-        results.extend(rows)
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bench_dedup.json").write_text(
+        speed = {
+            x["stream"]: x["docs_per_s"]
+            for x in results
+            if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
+        }
+        if len(speed) == 2:
+            ratio = speed["template-heavy"] / speed["crawl-like"]
+            print(f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f}")
+    (args.out / "bench_dedup.json").write_text(
         json.dumps(
             {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},
             indent=2,
         )
     )
-    print(f"\nresults written to {OUT / 'bench_dedup.json'}")
+    print(f"\nresults written to {args.out / 'bench_dedup.json'}")
     return 0
 
 

@@ -192,7 +192,9 @@ def _reemit(text: str, rnd: random.Random, vocab: list[str], flat: list[str]) ->
     return rnd.choice(BOILERPLATE) + "\n" + text[: int(len(text) * keep)], kind
 
 
-def ground_truth(texts: list[str], threshold: float, spec: str = "word:5") -> list[bool]:
+def ground_truth(
+    texts: list[str], threshold: float, spec: str = "word:5", block: int = 2000
+) -> list[bool]:
     """truth[i]: some earlier document has exact Jaccard >= threshold with document i."""
     import numpy as np
     from scipy import sparse
@@ -214,12 +216,18 @@ def ground_truth(texts: list[str], threshold: float, spec: str = "word:5") -> li
         shape=(n, len(ids)),
     )
     sizes = np.diff(a.indptr).astype(np.float64)
-    inter = (a @ a.T).tocoo()
-    keep = inter.col < inter.row  # earlier documents only
-    r, c, v = inter.row[keep], inter.col[keep], inter.data[keep].astype(np.float64)
-    jac = v / (sizes[r] + sizes[c] - v)
+    at = a.T.tocsc()
     truth = np.zeros(n, dtype=bool)
-    truth[r[jac >= threshold - 1e-12]] = True
+    # Blocks of rows against the earlier documents only: a template-heavy stream makes
+    # the whole product dense within each site (memory), and half of it is not needed.
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        inter = (a[start:stop] @ at[:, :stop]).tocoo()
+        r, c = inter.row + start, inter.col
+        keep = c < r  # earlier documents only
+        r, c, v = r[keep], c[keep], inter.data[keep].astype(np.float64)
+        jac = v / (sizes[r] + sizes[c] - v)
+        truth[r[jac >= threshold - 1e-12]] = True
     return truth.tolist()
 
 

@@ -138,7 +138,6 @@ class Change:
     docno: int
     record: Record | None
     signature: bytes | None
-    shingle_set: bytes | None
     owns_content: bool
     text: bytes | None = None  # compressed normalised text (exact verification)
 

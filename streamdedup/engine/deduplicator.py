@@ -435,7 +435,6 @@ class Deduplicator:
             reason=v.reason,
             shingles=p.shingles[i],
         )
-        sets = p.set_blobs
         text = p.texts[i] if index_it and p.texts is not None else None
         owns = t.put_document(
             docno,
@@ -443,7 +442,6 @@ class Deduplicator:
             record,
             signature=p.sig_bytes[i] if index_it else None,
             bucket_keys=p.band_keys[i] if index_it else [],
-            shingle_set=sets[i] if index_it and sets is not None else None,
             register_content=p.shingles[i] > 0,
             text=text,
         )
@@ -458,7 +456,6 @@ class Deduplicator:
                 docno,
                 record,
                 p.sig_bytes[i] if index_it else None,
-                sets[i] if index_it and sets is not None else None,
                 owns,
                 text,
             )
@@ -467,7 +464,7 @@ class Deduplicator:
     def _forget(self, t: Tables, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its
         content and copies of it live on, the oldest copy becomes the owner and takes
-        over its signature, postings, set and text, so later exact and near
+        over its signature, postings and text, so later exact and near
         duplicates still find that content while any copy of it lives.
 
         `own`: the document is replaced by one of the batch's own (same id), which
@@ -483,10 +480,9 @@ class Deduplicator:
         if old is not None and t.docno_for_content(old.content_hash) == docno:
             heir = t.first_copy(old.content_hash)
         if heir is not None:  # read before `remove_document` deletes them
-            shingle_set = t.shingle_set(docno) or None
             text = t.text(docno) or None
         t.remove_document(docno, key, keys)
-        self.changes.append(Change(key, docno, None, None, None, False))
+        self.changes.append(Change(key, docno, None, None, False))
         if not own:
             self.touched.append(key)
         if heir is None or old is None:
@@ -494,9 +490,9 @@ class Deduplicator:
         heir_rec = t.record(heir)
         if heir_rec is None:
             return
-        t.adopt(heir, old.content_hash, raw, keys, shingle_set, text)
+        t.adopt(heir, old.content_hash, raw, keys, text)
         heir_key = id_key(heir_rec.doc_id)
-        self.changes.append(Change(heir_key, heir, heir_rec, raw, shingle_set, True, text))
+        self.changes.append(Change(heir_key, heir, heir_rec, raw, True, text))
         self.touched.append(heir_key)
 
 

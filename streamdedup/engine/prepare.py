@@ -1,6 +1,6 @@
 """Stage 1 of a batch: documents in, everything the index needs about them out
 (`Preparer.prepare` -> `Prepared`): normalised text, content hashes, shingles,
-MinHash signatures, band keys, fingerprint sets, compressed texts.  Pure computation
+MinHash signatures (from fingerprint sets), band keys, compressed texts.  Pure computation
 over a whole batch at once, with no index, so a `Preparer` is picklable and runs in
 worker processes (`engine.pool`).  Also the pieces of the same computation the
 engine and reports need for stored documents: the band keys of a stored signature
@@ -20,7 +20,6 @@ import zstandard
 
 from streamdedup.config import IndexParams
 from streamdedup.models import Document
-from streamdedup.sketch import setcodec
 from streamdedup.sketch.shingle import (
     ShingleBatch,
     Shingler,
@@ -30,7 +29,6 @@ from streamdedup.sketch.shingle import (
     split_by_length,
 )
 from streamdedup.sketch.signature import (
-    FingerprintSets,
     Signatures,
     band_keys,
     fingerprint_sets,
@@ -51,8 +49,6 @@ class Prepared:
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
-    fingerprints: FingerprintSets | None  # exact verification only
-    set_blobs: list[bytes] | None  # the same sets, encoded for the index
     # Exact verification only: the zstd-compressed normalised texts, stored so that
     # a candidate's exact shingle set can be computed again, and the documents'
     # 64-bit shingle hashes (each one's own exact set, when it meets a candidate).
@@ -131,8 +127,6 @@ class Preparer:
         exact = p.verify == "exact"
         shingles: list[int] = []
         sig_parts: list[Signatures] = []
-        set_parts: list[FingerprintSets] = []
-        blobs: list[bytes] = []
         hash_parts: list[ShingleBatch] = []
         starts: list[int] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
@@ -143,8 +137,6 @@ class Preparer:
             shingles += batch.counts.tolist()
             sig_parts.append(signatures(sets, p.num_perm, p.seed))
             if exact:
-                set_parts.append(sets)
-                blobs += setcodec.encode_sets(sets)
                 starts.append(part.start)
                 hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
@@ -158,8 +150,6 @@ class Preparer:
             sigs=sigs,
             sig_bytes=_rows(sigs.astype("<u2")),
             band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
-            fingerprints=FingerprintSets.concat(set_parts) if exact else None,
-            set_blobs=blobs if exact else None,
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=compress_texts(raw) if exact else None,
         )

@@ -1,12 +1,19 @@
 """Exact verification of a document's LSH candidates (`verify = "exact"`), and what
 the engine keeps in memory within one batch to do it cheaply (`BatchMemory`).
 
-Candidates are taken in order of their signature estimate; each is first held to a
-sound bound from the stored fingerprint sets (a candidate whose bound is below the
-bar cannot pass) and only then measured exactly, by the Jaccard similarity of the
-64-bit shingle hashes of both texts (the candidate's re-shingled from its stored
-text).  The search stops at the first candidate whose estimate is too far below the
-bar, or after a set number of exact checks."""
+Candidates are taken in order of their signature estimate and measured exactly: the
+Jaccard similarity of the 64-bit shingle hashes of both texts (the candidate's from
+its stored text, shingled again; `sketch.jaccard`).  The search stops at the first
+candidate whose estimate is too far below the bar, or after a set number of exact
+checks.
+
+Why the stored text and nothing narrower (index format 7): format 6 also stored each
+page's 24-bit fingerprint set, as a sound filter before the exact check.  The filter
+cost 1,118 of the 3,455 bytes a page of the crawl-like benchmark took (the target is
+2,500), and no speed: it spared a near-threshold candidate's decompression and
+re-shingling (about 12 us), but every true duplicate paid for both the filter and the
+check, and every page for coding and writing its set.  Side by side, format 7 was as
+fast or faster on both benchmark streams (docs/benchmarks-exactness.md)."""
 
 from __future__ import annotations
 
@@ -14,9 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
-from streamdedup.sketch import setcodec
+from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import Fingerprints
 from streamdedup.store.tables import Tables
 
 EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
@@ -24,7 +30,7 @@ EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
 
 class BatchMemory:
     """The current batch's indexed documents: docno -> where their signature and
-    fingerprints are in memory (`fresh`), so a later document of the same batch checks
+    shingle hashes are in memory (`fresh`), so a later document of the same batch checks
     against them without reading and decoding what was just written; and the exact
     shingle sets of this batch's re-checked candidates (`exact`: re-emissions of a
     page check against the same earlier page again and again).  Not kept past the
@@ -50,14 +56,6 @@ class BatchMemory:
         """A candidate's signature: from memory if this batch holds it, else as stored."""
         fresh = self.fresh.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
-
-    def fingerprints(self, t: Tables, docno: int) -> Fingerprints | bytes:
-        """A candidate's fingerprint set: from memory if this batch holds it, else as
-        stored."""
-        fresh = self.fresh.get(docno)
-        if fresh is not None and fresh[0].fingerprints is not None:
-            return fresh[0].fingerprints.of(fresh[1])
-        return t.shingle_set(docno)
 
     def exact_shingles(self, t: Tables, docno: int) -> npt.NDArray[np.uint64]:
         """A candidate's exact shingle set: from memory if this batch holds it, else
@@ -91,25 +89,16 @@ def best_exact(
     """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
     similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
     (similarity, docno); and the number of exact checks made."""
-    assert p.fingerprints is not None
-    mine = p.fingerprints.of(i)
-    exact_mine: npt.NDArray[np.uint64] | None = None  # 64-bit, once needed
+    mine: npt.NDArray[np.uint64] | None = None  # once a candidate is close enough
     best: tuple[float, int] | None = None
     for checks, j in enumerate(order):
         floor = threshold if best is None else best[0]
         if checks >= max_checks or est[j] < floor - margin:
             return best, checks
+        if mine is None:
+            mine = own_shingles(p, i)
         d = docnos[j]
-        other = memory.fingerprints(t, d)
-        if exact_mine is None:
-            exact_mine = own_shingles(p, i)
-        size = len(other) if not isinstance(other, bytes) else setcodec.count(other)
-        bound = setcodec.jaccard_bound(
-            setcodec.jaccard(mine, other), len(mine), size, len(exact_mine)
-        )
-        if bound < floor:  # sound: the exact Jaccard is at most the bound
-            continue
-        sim = setcodec.exact_jaccard(exact_mine, memory.exact_shingles(t, d))
+        sim = exact_jaccard(mine, memory.exact_shingles(t, d))
         if sim >= threshold and (best is None or sim > best[0]):
             best = (sim, d)
     return best, len(order)

@@ -45,7 +45,7 @@ def encode_changes(changes: list[Change]) -> list[tuple[bytes, bytes | None]]:
                 c.docno,
                 c.record.pack(),
                 c.signature,
-                c.shingle_set,
+                None,  # was the fingerprint set (index format 6); the slot keeps the layout
                 c.owns_content,
                 c.text,
             ]
@@ -68,13 +68,12 @@ def current_changes(t: Tables, keys: list[bytes]) -> list[Change]:
         docno = t.docno_for_id(key)
         record = None if docno is None else t.record(docno)
         if docno is None or record is None:
-            out.append(Change(key, -1 if docno is None else docno, None, None, None, False))
+            out.append(Change(key, -1 if docno is None else docno, None, None, False))
             continue
         signature = t.signature(docno)
-        shingle_set = t.shingle_set(docno) if signature is not None else None
         text = t.text(docno) if signature is not None else None
         owns = t.docno_for_content(record.content_hash) == docno
-        out.append(Change(key, docno, record, signature, shingle_set or None, owns, text or None))
+        out.append(Change(key, docno, record, signature, owns, text or None))
     return out
 
 
@@ -119,7 +118,7 @@ class Restorer:
                 t.remove_document(old, key, [])
             if value is None:
                 continue
-            docno, packed, sig, shingle_set, _owns, *rest = msgpack.unpackb(value)
+            docno, packed, sig, _unused, _owns, *rest = msgpack.unpackb(value)
             text = rest[0] if rest else None
             record = Record.unpack(packed)
             # Content owners and copies are set from the whole restored state at
@@ -131,7 +130,6 @@ class Restorer:
                 record,
                 signature=sig,
                 bucket_keys=[],
-                shingle_set=shingle_set,
                 register_content=False,
                 text=text,
             )

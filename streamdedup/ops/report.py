@@ -11,7 +11,7 @@ from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import exact_shingles, stored_band_keys
 from streamdedup.errors import IndexCorruptError, IndexOpenError
 from streamdedup.models import TALLIES, Record, Verdict
-from streamdedup.sketch import setcodec
+from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
@@ -307,7 +307,7 @@ def _neighbours(
         }
         if own_set is not None:
             other = _exact_set(t, shingler, d)
-            entry["jaccard"] = round(setcodec.exact_jaccard(own_set, other), 4)
+            entry["jaccard"] = round(exact_jaccard(own_set, other), 4)
         out.append(entry)
     return out
 

@@ -451,178 +451,34 @@ done:
     return out;
 }
 
-/* ------------------------------------------------------------- coded sets */
-
-static int low_bytes(uint32_t n)
-{
-    int bits = 0;
-    while (n >> bits)
-        bits++;
-    int low = FINGERPRINT_BITS - bits;
-    return low > 0 ? (low + 7) / 8 : 0;
-}
-
-PyDoc_STRVAR(encode_sets_doc,
-"encode_sets(values, offsets) -> list[bytes]\n\n"
-"setcodec.encode_sets: the Elias-Fano code of each sorted fingerprint set.");
-
-static PyObject *encode_sets(PyObject *self, PyObject *args)
-{
-    PyObject *values_obj, *offsets_obj;
-    if (!PyArg_ParseTuple(args, "OO", &values_obj, &offsets_obj))
-        return NULL;
-    Py_buffer views[2];
-    if (get_buffers(2, views, (PyObject *[]){values_obj, offsets_obj}, (Py_ssize_t[]){4, 8},
-                    (const char *[]){"values", "offsets"}) < 0)
-        return NULL;
-    const Py_buffer vb = views[0], ob = views[1];
-    const uint32_t *values = vb.buf;
-    const int64_t *offsets = ob.buf;
-    Py_ssize_t n_docs = ob.len / 8 - 1;
-    PyObject *list = NULL;
-    if (!offsets_ok(offsets, n_docs, vb.len / 4, UINT32_MAX)) { /* a set's size is a u32 */
-        PyErr_SetString(PyExc_ValueError, "inconsistent offsets");
-        goto done;
-    }
-    list = PyList_New(n_docs);
-    for (Py_ssize_t d = 0; list && d < n_docs; d++) {
-        const uint32_t *v = values + offsets[d];
-        uint32_t n = (uint32_t)(offsets[d + 1] - offsets[d]);
-        int low = low_bytes(n);
-        uint64_t upper_bits = n ? ((uint64_t)(v[n - 1] >> (8 * low)) + n) : 0;
-        Py_ssize_t size = 5 + (Py_ssize_t)n * low + (Py_ssize_t)((upper_bits + 7) / 8);
-        PyObject *blob = PyBytes_FromStringAndSize(NULL, size);
-        if (!blob) {
-            Py_CLEAR(list);
-            break;
-        }
-        uint8_t *p = (uint8_t *)PyBytes_AS_STRING(blob);
-        memset(p, 0, size);
-        for (int b = 0; b < 4; b++)
-            p[b] = (uint8_t)(n >> (8 * b));
-        p[4] = (uint8_t)low;
-        uint8_t *lows = p + 5, *upper = lows + (Py_ssize_t)n * low;
-        for (uint32_t r = 0; r < n; r++) {
-            for (int b = 0; b < low; b++)
-                *lows++ = (uint8_t)(v[r] >> (8 * b));
-            uint64_t high = (uint64_t)(v[r] >> (8 * low)) + r;
-            upper[high >> 3] |= (uint8_t)(0x80 >> (high & 7));
-        }
-        PyList_SET_ITEM(list, d, blob);
-    }
-done:
-    release_buffers(2, views);
-    return list;
-}
-
-/* The sorted values of an encoded set, decoded into out (room for n); -1 if the
- * code is malformed. */
-static Py_ssize_t decode_into(const uint8_t *p, Py_ssize_t size, uint32_t *out, uint32_t n)
-{
-    int low = p[4];
-    if (low > 3 || 5 + (Py_ssize_t)n * low > size)
-        return -1;
-    const uint8_t *lows = p + 5, *upper = lows + (Py_ssize_t)n * low, *stop = p + size;
-    uint32_t r = 0;
-    for (Py_ssize_t byte = 0; r < n && upper + byte < stop; byte++) {
-        unsigned bits = upper[byte];
-        while (bits && r < n) {
-            int lead = __builtin_clz(bits) - 24; /* bit 7 first, as packbits writes */
-            bits &= ~(0x80u >> lead);
-            uint32_t high = (uint32_t)(byte * 8 + lead) - r;
-            uint32_t lo = 0;
-            for (int b = 0; b < low; b++)
-                lo |= (uint32_t)lows[(Py_ssize_t)r * low + b] << (8 * b);
-            out[r++] = (high << (8 * low)) | lo;
-        }
-    }
-    return r == n ? (Py_ssize_t)n : -1;
-}
-
-static double sorted_jaccard(const uint32_t *a, Py_ssize_t na, const uint32_t *b, Py_ssize_t nb)
-{
-    if (!na || !nb)
-        return 0.0;
-    Py_ssize_t i = 0, j = 0, inter = 0;
-    while (i < na && j < nb) {
-        uint32_t x = a[i], y = b[j];
-        inter += x == y;
-        i += x <= y;
-        j += y <= x;
-    }
-    return (double)inter / (double)(na + nb - inter);
-}
+/* --------------------------------------------------------------- exact Jaccard */
 
 PyDoc_STRVAR(jaccard_doc,
 "jaccard(a, b) -> float\n\n"
-"setcodec.jaccard: exact Jaccard of two sorted arrays of distinct uint32; either\n"
-"may instead be a set as encode_sets codes it.");
-
-static int as_values(PyObject *obj, Py_buffer *view, const uint32_t **values, Py_ssize_t *n,
-                     uint32_t **owned)
-{
-    /* A coded set is bytes; an array of values is anything else with a buffer. */
-    *owned = NULL;
-    if (PyBytes_Check(obj)) {
-        Py_ssize_t size = PyBytes_GET_SIZE(obj);
-        const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(obj);
-        uint32_t count = 0;
-        if (size < 5)
-            goto bad;
-        for (int b = 0; b < 4; b++)
-            count |= (uint32_t)p[b] << (8 * b);
-        if ((Py_ssize_t)count > size * 8)
-            goto bad;
-        *owned = PyMem_Malloc((count ? count : 1) * sizeof(uint32_t));
-        if (!*owned) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        if (decode_into(p, size, *owned, count) < 0) {
-            PyMem_Free(*owned);
-            *owned = NULL;
-            goto bad;
-        }
-        *values = *owned;
-        *n = count;
-        view->obj = NULL;
-        return 0;
-    bad:
-        PyErr_SetString(PyExc_ValueError, "malformed coded set");
-        return -1;
-    }
-    if (get_buffer(obj, view, 4, "fingerprints") < 0)
-        return -1;
-    *values = view->buf;
-    *n = view->len / 4;
-    return 0;
-}
+"jaccard.exact_jaccard: the Jaccard of two sorted arrays of distinct uint64 (the\n"
+"64-bit shingle hashes of two documents), by one merge pass.");
 
 static PyObject *jaccard(PyObject *self, PyObject *args)
 {
     PyObject *a_obj, *b_obj;
     if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj))
         return NULL;
-    Py_buffer av = {0}, bv = {0};
-    const uint32_t *a, *b;
-    Py_ssize_t na, nb;
-    uint32_t *own_a, *own_b;
-    if (as_values(a_obj, &av, &a, &na, &own_a) < 0)
+    Py_buffer views[2];
+    if (get_buffers(2, views, (PyObject *[]){a_obj, b_obj}, (Py_ssize_t[]){8, 8},
+                    (const char *[]){"a", "b"}) < 0)
         return NULL;
-    if (as_values(b_obj, &bv, &b, &nb, &own_b) < 0) {
-        if (av.obj)
-            PyBuffer_Release(&av);
-        PyMem_Free(own_a);
-        return NULL;
+    const uint64_t *a = views[0].buf, *b = views[1].buf;
+    Py_ssize_t na = views[0].len / 8, nb = views[1].len / 8, i = 0, j = 0, inter = 0;
+    while (i < na && j < nb) { /* branch-free: the comparisons are unpredictable */
+        uint64_t x = a[i], y = b[j];
+        inter += x == y;
+        i += x <= y;
+        j += y <= x;
     }
-    double j = sorted_jaccard(a, na, b, nb);
-    if (av.obj)
-        PyBuffer_Release(&av);
-    if (bv.obj)
-        PyBuffer_Release(&bv);
-    PyMem_Free(own_a);
-    PyMem_Free(own_b);
-    return PyFloat_FromDouble(j);
+    release_buffers(2, views);
+    if (!na || !nb)
+        return PyFloat_FromDouble(0.0);
+    return PyFloat_FromDouble((double)inter / (double)(na + nb - inter));
 }
 
 /* ------------------------------------------------------------------ publishing */
@@ -699,7 +555,6 @@ static PyObject *kafka_partitions(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
-    {"encode_sets", encode_sets, METH_VARARGS, encode_sets_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},
     {NULL, NULL, 0, NULL},
@@ -707,7 +562,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kernels",
-    "Compiled inner loops of shingling, signatures, set coding and partitioning (see _kernels.c).",
+    "Compiled inner loops of shingling, signatures, exact Jaccard and partitioning (see _kernels.c).",
     -1,
     methods,
 };

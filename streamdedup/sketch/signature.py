@@ -1,16 +1,16 @@
 """Shingle hashes -> fingerprint sets -> MinHash signatures and LSH band keys.
 
 Each shingle hash is mixed with the index seed and cut to its top 24 bits, its
-"fingerprint"; a document's sorted distinct fingerprints are its fingerprint set,
-which exact verification stores (setcodec) and compares.  Its signature is
+"fingerprint"; a document's sorted distinct fingerprints are its fingerprint set
+(computed for the signature only: nothing stores it, and exact verification works
+on the 64-bit hashes themselves, `jaccard.py`).  Its signature is
 one-permutation hashing (Li, Owen & Zhang 2012) over that set: fingerprints fall
 into K bins by their leading bits (bin = f * K >> 24, monotone), and each bin keeps
 its smallest -- in a sorted set, simply the first of the bin, so the one sort that
 builds the sets also builds the signatures.  An empty bin borrows the value of the
 first non-empty bin on a fixed, seeded probe sequence (optimal densification,
 Shrivastava 2017), so P[sig_i(A) == sig_i(B)] = J(A, B) still holds, for the
-fingerprint sets (which the exact verification uses only as a sound filter: see
-setcodec).
+fingerprint sets.
 
 Stored signatures keep the low 16 bits of each bin's minimum (b-bit minwise
 hashing, Li & Koenig 2010): two different minima agree by accident with

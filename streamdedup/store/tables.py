@@ -10,8 +10,6 @@ meta        name                       msgpack (parameters, counters, offsets)
 ids         encoded document id        docno (5 bytes, big-endian)
 docs        docno                      msgpack record: id, verdict, links, hashes
 sigs        docno                      signature: K little-endian uint16
-sets        docno + chunk number       Elias-Fano coded shingle fingerprints (exact
-                                       verification: a sound filter)
 texts       docno + chunk number       zstd-compressed normalised text (exact
                                        verification: re-shingled to 64-bit hashes)
 content     normalised-content hash    docno of the document owning that content
@@ -23,7 +21,7 @@ expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
 The keys are spelled in `keys.py` (the names in `meta` too: `MetaKey`).
 
 A content hash is owned by one document, the one indexed (signature, postings,
-set, text); its exact copies are stored without those and listed in `copies`.  When
+text); its exact copies are stored without those and listed in `copies`.  When
 the owner is forgotten, the oldest copy takes its place (`Tables.adopt`), so a copy
 stays findable, as an exact and as a near duplicate, as long as it lives.
 
@@ -54,14 +52,13 @@ from streamdedup.store.keys import (
 )
 from streamdedup.store.postings import Postings
 
-SET_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
+TEXT_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 
 TABLES = (
     "meta",
     "ids",
     "docs",
     "sigs",
-    "sets",
     "texts",
     "content",
     "copies",
@@ -163,10 +160,6 @@ class Tables:
         raw = self.txn.get(docno_key(docno), db=self.db["sigs"])
         return None if raw is None else bytes(raw)
 
-    def shingle_set(self, docno: int) -> bytes:
-        """The stored fingerprint set (`setcodec.encode`d), chunks joined; b"" if none."""
-        return self._chunked(docno, "sets")
-
     def _chunked(self, docno: int, table: str) -> bytes:
         """The chunks joined; only a full chunk can have a next one (gets are cheaper
         than a cursor: most values are one or two chunks)."""
@@ -177,7 +170,7 @@ class Tables:
             if raw is None:
                 break
             parts.append(bytes(raw))
-            if len(raw) < SET_CHUNK:
+            if len(raw) < TEXT_CHUNK:
                 break
         return b"".join(parts)
 
@@ -204,7 +197,6 @@ class Tables:
         record: Record,
         signature: bytes | None,
         bucket_keys: list[bytes],
-        shingle_set: bytes | None,
         register_content: bool,
         text: bytes | None = None,
     ) -> bool:
@@ -213,7 +205,7 @@ class Tables:
         dk = docno_key(docno)
         self.txn.put(key, dk, db=self.db["ids"])
         self._put_last(dk, record.pack(), "docs")
-        self._put_data(docno, signature, bucket_keys, shingle_set, text)
+        self._put_data(docno, signature, bucket_keys, text)
         if record.timestamp_ms is not None:
             self.txn.put(expiry_key(record.timestamp_ms, docno), b"", db=self.db["expiry"])
         if register_content:  # the first document with this content stays its owner
@@ -242,22 +234,20 @@ class Tables:
         content_hash: bytes,
         signature: bytes | None,
         bucket_keys: list[bytes],
-        shingle_set: bytes | None,
         text: bytes | None,
     ) -> None:
         """Make a copy the owner of its content, with the forgotten owner's signature,
-        postings, set and text (identical content: identical data)."""
+        postings and text (identical content: identical data)."""
         dk = docno_key(docno)
         self.txn.delete(content_hash + dk, db=self.db["copies"])
         self.txn.put(content_hash, dk, db=self.db["content"])
-        self._put_data(docno, signature, bucket_keys, shingle_set, text, adopted=True)
+        self._put_data(docno, signature, bucket_keys, text, adopted=True)
 
     def _put_data(
         self,
         docno: int,
         signature: bytes | None,
         bucket_keys: list[bytes],
-        shingle_set: bytes | None,
         text: bytes | None,
         adopted: bool = False,
     ) -> None:
@@ -269,15 +259,14 @@ class Tables:
         elif bucket_keys:
             keys = native_keys(b"".join(bucket_keys))
             self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
-        for table, value in (("sets", shingle_set), ("texts", text)):
-            if value is None:
-                continue
-            if len(value) < SET_CHUNK:  # most sets, and many texts: one chunk
-                self._put_last(dk + b"\x00\x00", value, table)
-                continue
-            for i in range(0, len(value), SET_CHUNK):
-                chunk_key = dk + (i // SET_CHUNK).to_bytes(2, "big")
-                self._put_last(chunk_key, value[i : i + SET_CHUNK], table)
+        if text is None:
+            return
+        if len(text) < TEXT_CHUNK:  # many texts: one chunk
+            self._put_last(dk + b"\x00\x00", text, "texts")
+            return
+        for i in range(0, len(text), TEXT_CHUNK):
+            chunk_key = dk + (i // TEXT_CHUNK).to_bytes(2, "big")
+            self._put_last(chunk_key, text[i : i + TEXT_CHUNK], "texts")
 
     def _put_last(self, key: bytes, value: bytes, table: str) -> None:
         """Put a key that is normally the table's largest (docnos only grow): LMDB's
@@ -288,7 +277,7 @@ class Tables:
             self.txn.put(key, value, db=db)
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
-        """Forget a document entirely (its id, record, postings, set, text and content
+        """Forget a document entirely (its id, record, postings, text and content
         or copies entry).  The caller promotes an owner's copy (`adopt`)."""
         dk = docno_key(docno)
         record = self.record(docno)
@@ -300,10 +289,9 @@ class Tables:
             self.postings.remove(docno)
             if self._postings is not None:
                 self._postings.stale.update(bucket_keys)
-        for table in ("sets", "texts"):
-            cur = self.txn.cursor(db=self.db[table])
-            while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
-                cur.delete()
+        cur = self.txn.cursor(db=self.db["texts"])
+        while cur.set_range(dk) and cur.key()[:DOCNO_BYTES] == dk:
+            cur.delete()
         if record is not None and self.docno_for_content(record.content_hash) == docno:
             self.txn.delete(record.content_hash, db=self.db["content"])
         elif record is not None:

@@ -115,7 +115,7 @@ def dump(path: Path) -> dict[str, object]:
 
         def read(t):
             out: dict[str, object] = {}
-            for name in ("ids", "docs", "sigs", "sets", "texts", "content", "copies", "expiry"):
+            for name in ("ids", "docs", "sigs", "texts", "content", "copies", "expiry"):
                 out[name] = list(t.items(name))
             out["postings"] = t.postings.live()
             return out

@@ -155,7 +155,7 @@ def test_signature_verification_mode(index_dir) -> None:
     truth = _ground_truth(texts, 0.8)
     with Deduplicator(index_dir, verify="signature") as dd:
         verdicts = dd.check_batch([(i, t) for i, t in enumerate(texts)])
-        assert dd.index.read(lambda t: t.count("sets")) == 0  # no shingle sets stored
+        assert dd.index.read(lambda t: t.count("texts")) == 0  # no texts stored
     pred = [v.is_duplicate for v in verdicts]
     tp = sum(p and t for p, t in zip(pred, truth, strict=True))
     assert tp / sum(truth) >= 0.85 and tp / sum(pred) >= 0.85
@@ -278,12 +278,9 @@ def test_preparation_does_not_depend_on_sub_batches(monkeypatch) -> None:
     parts = preparer.prepare(docs)
     assert whole.shingles == parts.shingles and 0 in whole.shingles
     assert whole.sig_bytes == parts.sig_bytes and whole.band_keys == parts.band_keys
-    assert whole.set_blobs == parts.set_blobs
-    assert whole.fingerprints is not None and parts.fingerprints is not None
-    assert all(
-        whole.fingerprints.of(i).tolist() == parts.fingerprints.of(i).tolist()
-        for i in range(len(docs))
-    )
+    assert whole.texts == parts.texts
+    assert whole.hashes is not None and parts.hashes is not None
+    assert all(whole.hashes.of(i).tolist() == parts.hashes.of(i).tolist() for i in range(len(docs)))
 
 
 def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) -> None:

@@ -1,7 +1,7 @@
 """The compiled kernels (streamdedup/sketch/_kernels.c) against the numpy code they mirror,
 on the same inputs, and their behaviour on inputs the numpy code never sees.
 
-The modules' own tests (test_shingle, test_signature, test_setcodec) already run
+The modules' own tests (test_shingle, test_signature, test_jaccard) already run
 every check against the definitions on both; here the two are held to each other
 directly, bit for bit, including what an index stores."""
 
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.sketch import kernels, setcodec
+from streamdedup.sketch import kernels
+from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
 from streamdedup.store.index import Index
@@ -143,43 +144,29 @@ def test_signatures_equal_numpy(sets: FingerprintSets, num_perm: int, seed: int)
     assert np.array_equal(got, want)
 
 
-@needs_compiled
-@given(fingerprint_sets)
-def test_coded_sets_equal_numpy(sets: FingerprintSets) -> None:
-    got = setcodec.encode_sets(sets)
-    with numpy_code():
-        want = setcodec.encode_sets(sets)
-    assert got == want
+hash_sets = st.lists(st.integers(0, (1 << 64) - 1), max_size=700, unique=True).map(
+    lambda v: np.array(sorted(v), np.uint64)
+)
 
 
 @needs_compiled
-@given(fingerprint_sets)
-def test_jaccard_of_stored_sets_equals_numpy(sets: FingerprintSets) -> None:
-    blobs = setcodec.encode_sets(sets)
-    for i in range(len(sets)):
-        for j in range(len(sets)):
-            got = setcodec.jaccard(sets.of(i), blobs[j])
-            with numpy_code():
-                want = setcodec.jaccard(sets.of(i), sets.of(j))
-            assert got == want == setcodec.jaccard(sets.of(i), sets.of(j))
+@given(hash_sets, hash_sets, st.data())
+def test_exact_jaccard_equals_numpy(a: np.ndarray, b: np.ndarray, data: st.DataObject) -> None:
+    shared = data.draw(st.sampled_from([a, b, np.union1d(a, b)]))  # overlapping sets too
+    for x, y in [(a, b), (a, shared), (shared, b), (a, a)]:
+        got = exact_jaccard(x, y)
+        with numpy_code():
+            want = exact_jaccard(x, y)
+        assert got == want
 
 
 @needs_compiled
-@given(st.binary(max_size=64), st.lists(st.integers(0, (1 << 24) - 1), max_size=20, unique=True))
-@example(b"\xff\xff\xff\xff\x01", [1])  # claims 4 billion values
-@example(b"\x02\x00\x00\x00\x09\x00\x00", [1])  # 9 bytes per low part
-@example(b"\x03\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\xff", [])  # too few upper bits
-def test_malformed_stored_sets_are_refused_not_misread(blob: bytes, values: list[int]) -> None:
-    """Whatever the bytes, the kernel answers a ratio or refuses: it never reads
-    outside them (the stored sets come from disk)."""
+def test_exact_jaccard_refuses_buffers_of_other_widths() -> None:
+    """The kernel reads 8-byte items: a buffer of another length is an error, not a
+    misread."""
     assert compiled is not None
-    a = np.array(sorted(values), np.uint32)
-    try:
-        got = compiled.jaccard(a, blob)
-    except ValueError as e:
-        assert "malformed" in str(e)
-    else:
-        assert 0.0 <= got <= 1.0
+    with pytest.raises(ValueError, match="8-byte items"):
+        compiled.jaccard(b"\x00" * 12, np.zeros(2, np.uint64))
 
 
 @needs_compiled
@@ -197,7 +184,7 @@ def _tables(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
         return index.read(
             lambda t: {
                 name: list(t.items(name))
-                for name in ("ids", "docs", "sigs", "sets", "texts", "content", "postings")
+                for name in ("ids", "docs", "sigs", "texts", "content", "postings")
             }
         )
     finally:

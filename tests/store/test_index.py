@@ -143,7 +143,7 @@ def test_batch_postings_answer_like_the_stored_buckets(tmp_path) -> None:
     index = Index(tmp_path / "i")
 
     def put(t: Tables, docno: int, keys: list[bytes]) -> None:
-        t.put_document(docno, b"s%d" % docno, _record(docno), b"sig", keys, None, True)
+        t.put_document(docno, b"s%d" % docno, _record(docno), b"sig", keys, True)
 
     def stored(t: Tables) -> None:
         for d in range(5):

@@ -13,7 +13,7 @@ def dump(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
 
         def read(t):
             out = {}
-            for name in ("ids", "docs", "sigs", "sets", "texts", "content", "copies", "expiry"):
+            for name in ("ids", "docs", "sigs", "texts", "content", "copies", "expiry"):
                 out[name] = list(t.items(name))
             out["postings"] = t.postings.live()  # the runs' shapes depend on the history
             out["meta"] = [

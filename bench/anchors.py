@@ -18,7 +18,7 @@ Ids are indexed once: a repeated id is not inserted again.
     python bench/anchors.py rensa INPUT OUTPUT --threshold 0.8
 
 The figures of the slow way -- `MinHash(num_perm=K)` per document, regenerating the
-permutations every time -- are quoted once in docs/benchmarks-exactness.md, labelled
+permutations every time -- are quoted once in docs/benchmarks.md, labelled
 as such; this script no longer runs it.
 """
 

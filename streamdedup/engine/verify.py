@@ -13,7 +13,7 @@ cost 1,118 of the 3,455 bytes a page of the crawl-like benchmark took (the targe
 2,500), and no speed: it spared a near-threshold candidate's decompression and
 re-shingling (about 12 us), but every true duplicate paid for both the filter and the
 check, and every page for coding and writing its set.  Side by side, format 7 was as
-fast or faster on both benchmark streams (docs/benchmarks-exactness.md)."""
+fast or faster on both benchmark streams (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -59,6 +59,26 @@ class RateLimit(logging.Filter):
         return True
 
 
+class ClosedSocketRace(logging.Filter):
+    """Drops kafka-python 3.0's traceback for a receive on a transport it has just closed.
+
+    When a consumer closes while its network thread is reading, kafka-python logs
+    "<KafkaTCPTransport ... (closed)>: Error receiving network data" with an
+    `AttributeError: 'NoneType' object has no attribute 'recv'` traceback: the socket was
+    closed by the client itself, nothing is lost, yet a user reads a traceback on every
+    such shutdown.  Only that exact shape is dropped; every other Kafka error passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "kafka.net.transport" or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        return not (
+            isinstance(exc, AttributeError)
+            and "(closed)" in record.getMessage()
+            and "Error receiving network data" in record.getMessage()
+        )
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -67,6 +87,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
     else:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
+    handler.addFilter(ClosedSocketRace())
     handler.addFilter(RateLimit())
     root = logging.getLogger()
     for old in list(root.handlers):

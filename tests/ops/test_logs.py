@@ -86,3 +86,24 @@ def test_kafka_refusals_are_remembered_and_explained() -> None:
     kafka.error("Connection lost: [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed")
     assert refusals.last == "[SSL: CERTIFICATE_VERIFY_FAILED]"
     refusals.reset()
+
+
+def _record(name: str, msg: str, exc: BaseException | None) -> logging.LogRecord:
+    info = (type(exc), exc, None) if exc is not None else None
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, None, info)
+
+
+def test_the_closed_socket_race_traceback_is_dropped_and_nothing_else() -> None:
+    """kafka-python 3.0 logs a traceback when it reads from a transport it has just
+    closed; that exact shape is dropped, other errors of the same logger are kept."""
+    from streamdedup.ops.logs import ClosedSocketRace
+
+    keep = ClosedSocketRace().filter
+    closed = "<KafkaTCPTransport [none] (closed)>: Error receiving network data closing socket"
+    race = AttributeError("'NoneType' object has no attribute 'recv'")
+    assert not keep(_record("kafka.net.transport", closed, race))
+    assert keep(_record("kafka.net.transport", closed, ConnectionResetError("reset")))
+    open_ = closed.replace("(closed)", "(connected)")
+    assert keep(_record("kafka.net.transport", open_, race))
+    assert keep(_record("kafka.conn", closed, race))
+    assert keep(_record("kafka.net.transport", closed, None))

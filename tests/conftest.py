@@ -26,6 +26,29 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
+def pytest_report_header() -> str:
+    """Which hypothesis profile the run uses (xdist workers inherit the environment, so
+    HYPOTHESIS_PROFILE reaches every worker's import of this file)."""
+    profile = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+    return f"hypothesis profile: {profile} (max_examples={settings().max_examples})"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first (slow, then the other broker tests), so that under xdist
+    the short ones fill the gaps at the end instead of one long test running alone
+    after everything else.  A stable sort: the order within each kind is unchanged, and
+    the same on every worker (xdist requires identical collections)."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow") is not None:
+            return 0
+        if item.get_closest_marker("integration") is not None:
+            return 1
+        return 2
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(params=["compiled", "numpy"])
 def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a test once on the compiled kernels and once on the numpy code they mirror.
@@ -77,10 +100,17 @@ def kafka_bootstrap():
             yield kafka.get_bootstrap_server()
         return
     from streamdedup.kafka.broker import EmbeddedBroker
+    from tests.support.reaper import reap_with_this_process
 
+    # Session scope: one broker per xdist worker process, shared by its tests (each
+    # `Topics` has its own uniquely named topics and consumer group).
     broker = EmbeddedBroker()
-    yield broker.start()
+    bootstrap = broker.start()
+    assert broker.proc is not None
+    reaper = reap_with_this_process(broker.proc.pid)
+    yield bootstrap
     broker.stop()
+    reaper.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

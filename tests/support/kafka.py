@@ -15,11 +15,17 @@ import orjson
 from tests.support.docs import edited_stream
 from tests.support.txnlog import Record, committed
 
+# The embedded broker (Tansu 0.6) completes a group join about half a session timeout
+# after the first JoinGroup (rounded up to its one-second tick), and a rebalance once
+# every member rejoined (each within max_poll_interval_ms): 2 s sessions make a join
+# take ~1 s instead of ~2 s (3 s sessions), a second member's ~2.5 s instead of ~5.5 s.
+# max_poll_interval_ms stays at 3 s so that a slow batch on a loaded machine does not
+# cost the worker its partitions.
 FAST_GROUP = [
     "--consumer-option",
     "max_poll_interval_ms=3000",
     "--consumer-option",
-    "session_timeout_ms=3000",
+    "session_timeout_ms=2000",
     "--consumer-option",
     "heartbeat_interval_ms=500",
 ]
@@ -61,25 +67,34 @@ class Topics:
         p.close()
 
     def read(self, topic: str, expect: int | None = None, timeout: float = 30) -> list[Any]:
+        """The topic's records from the beginning (read_committed): once `expect` have
+        come (at once when None), up to the end offsets of that moment, so records
+        published beyond `expect` are returned too; at most `timeout` seconds.  No
+        quiet period is waited for: a caller that reads while a worker still runs
+        gets what is there now and calls again."""
         from kafka import KafkaConsumer, TopicPartition
 
         c = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
             isolation_level="read_committed",
             enable_auto_commit=False,
-            consumer_timeout_ms=2000,
         )
         tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or {0})]
         c.assign(tps)
         c.seek_to_beginning(*tps)
         out: list[Any] = []
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            batch = list(c)
-            out.extend(batch)
-            if expect is None or len(out) >= expect:
-                break
-        c.close()
+        ends: dict[Any, int] | None = None
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if ends is None and (expect is None or len(out) >= expect):
+                    ends = c.end_offsets(tps)
+                if ends is not None and all(c.position(tp) >= ends[tp] for tp in tps):
+                    break
+                for batch in c.poll(timeout_ms=200).values():
+                    out.extend(batch)
+        finally:
+            c.close()
         return out
 
     def read_to_end(self, topic: str, timeout: float = 120) -> list[Record]:
@@ -110,8 +125,11 @@ class Topics:
         ]
 
     def run_worker(
-        self, index: Path, *extra: str, idle: float = 4.0
+        self, index: Path, *extra: str, idle: float = 2.0
     ) -> subprocess.CompletedProcess[bytes]:
+        """The worker until it has had nothing to do for `idle` seconds (counted from
+        its partition assignment, so the group join is not part of it): the tests
+        produce before they run it, so the first fetches bring everything."""
         return subprocess.run(
             self.worker_args(index, "--idle-exit", str(idle), *extra),
             capture_output=True,

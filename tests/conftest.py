@@ -26,13 +26,6 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
-def pytest_report_header() -> str:
-    """Which hypothesis profile the run uses (xdist workers inherit the environment, so
-    HYPOTHESIS_PROFILE reaches every worker's import of this file)."""
-    profile = os.environ.get("HYPOTHESIS_PROFILE", "dev")
-    return f"hypothesis profile: {profile} (max_examples={settings().max_examples})"
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest tests first (slow, then the other broker tests), so that under xdist
     the short ones fill the gaps at the end instead of one long test running alone

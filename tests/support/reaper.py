@@ -1,7 +1,8 @@
 """A broker started by a test process dies with it, even when that process does not get
-to stop it: pytest-timeout's thread method ends a hung xdist worker with `os._exit`,
-which runs no `finally` and no fixture teardown, so the worker's embedded broker would
-be left listening (and holding memory) for the rest of the machine's life."""
+to stop it: an xdist worker that crashes (a segfault, a kill, pytest-timeout's thread
+method, which ends it with `os._exit`) runs no `finally` and no fixture teardown, so
+its embedded broker would be left listening (and holding memory) for the rest of the
+machine's life."""
 
 from __future__ import annotations
 

@@ -27,17 +27,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first (slow, then the other broker tests), so that under xdist
-    the short ones fill the gaps at the end instead of one long test running alone
-    after everything else.  A stable sort: the order within each kind is unchanged, and
-    the same on every worker (xdist requires identical collections)."""
+    """The longest kinds of test first (slow, then the other broker tests, then the
+    property tests, which run 300 examples in CI), so that under xdist, which hands
+    them out one at a time (`--maxschedchunk 1` in pyproject), the short ones fill
+    the gaps at the end instead of one long test running alone after everything
+    else.  A stable sort: the order within each kind is unchanged, and the same on
+    every worker (xdist requires identical collections)."""
 
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("slow") is not None:
             return 0
         if item.get_closest_marker("integration") is not None:
             return 1
-        return 2
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            return 2
+        return 3
 
     items.sort(key=rank)
 

@@ -1,4 +1,5 @@
-"""Shared fixtures.  Hypothesis runs more examples in CI (HYPOTHESIS_PROFILE=ci)."""
+"""Shared fixtures.  Hypothesis runs more examples in CI (HYPOTHESIS_PROFILE=ci; the
+xdist workers inherit the environment, so the profile holds in every one of them)."""
 
 from __future__ import annotations
 

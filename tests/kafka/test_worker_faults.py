@@ -292,7 +292,7 @@ def test_a_group_member_with_another_assignor_is_a_clear_error(
         group_id=t.group,
         enable_auto_commit=False,
         max_poll_interval_ms=3000,
-        session_timeout_ms=2000,
+        session_timeout_ms=3000,
         heartbeat_interval_ms=500,
     )
     other.subscribe([t.input])

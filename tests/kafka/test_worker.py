@@ -408,7 +408,7 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     assert b'revoked ["TopicPartition' in first_log, "the first worker lost a partition"
     assert b'assigned ["TopicPartition' in second_log, "the second worker took one over"
     # and took it over mid-stream: it processed part of the stream itself (the first
-    # worker processes ~600 documents a second here, the second joins in ~3 s)
+    # worker processes ~600 documents a second here, the second joins in ~6 s)
     second_stats = re.search(rb"stopped: ([\d,]+) messages", second_log)
     assert second_stats is not None, second_log.decode()[-2000:]
     assert int(second_stats.group(1).replace(b",", b"")) > 0, "the rebalance came too late"

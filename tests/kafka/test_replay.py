@@ -55,22 +55,33 @@ def lines(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return out
 
 
-@pytest.fixture
-def live(kafka_bootstrap: str, tmp_path: Path) -> tuple[Topics, dict[tuple[int, int], Any]]:
-    """A topic with 2 partitions that a live worker has processed."""
+Live = tuple[Topics, dict[tuple[int, int], Any], Path]
+
+
+def processed_live(kafka_bootstrap: str, directory: Path) -> Live:
+    """A topic with 2 partitions that a live worker has processed, its verdicts, and
+    the worker's index."""
     docs = stream(600, seed=21)
     t = Topics(kafka_bootstrap, partitions=2)
     t.produce([orjson.dumps(d) for d in docs], partitions=2)
     t.produce([b"not json"])
-    r = t.run_worker(tmp_path / "live-index")
+    index = directory / "live-index"
+    r = t.run_worker(index)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     got = verdicts_by_offset(t.read(t.output, expect=len(docs)))
     assert len(got) == len(docs)
-    return t, got
+    return t, got, index
 
 
-def test_rebuild_to_a_file_equals_the_live_run(live, tmp_path: Path) -> None:
-    t, expected = live
+@pytest.fixture(scope="module")
+def live(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Live:
+    """`processed_live`, once per module (per xdist worker) for the tests that only
+    read it; a test that adds to the topic or the index makes its own."""
+    return processed_live(kafka_bootstrap, tmp_path_factory.mktemp("live"))
+
+
+def test_rebuild_to_a_file_equals_the_live_run(live: Live, tmp_path: Path) -> None:
+    t, expected, _ = live
     out = tmp_path / "replay.jsonl"
     r = replay(t, tmp_path / "rebuilt", "--from-beginning", "--output", str(out))
     got = lines(out)
@@ -83,39 +94,39 @@ def test_rebuild_to_a_file_equals_the_live_run(live, tmp_path: Path) -> None:
     assert lines(out) == got
 
 
-def test_rebuild_to_a_topic_equals_the_live_run(live, tmp_path: Path) -> None:
+def test_rebuild_to_a_topic_equals_the_live_run(live: Live, tmp_path: Path) -> None:
     from streamdedup.kafka.settings import create_topics
 
-    t, expected = live
+    t, expected, _ = live
     create_topics(t.bootstrap, [t.output + "-replay"], 1, {})
     replay(t, tmp_path / "rebuilt", "--output-topic", t.output + "-replay")
     got = verdicts_by_offset(t.read(t.output + "-replay", expect=len(expected)))
     assert got == expected
 
 
-def test_rebuild_refuses_a_used_index(live, tmp_path: Path) -> None:
-    t, _ = live
+def test_rebuild_refuses_a_used_index(live: Live, tmp_path: Path) -> None:
+    t, _, index = live
     r = subprocess.run(
-        replay_args(t, tmp_path / "live-index", "--output", str(tmp_path / "x.jsonl")),
+        replay_args(t, index, "--output", str(tmp_path / "x.jsonl")),
         capture_output=True,
     )
     assert r.returncode == 2
     assert b"--mode rebuild needs a fresh index" in r.stderr
 
 
-def test_reverdict_is_idempotent(live, tmp_path: Path) -> None:
-    t, expected = live
+def test_reverdict_is_idempotent(kafka_bootstrap: str, tmp_path: Path) -> None:
+    t, expected, index = processed_live(kafka_bootstrap, tmp_path)
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     args = ("--mode", "reverdict", "--group-id", "rv")
-    replay(t, tmp_path / "live-index", *args, "--output", str(first))
-    replay(t, tmp_path / "live-index", *args, "--restart", "--output", str(second))
+    replay(t, index, *args, "--output", str(first))
+    replay(t, index, *args, "--restart", "--output", str(second))
     a, b = lines(first), lines(second)
     assert a == b
     assert {k: v for k, v in a.items() if v["verdict"] != "error"} == expected
     # new documents are checked against the index and inserted
     t.produce([orjson.dumps({"id": "new", "text": "words " * 40})], partitions=1)
     third = tmp_path / "c.jsonl"
-    replay(t, tmp_path / "live-index", *args, "--restart", "--output", str(third))
+    replay(t, index, *args, "--restart", "--output", str(third))
     c = lines(third)
     assert sum(v["id"] == "new" for v in c.values()) == 1
     assert len(c) == len(a) + 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -315,11 +316,12 @@ def test_two_processes_share_one_index(kafka_bootstrap: str, tmp_path: Path) -> 
     logs = [tmp_path / "w0.log", tmp_path / "w1.log"]
     procs = []
     handles = [open(log_path, "wb") for log_path in logs]  # noqa: SIM115 - closed below
-    for handle in handles:
+    for i, handle in enumerate(handles):
+        if i:
+            time.sleep(1.0)
         procs.append(
             subprocess.Popen(t.worker_args(index), stdout=subprocess.DEVNULL, stderr=handle)
         )
-        time.sleep(1.0)
     deadline = time.time() + 60
     while time.time() < deadline:  # both members hold partitions before data arrives
         if all(b"partitions assigned: " + t.input.encode() in p.read_bytes() for p in logs):
@@ -369,7 +371,7 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     offsets recorded in the index agree with the group's committed offsets."""
     from kafka import KafkaConsumer, TopicPartition
 
-    docs = stream(40_000, seed=7)
+    docs = stream(20_000, seed=7)
     t = Topics(kafka_bootstrap, partitions=2)
     t.produce([orjson.dumps(d) for d in docs], partitions=2)
     index = tmp_path / "idx"
@@ -406,6 +408,11 @@ def test_rebalance_mid_stream_loses_nothing_and_offsets_agree(
     lost, took = b"partitions revoked: " + t.input.encode(), b"assigned: " + t.input.encode()
     assert lost in first_log, "the first worker lost a partition"
     assert took in second_log, "the second worker took one over"
+    # and took it over mid-stream: it processed part of the stream itself (the first
+    # worker processes ~600 documents a second here, the second joins in ~6 s)
+    second_stats = re.search(rb"stopped: ([\d,]+) messages", second_log)
+    assert second_stats is not None, second_log.decode()[-2000:]
+    assert int(second_stats.group(1).replace(b",", b"")) > 0, "the rebalance came too late"
     seen = verdicts()
     assert len(seen) == len(docs), "a document got no verdict"
     assert all(len(v) == 1 for v in seen.values()), "a document got two verdicts"
@@ -501,7 +508,9 @@ def test_broker_gone_for_a_while_mid_run(tmp_path: Path) -> None:
     broker = EmbeddedBroker(port=real, advertised_port=proxy.port)
     bootstrap = broker.start()
     try:
-        docs = stream(20_000, seed=7)
+        # the cut comes after 2,000 documents: 8,000 more after it are plenty to show
+        # that the worker went on (20,000 took ten seconds more for nothing)
+        docs = stream(10_000, seed=7)
         t = Topics(bootstrap)
         t.produce([orjson.dumps(d) for d in docs])
         port = free_port()

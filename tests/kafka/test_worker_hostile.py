@@ -90,6 +90,10 @@ def test_sasl_against_a_broker_without_it_says_so(
             str(tmp_path / "idx"),
             "--connect-timeout",
             "5",
+            # --connect-timeout bounds the wait for a TCP answer; the refused bootstrap
+            # after it is kafka-python's own wait (30 s by default): 3 s see the refusal
+            *("--consumer-option", "bootstrap_timeout_ms=3000"),
+            *("--producer-option", "bootstrap_timeout_ms=3000"),
             *SASL,
             *extra,
         ],

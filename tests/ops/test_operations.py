@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from streamdedup.kafka.broker import free_port
-from tests.support.kafka import Topics, file_mode, stream, verdicts_by_offset
+from tests.support.kafka import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
 from tests.support.metrics import samples, scrape
 
 pytestmark = pytest.mark.integration
@@ -305,9 +305,7 @@ def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> 
     env = {
         **os.environ,
         "STREAMDEDUP_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "STREAMDEDUP_CONSUMER_OPTION": (
-            "max_poll_interval_ms=3000,session_timeout_ms=3000,heartbeat_interval_ms=500"
-        ),
+        "STREAMDEDUP_CONSUMER_OPTION": ",".join(FAST_GROUP[1::2]),
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
     }
     ran = []

@@ -317,7 +317,7 @@ def test_a_full_disk_stops_the_worker_with_status_6_before_its_kafka_commit(
         "--max-poll-records",
         "300",
         "--idle-exit",
-        "4",
+        "2",
         *FAST_GROUP,
     ]
     r = run(*args, code=SMALL_HEADROOM)

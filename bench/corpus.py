@@ -21,7 +21,7 @@ import ast
 import random
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,10 +231,12 @@ def ground_truth(
     return truth.tolist()
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def write_stream(generate: Callable[[int, int], Iterator[Doc]], seed: int, description: str) -> int:
+    """The command line of a stream generator (this one, `templates.py`): `--docs N
+    --seed S --out FILE` (stdout by default), one JSON line per document."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--docs", type=int, default=20000)
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seed", type=int, default=seed)
     ap.add_argument("--out", default="-")
     args = ap.parse_args()
     target = sys.stdout.fileno() if args.out == "-" else args.out
@@ -242,6 +244,10 @@ def main() -> int:
         for d in generate(args.docs, args.seed):
             sink.write(d.jsonl())
     return 0
+
+
+def main() -> int:
+    return write_stream(generate, 7, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ the reference shingler's shingle strings).
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Iterator
 
-from corpus import Doc, _mutate_words, paragraphs
+from corpus import Doc, _mutate_words, paragraphs, write_stream
 
 SITES = 8
 TEMPLATE_WORDS = (300, 700)
@@ -79,16 +78,7 @@ def _edit(body: str, rnd: random.Random, vocab: list[str], flat: list[str]) -> t
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docs", type=int, default=20000)
-    ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--out", default="-")
-    args = ap.parse_args()
-    target = sys.stdout.fileno() if args.out == "-" else args.out
-    with open(target, "wb", closefd=args.out != "-") as sink:
-        for d in generate(args.docs, args.seed):
-            sink.write(d.jsonl())
-    return 0
+    return write_stream(generate, 11, __doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

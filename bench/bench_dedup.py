@@ -1,6 +1,7 @@
-"""streamdedup `dedup` next to datasketch and rensa, on two streams, in one run.
+"""streamdedup `dedup` next to datasketch and rensa, on three streams, in one run.
 
-For each stream (crawl-like: corpus.py; template-heavy: templates.py) and threshold
+For each stream (crawl-like: corpus.py; template-heavy: templates.py; short one-line
+documents: shorts.py) and threshold
 it runs, each as its own process (timed end to end, reading JSON Lines and writing
 verdicts): streamdedup on one core (the default configuration), streamdedup with
 --workers 1, datasketch (one MinHash template for all documents + MinHashLSH) and
@@ -15,7 +16,8 @@ fresh index, round robin (all contenders once, then again); the fastest run
 counts, as with timeit, since on a shared machine noise only ever adds time.
 All runs are printed.
 
-    python bench/bench_dedup.py --docs 20000            # about 15 minutes
+    python bench/bench_dedup.py --docs 20000            # about 20 minutes
+    python bench/bench_dedup.py --docs 50000 --streams short --skip-anchors
     python bench/bench_dedup.py --docs 20000 --skip-datasketch --num-perms 64 128 256
 """
 
@@ -36,6 +38,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(HERE))
+import shorts  # noqa: E402
 import templates  # noqa: E402
 from corpus import generate, ground_truth  # noqa: E402
 
@@ -67,7 +70,11 @@ def measure(
     return out
 
 
-STREAMS = {"crawl-like": ("corpus", generate), "template-heavy": ("templates", templates.generate)}
+STREAMS = {
+    "crawl-like": ("corpus", generate),
+    "template-heavy": ("templates", templates.generate),
+    "short": ("shorts", shorts.generate),  # one-line documents (item 5: 50,000 docs/s)
+}
 
 
 def corpus_file(n: int, seed: int, stream: str = "crawl-like", out: Path = OUT) -> Path:
@@ -352,7 +359,7 @@ def main() -> int:
             for x in results
             if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
         }
-        if len(speed) == 2:
+        if "template-heavy" in speed and "crawl-like" in speed:
             ratio = speed["template-heavy"] / speed["crawl-like"]
             print(f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f}")
     (args.out / "bench_dedup.json").write_text(

@@ -120,9 +120,23 @@ def test_template_stream_has_the_shape_it_claims() -> None:
             assert 60 <= len(body.split()) <= 250
 
 
+def test_short_stream_has_the_shape_it_claims() -> None:
+    """One line of 1-15 words per document; about 30% re-emissions, each of an earlier
+    line."""
+    shorts = _bench_module("shorts")
+    docs = list(shorts.generate(3000, seed=4))
+    assert 0.25 < sum(d.source is not None for d in docs) / len(docs) < 0.35
+    for i, d in enumerate(docs):
+        assert "\n" not in d.text and 1 <= len(d.text.split()) <= shorts.MAX_WORDS, d
+        if d.source is not None:
+            assert int(d.source.rsplit("-", 1)[1]) < i
+    kinds = {d.mutation for d in docs}
+    assert {"original", "exact", "normalised", "replace", "add", "drop"} <= kinds
+
+
 @pytest.mark.slow
 def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
-    """The benchmark end to end on a small corpus: both streams, streamdedup next to
+    """The benchmark end to end on a small corpus: every stream, streamdedup next to
     datasketch and rensa, accuracy against ground truth."""
     import datasketch  # noqa: F401  (the `test` extra installs the bench extra: no skip)
     import rensa  # noqa: F401
@@ -146,7 +160,7 @@ def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     results = json.loads((tmp_path / "bench_dedup.json").read_text())["results"]
     names = {(x["stream"], x["name"]) for x in results}
-    for stream in ("crawl-like", "template-heavy"):
+    for stream in ("crawl-like", "template-heavy", "short"):
         for name in ("streamdedup (default, 1 core)", "datasketch (template)", "rensa"):
             assert (stream, name) in names
     for x in results:

@@ -376,7 +376,8 @@ class Deduplicator:
         others = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
         est = estimate_jaccard(sig, others)
         threshold = self.params.threshold
-        order = sorted(range(len(docnos)), key=lambda j: (-est[j], docnos[j]))
+        # highest estimate first, ties by document number (the stream's tie-break)
+        order: list[int] = np.lexsort((np.asarray(docnos), -est)).tolist()
         if self.params.verify == "signature":
             j = order[0]
             if est[j] < threshold:

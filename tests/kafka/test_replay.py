@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,26 +17,8 @@ from tests.support.kafka import Topics, stream, verdicts_by_offset
 pytestmark = pytest.mark.integration
 
 
-def replay_args(t: Topics, index: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "streamdedup.cli",
-        "replay",
-        "--bootstrap-servers",
-        t.bootstrap,
-        "--input-topic",
-        t.input,
-        "--index",
-        str(index),
-        "--progress",
-        "never",
-        *extra,
-    ]
-
-
 def replay(t: Topics, index: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
-    r = subprocess.run(replay_args(t, index, *extra), capture_output=True, timeout=600)
+    r = subprocess.run(t.replay_args(index, *extra), capture_output=True, timeout=600)
     rejected = re.search(rb"([\d,]+) rejected", r.stderr)
     # as `dedup`: 1 when some records were rejected
     assert r.returncode == (1 if rejected and rejected[1] != b"0" else 0), r.stderr.decode()[-3000:]
@@ -107,7 +88,7 @@ def test_rebuild_to_a_topic_equals_the_live_run(live: Live, tmp_path: Path) -> N
 def test_rebuild_refuses_a_used_index(live: Live, tmp_path: Path) -> None:
     t, _, index = live
     r = subprocess.run(
-        replay_args(t, index, "--output", str(tmp_path / "x.jsonl")),
+        t.replay_args(index, "--output", str(tmp_path / "x.jsonl")),
         capture_output=True,
     )
     assert r.returncode == 2
@@ -160,7 +141,7 @@ def test_an_interrupted_replay_resumes(kafka_bootstrap: str, tmp_path: Path) -> 
     whole = tmp_path / "whole.jsonl"
     replay(t, tmp_path / "whole-index", "--output", str(whole))
     out, index = tmp_path / "cut.jsonl", tmp_path / "cut-index"
-    args = replay_args(t, index, "--output", str(out), "--max-poll-records", "300")
+    args = t.replay_args(index, "--output", str(out), "--max-poll-records", "300")
     for sig in (signal.SIGKILL, signal.SIGINT):
         proc = subprocess.Popen(args, stderr=subprocess.PIPE)
         deadline = time.time() + 120
@@ -183,7 +164,7 @@ def test_follow_keeps_going_until_stopped(kafka_bootstrap: str, tmp_path: Path) 
     t.produce([orjson.dumps(d) for d in docs[:100]])
     out = tmp_path / "follow.jsonl"
     proc = subprocess.Popen(
-        replay_args(t, tmp_path / "idx", "--follow", "--output", str(out)), stderr=subprocess.PIPE
+        t.replay_args(tmp_path / "idx", "--follow", "--output", str(out)), stderr=subprocess.PIPE
     )
     try:
         deadline = time.time() + 60
@@ -210,7 +191,7 @@ def test_an_interrupted_replay_to_a_topic_resumes(kafka_bootstrap: str, tmp_path
     target = t.output + "-replay"
     create_topics(t.bootstrap, [target], 1, {})
     index = tmp_path / "idx"
-    args = replay_args(t, index, "--output-topic", target, "--max-poll-records", "200")
+    args = t.replay_args(index, "--output-topic", target, "--max-poll-records", "200")
     from kafka import KafkaConsumer, TopicPartition
 
     watch = KafkaConsumer(bootstrap_servers=t.bootstrap, isolation_level="read_committed")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -92,24 +91,7 @@ def test_a_crawl_through_the_worker(kafka_bootstrap: str, tmp_path: Path) -> Non
     # replay of the same topic, to a file: the same verdicts
     out = tmp_path / "replay.jsonl"
     rep = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streamdedup.cli",
-            "replay",
-            "--bootstrap-servers",
-            t.bootstrap,
-            "--input-topic",
-            t.input,
-            "--index",
-            str(tmp_path / "replay-idx"),
-            "--input-format",
-            "html",
-            "--output",
-            str(out),
-            "--progress",
-            "never",
-        ],
+        t.replay_args(tmp_path / "replay-idx", "--input-format", "html", "--output", str(out)),
         capture_output=True,
         timeout=600,
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,29 +16,6 @@ from streamdedup.kafka.settings import probe_cluster
 from tests.support.kafka import Topics
 
 pytestmark = pytest.mark.integration
-
-
-def worker(t: Topics, index: Path, *extra: str) -> list[str]:
-    # Topics.worker_args adds the tests' short group timeouts: these runs use the defaults
-    return [
-        sys.executable,
-        "-m",
-        "streamdedup.cli",
-        "worker",
-        "--bootstrap-servers",
-        t.bootstrap,
-        "--input-topic",
-        t.input,
-        "--output-topic",
-        t.output,
-        "--dead-letter-topic",
-        t.dlq,
-        "--group-id",
-        t.group,
-        "--index",
-        str(index),
-        *extra,
-    ]
 
 
 @pytest.fixture
@@ -53,7 +29,9 @@ def test_the_worker_says_it_joins_and_joins_in_seconds(embedded: str, tmp_path: 
     t = Topics(embedded)
     started = time.monotonic()
     r = subprocess.run(
-        worker(t, tmp_path / "idx", "--idle-exit", "0.5"), capture_output=True, timeout=120
+        t.worker_args(tmp_path / "idx", "--idle-exit", "0.5", fast_group=False),
+        capture_output=True,
+        timeout=120,
     )
     elapsed = time.monotonic() - started
     assert r.returncode == 0, r.stderr.decode()[-3000:]
@@ -67,7 +45,9 @@ def test_the_worker_says_it_joins_and_joins_in_seconds(embedded: str, tmp_path: 
 
 def test_ctrl_c_during_the_join_is_prompt(embedded: str, tmp_path: Path) -> None:
     t = Topics(embedded)
-    proc = subprocess.Popen(worker(t, tmp_path / "idx"), stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        t.worker_args(tmp_path / "idx", fast_group=False), stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait until it is joining
         if "joining consumer group" in line:

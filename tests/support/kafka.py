@@ -101,7 +101,9 @@ class Topics:
         transaction markers (tests/txnlog.py), so on every broker."""
         return committed(self.bootstrap, topic, timeout=timeout)
 
-    def worker_args(self, index: Path, *extra: str) -> list[str]:
+    def worker_args(self, index: Path, *extra: str, fast_group: bool = True) -> list[str]:
+        """The worker on these topics; `fast_group=False` leaves out the tests' short
+        group timeouts (for the tests of the worker's own defaults)."""
         return [
             sys.executable,
             "-m",
@@ -119,7 +121,24 @@ class Topics:
             self.group,
             "--index",
             str(index),
-            *FAST_GROUP,
+            *(FAST_GROUP if fast_group else ()),
+            *extra,
+        ]
+
+    def replay_args(self, index: Path, *extra: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "replay",
+            "--bootstrap-servers",
+            self.bootstrap,
+            "--input-topic",
+            self.input,
+            "--index",
+            str(index),
+            "--progress",
+            "never",
             *extra,
         ]
 

@@ -28,6 +28,9 @@ class ShingleSpec:
         return f"{self.kind}:{self.k}"
 
 
+MAX_DOC_BYTES = 16 << 20  # the default size limit of one input record or page
+
+
 @dataclass(frozen=True)
 class Fields:
     """How an input record becomes a document: where its id and text are, the size
@@ -38,7 +41,7 @@ class Fields:
 
     id_field: str = "id"
     text_field: str = "text"
-    max_bytes: int = 16 << 20
+    max_bytes: int = MAX_DOC_BYTES
     text_format: Literal["text", "html"] = "text"
     extract: Literal["main", "all"] = "main"
     id_header: str | None = None

@@ -11,6 +11,7 @@ from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt, OptionGroup
+from streamdedup.config import MAX_DOC_BYTES
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -90,7 +91,7 @@ INPUT = OptionGroup(
     (
         Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
         Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
-        Opt("max-doc-bytes", "larger input records are rejected", int, 16 << 20, metavar="N"),
+        Opt("max-doc-bytes", "larger input records are rejected", int, MAX_DOC_BYTES, metavar="N"),
     ),
 )
 # Crawler input (`inputs.html`, `inputs.warc`): what the text of an HTML page is.

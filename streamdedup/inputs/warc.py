@@ -31,6 +31,7 @@ from typing import IO, Literal
 
 from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
 
+from streamdedup.config import MAX_DOC_BYTES
 from streamdedup.inputs.decode import check_id
 from streamdedup.inputs.html import Extract, page_text
 from streamdedup.models import CORRUPT_WARC, MISSING_ID, TOO_LARGE, Document, Rejected
@@ -149,7 +150,7 @@ def read_warc(
     *,
     id_from: WarcId = "uri",
     extract: Extract = "main",
-    max_bytes: int = 16 << 20,
+    max_bytes: int = MAX_DOC_BYTES,
 ) -> Iterator[Item]:
     """Every record of the archive in order, as a document, a skip or a reject: the
     pages of `read_pages` extracted here, one at a time."""
@@ -161,7 +162,7 @@ def read_pages(
     stream: IO[bytes],
     *,
     id_from: WarcId = "uri",
-    max_bytes: int = 16 << 20,
+    max_bytes: int = MAX_DOC_BYTES,
 ) -> Iterator[PageItem]:
     """Every record of the archive in order, as an HTML page, a skip or a reject.
 

@@ -229,8 +229,10 @@ def dedup(src: Path, index: Path, out: Path, *extra: str) -> None:
     )
 
 
-def seal(index: Path, segment: Path, *extra: str) -> subprocess.CompletedProcess[bytes]:
-    return cli("seal", "--index", str(index), str(segment), *extra)
+def seal(
+    index: Path, segment: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return cli("seal", "--index", str(index), str(segment), *extra, env=env)
 
 
 @dataclass

@@ -7,10 +7,13 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.support import netns
+from tests.support.kafka import file_mode
+from tests.support.segments import Servers, assert_same_verdicts, crafted_stream, dedup_in_slices
 
 pytestmark = pytest.mark.integration
 
@@ -111,3 +114,45 @@ def test_the_namespaces_are_removed_when_the_test_fails() -> None:
         assert hosts[0].address != hosts[1].address
         1 / 0  # noqa: B018 - the failure under test
     assert netns.left_over(made.tag) == []
+
+
+@needs_netns
+def test_segment_servers_on_other_hosts_give_the_single_index_verdicts(tmp_path: Path) -> None:
+    """Three sealed segments, each served by a `segment-server` in its own namespace
+    (the third shares the first's: two hosts), the writer (`dedup`) here: probes and
+    answers cross the veth links, and the verdicts are the single index's."""
+    c = crafted_stream()
+    ref = file_mode(tmp_path, c.docs)
+    made = netns.Hosts(2)
+    with (
+        made as hosts,
+        netns.AddressedBroker(hosts[0].gateway) as bootstrap,
+        Servers(bootstrap) as servers,
+    ):
+
+        def serve(segment: Path) -> None:
+            servers.start(segment, wrap=hosts[len(servers.procs) % 2].run)
+
+        run = dedup_in_slices(
+            c.docs,
+            tmp_path / "remote",
+            c.cuts,
+            "--bootstrap-servers",
+            bootstrap,
+            "--batch-size",
+            "5",
+            seal_args=("--remote",),
+            between=serve,
+        )
+        servers.alive()
+        host, port = bootstrap.rsplit(":", 1)
+        for h in hosts:  # the servers' connections to the broker, seen from inside
+            conns = subprocess.run(
+                h.run(["ss", "-Htn", "state", "established"]),
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            assert f"{h.address}:" in conns and f"{host}:{port}" in conns, conns
+    assert netns.left_over(made.tag) == []
+    assert_same_verdicts(run.verdicts, ref)

@@ -13,9 +13,11 @@ in different segments (tests/support/segments.py)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.support.segments import (
@@ -28,6 +30,7 @@ from tests.support.segments import (
     kinds,
     mixed_stream,
     read_jsonl,
+    registry,
     write_jsonl,
 )
 
@@ -217,3 +220,44 @@ def test_50000_documents_on_remote_segments(
     got, servers = remote_run(docs, tmp_path, [15_000, 30_000, 40_000], kafka_bootstrap)
     assert len(servers.procs) == 3
     assert_same_verdicts(got, ref)
+
+
+# ------------------------------------------------------------------ a time window
+
+
+@pytest.mark.integration
+def test_a_time_window_over_segments(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`worker --ttl` over messages 1 s apart with a 200 s window, sealed every 150
+    documents, a small expiry budget per batch: the documents that expire in sealed
+    segments are masked, fully expired segments are dropped, and the verdicts are
+    those of one index with the same window."""
+    from kafka import KafkaProducer
+
+    from tests.support.kafka import Topics
+
+    docs = mixed_stream(1000, seed=23)
+    base = int(time.time() * 1000) - 86_400_000  # a day ago: no clock-skew bound applies
+    window = ("--ttl", "200s", "--max-expire-per-batch", "20", "--max-poll-records", "50")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for name, extra in (
+        ("one", ()),
+        ("sealed", ("--seal-every", "150", "--segments-dir", str(tmp_path / "auto"))),
+    ):
+        t = Topics(kafka_bootstrap)
+        producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+        for i, d in enumerate(docs):
+            producer.send(t.input, orjson.dumps(d), timestamp_ms=base + 1000 * i)
+        producer.close()
+        r = t.run_worker(tmp_path / name, *window, *extra, idle=4)
+        assert r.returncode == 0, r.stderr.decode()[-3000:]
+        runs[name] = [
+            {k: v for k, v in orjson.loads(m.value).items() if k != "source"}
+            for m in t.read_to_end(t.output)
+        ]
+    assert len(runs["one"]) == len(docs)
+    untimed = single_index(docs, tmp_path / "untimed")
+    assert untimed != runs["one"], "the window should change some verdicts"
+    made = sorted(p for p in (tmp_path / "auto").iterdir() if p.is_dir())
+    assert len(made) >= 5
+    assert len(registry(tmp_path / "sealed")) < len(made), "no expired segment was dropped"
+    assert_same_verdicts(runs["sealed"], runs["one"])

@@ -29,24 +29,13 @@ from tests.support.segments import (
     mixed_stream,
     ok,
     read_jsonl,
+    registry,
     seal,
     wait_for,
     write_jsonl,
 )
 
 EXIT_INDEX = 5  # streamdedup.errors: the index or one of its segments cannot be used
-
-
-def registry(index: Path) -> list[Any]:
-    """The sealed segments the open index names (read-only)."""
-    from streamdedup.store.index import Index
-    from streamdedup.store.segments import segments
-
-    idx = Index(index, readonly=True)
-    try:
-        return idx.read(segments)
-    finally:
-        idx.close()
 
 
 def open_documents(index: Path) -> int:

@@ -274,6 +274,18 @@ def dedup_in_slices(
     return run
 
 
+def registry(index: Path) -> list[Any]:
+    """The sealed segments the open index names (read-only)."""
+    from streamdedup.store.index import Index
+    from streamdedup.store.segments import segments
+
+    idx = Index(index, readonly=True)
+    try:
+        return idx.read(segments)
+    finally:
+        idx.close()
+
+
 def assert_same_verdicts(got: Sequence[dict[str, Any]], expected: Sequence[dict[str, Any]]) -> None:
     """Record for record on FIELDS; on a difference, says where and how many."""
     assert len(got) == len(expected), f"{len(got)} verdicts, expected {len(expected)}"

@@ -58,7 +58,7 @@ def test_seal_killed_at_each_step_leaves_the_old_state_or_the_new(
     """`seal` SIGKILLs itself at one step (streamdedup.failpoints).  Before the commit
     the index is as it was (every document, no segment) and `seal` run again works;
     after it, the segment is registered and the open index empty, and the next writer
-    finishes the rename.  Either way the rest of the stream gets the single index's
+    (`dedup`) finishes the rename before it opens the segment.  Either way the rest of the stream gets the single index's
     verdicts, and the segment opens with its checksum verified."""
     from streamdedup.store.segments import SealedSegment
 
@@ -73,19 +73,20 @@ def test_seal_killed_at_each_step_leaves_the_old_state_or_the_new(
     assert crash.returncode == -signal.SIGKILL, crash.stderr.decode()[-2000:]
     partial = segment.with_name(segment.name + ".partial")
     assert not segment.exists() and partial.is_dir()
+    rest = write_jsonl(tmp_path / "rest.jsonl", docs[c.cuts[1] :])
     if point == "seal-committed":
         assert [e.path for e in registry(index)] == [str(segment)]
         assert open_documents(index) == 0
+        dedup(rest, index, tmp_path / "rest.out")  # the next writer finishes the rename
+        assert segment.is_dir() and not partial.exists()
         again = seal(index, segment)  # what an operator would try: it is sealed already
         assert again.returncode == 2 and b"already" in again.stderr, again.stderr
-        assert segment.is_dir() and not partial.exists()  # ... and the rename is finished
     else:
         assert registry(index) == [] and open_documents(index) == held
         ok(seal(index, segment))
+        dedup(rest, index, tmp_path / "rest.out")
     assert [e.path for e in registry(index)] == [str(segment)]
     SealedSegment.open(segment).close()
-    rest = write_jsonl(tmp_path / "rest.jsonl", docs[c.cuts[1] :])
-    dedup(rest, index, tmp_path / "rest.out")
     got = read_jsonl(tmp_path / "first.out") + read_jsonl(tmp_path / "rest.out")
     assert_same_verdicts(got, ref)
 

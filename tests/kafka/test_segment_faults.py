@@ -110,54 +110,53 @@ def sealed_index(tmp_path: Path, *params: str) -> tuple[Path, Path, list[dict[st
     return tmp_path / "index", run.segments[0], c.docs[c.cuts[1] :]
 
 
-def test_a_damaged_local_segment_is_refused_naming_it(tmp_path: Path) -> None:
-    index, segment, rest = sealed_index(tmp_path)
-    flip_bytes(segment / "data.mdb")
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    err = r.stderr.decode()
-    assert str(segment) in err and "checksum" in err, err
-
-
-def test_a_missing_local_segment_is_refused_naming_it(tmp_path: Path) -> None:
-    index, segment, rest = sealed_index(tmp_path)
-    shutil.move(segment, tmp_path / "elsewhere")
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    assert str(segment) in r.stderr.decode(), r.stderr.decode()
-
-
-def test_a_segment_with_other_parameters_is_refused_naming_it(tmp_path: Path) -> None:
-    """The registered directory holds a segment sealed from an index with other
-    parameters (--num-perm 64: the wrong volume mounted there): refused, naming the
-    segment, before any document is checked."""
-    index, segment, rest = sealed_index(tmp_path / "ours")
+def test_damaged_missing_or_foreign_segments_are_refused_naming_them(tmp_path: Path) -> None:
+    """One local sealed segment, spoilt in turn: bytes flipped in data.mdb (checksum),
+    the directory moved away, replaced by a segment sealed from an index with other
+    parameters (--num-perm 64: the wrong volume mounted there), its own manifest
+    saying other parameters.  Each time `dedup` exits 5 naming the segment, before
+    checking any document, and leaves the index as it was: with the segment put back,
+    the rest of the stream gets the single index's verdicts."""
+    c = crafted_stream()
+    ref = file_mode(tmp_path, c.docs)
+    index, segment, _ = sealed_index(tmp_path / "ours")
     _, foreign, _ = sealed_index(tmp_path / "theirs", "--num-perm", "64")
-    shutil.rmtree(segment)
-    shutil.copytree(foreign, segment)
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    out = tmp_path / "x.jsonl"
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(out))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    assert str(segment) in r.stderr.decode(), r.stderr.decode()
-    assert not out.exists() or out.read_bytes() == b""
-
-
-def test_a_segment_whose_manifest_says_other_parameters_is_refused(tmp_path: Path) -> None:
-    """The registered segment itself (same id, data intact) but its manifest's
-    parameters differ from the index's: refused, naming the segment and the
-    parameter."""
-    index, segment, rest = sealed_index(tmp_path)
+    rest = write_jsonl(tmp_path / "rest.jsonl", c.docs[c.cuts[1] :])
+    kept = tmp_path / "kept"
+    shutil.copytree(segment, kept)
     manifest = orjson.loads((segment / "manifest.json").read_bytes())
     manifest["params"]["num_perm"] = 64
-    (segment / "manifest.json").write_bytes(orjson.dumps(manifest))
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    err = r.stderr.decode()
-    assert str(segment) in err and "num_perm" in err.replace("num-perm", "num_perm"), err
+
+    def flipped() -> None:
+        flip_bytes(segment / "data.mdb")
+
+    def moved() -> None:
+        shutil.move(segment, tmp_path / "elsewhere")
+
+    def replaced() -> None:
+        shutil.rmtree(segment)
+        shutil.copytree(foreign, segment)
+
+    def misdescribed() -> None:
+        (segment / "manifest.json").write_bytes(orjson.dumps(manifest))
+
+    cases = [(flipped, "checksum"), (moved, ""), (replaced, ""), (misdescribed, "num_perm")]
+    held = open_documents(index)
+    for spoil, says in cases:
+        spoil()
+        out = tmp_path / f"{spoil.__name__}.jsonl"
+        r = cli("dedup", str(rest), "--index", str(index), "--output", str(out))
+        err = r.stderr.decode()
+        assert r.returncode == EXIT_INDEX, (spoil.__name__, r.returncode, err[-2000:])
+        assert str(segment) in err and says in err.replace("num-perm", "num_perm"), err
+        assert not out.exists() or out.read_bytes() == b"", spoil.__name__
+        assert open_documents(index) == held, spoil.__name__
+        shutil.rmtree(segment, ignore_errors=True)
+        shutil.copytree(kept, segment)
+    dedup(rest, index, tmp_path / "rest.out")
+    got = read_jsonl(tmp_path / "ours" / "slice-0.verdicts.jsonl")
+    got += read_jsonl(tmp_path / "ours" / "slice-1.verdicts.jsonl")
+    assert_same_verdicts(got + read_jsonl(tmp_path / "rest.out"), ref)
 
 
 @pytest.mark.integration

@@ -13,6 +13,7 @@ in different segments (tests/support/segments.py)."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -264,3 +265,35 @@ def test_a_time_window_over_segments(kafka_bootstrap: str, tmp_path: Path) -> No
     assert len(made) >= 5
     assert len(registry(tmp_path / "sealed")) < len(made), "no expired segment was dropped"
     assert_same_verdicts(runs["sealed"], runs["one"])
+
+
+# ------------------------------------------------------------------ replay
+
+
+@pytest.mark.integration
+def test_replay_against_a_segmented_index(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`dedup` indexes the first 600 of 1,000 documents, sealing every 200; `replay
+    --mode reverdict` then runs the whole topic against that index: the 600 known ids
+    get their stored verdicts back from the sealed segments, the 400 new ones are
+    checked against all of them, and the verdicts are those of one index over the
+    1,000 (ids unique here: a known id with other content would be checked again)."""
+    from tests.support.kafka import Topics, stream
+
+    docs = stream(1000, seed=24)
+    ref = single_index(docs, tmp_path / "one")
+    index = tmp_path / "sealed" / "index"
+    index.parent.mkdir()
+    src = write_jsonl(tmp_path / "first.jsonl", docs[:600])
+    dedup(src, index, tmp_path / "first.out", "--batch-size", "100", "--seal-every", "200")
+    assert len(registry(index)) == 3
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    out = tmp_path / "replayed.jsonl"
+    r = subprocess.run(
+        t.replay_args(index, "--mode", "reverdict", "--output", str(out)),
+        capture_output=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = [{k: v for k, v in x.items() if k != "source"} for x in read_jsonl(out)]
+    assert_same_verdicts(got, ref)

@@ -116,13 +116,27 @@ BIG = 50_000
 
 @pytest.fixture(scope="session")
 def big_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Any]:
-    """The 50,000-document stream and its single-index verdicts (once per test
-    process: ~20 s on the 2-core machine)."""
+    """The 50,000-document stream and its single-index verdicts: computed once per
+    test run (~25 s of CPU), shared by the xdist workers through a file under their
+    common base directory, under a lock."""
+    import fcntl
+
     docs = mixed_stream(BIG, seed=5)
-    return docs, single_index(docs, tmp_path_factory.mktemp("big-one"))
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if base.name.startswith("popen-gw") else base
+    verdicts = shared / "segments-big-reference.jsonl"
+    with open(shared / "segments-big-reference.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not verdicts.exists():
+            work = tmp_path_factory.mktemp("big-one")
+            ref = single_index(docs, work)
+            (work / "verdicts.jsonl").replace(verdicts)
+            return docs, ref
+    return docs, read_jsonl(verdicts)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ~90 s of CPU; minutes on a loaded 2-core machine
 def test_50000_documents_sealed_locally(
     big_reference: tuple[list[dict[str, Any]], Any], tmp_path: Path
 ) -> None:
@@ -215,6 +229,7 @@ def test_a_mixed_stream_on_remote_segments(kafka_bootstrap: str, tmp_path: Path)
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.timeout(1200)
 def test_50000_documents_on_remote_segments(
     big_reference: tuple[list[dict[str, Any]], Any], kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -353,24 +353,28 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The only server of a segment is stopped (SIGSTOP): the worker's first batch waits
-    for its answer and nothing is published; the worker is killed -9 there, the server
-    resumes, the worker is started again: one verdict per document, the single
-    index's."""
+    for its answer, warns naming the segment, and publishes nothing; the worker is
+    killed -9 there, the server resumes, the worker is started again: one verdict per
+    document, the single index's."""
     docs = mixed_stream(900, seed=32)
     t = Topics(kafka_bootstrap)
     index = tmp_path / "index"
     with Servers(kafka_bootstrap) as servers:
-        worker_on_segments(t, index, docs, [500], servers, [1])
+        (segment,) = worker_on_segments(t, index, docs, [500], servers, [1])
         decided = len(t.read_to_end(t.output))  # the first part's verdicts
         server = servers.procs[0]
         server.send_signal(signal.SIGSTOP)
+        log = tmp_path / "stalled-worker.log"
         try:
-            worker = subprocess.Popen(
-                t.worker_args(index, "--max-poll-records", "100"),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(12)  # joined, polled, probed: waiting
+            with open(log, "wb") as sink:
+                worker = subprocess.Popen(
+                    t.worker_args(index, "--max-poll-records", "100", "--segment-timeout", "2"),
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                )
+            seg_id = orjson.loads((segment / "manifest.json").read_bytes())["id"]
+            wait_for(lambda: seg_id in log.read_text(), 60, "a warning naming the silent segment")
+            time.sleep(3)  # and a re-sent probe, still unanswered
             assert worker.poll() is None
             assert len(t.read_to_end(t.output)) == decided, "decided without an answer"
             worker.send_signal(signal.SIGKILL)

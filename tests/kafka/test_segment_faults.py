@@ -323,25 +323,38 @@ def test_segment_servers_killed_mid_stream(kafka_bootstrap: str, tmp_path: Path)
     with Servers(kafka_bootstrap) as servers:
         segments = worker_on_segments(t, index, docs, [500, 1000], servers, [2, 1])
         count = published(kafka_bootstrap, t.output)
-        worker = subprocess.Popen(
-            t.worker_args(index, "--max-poll-records", "40", "--idle-exit", "6"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        log = tmp_path / "worker.log"
+        with open(log, "wb") as sink:
+            worker = subprocess.Popen(
+                t.worker_args(
+                    index,
+                    "--max-poll-records",
+                    "40",
+                    "--idle-exit",
+                    "6",
+                    "--segment-timeout",
+                    "2",
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        second = orjson.loads((segments[1] / "manifest.json").read_bytes())["id"]
         try:
             wait_for(lambda: count() >= 150, 120, "the worker's first verdicts")
             servers.kill(servers.procs[0])  # a replica of segment 1
             wait_for(lambda: count() >= 400, 120, "verdicts after the replica died")
             servers.kill(servers.procs[2])  # segment 2's only server
+            wait_for(lambda: second in log.read_text(), 60, "the worker stalled on segment 2")
             stalled = count()
-            time.sleep(2)
+            time.sleep(1)
+            assert count() == stalled, "verdicts while segment 2 had no server"
             servers.start(segments[1])
-            _, err = worker.communicate(timeout=240)
+            worker.wait(timeout=240)
         finally:
             if worker.poll() is None:
                 worker.kill()
             count.close()
-        assert worker.returncode == 0, err.decode()[-3000:]
+        assert worker.returncode == 0, log.read_text()[-3000:]
         assert stalled < len(docs) - 1000, "the kills came after the end of the stream"
         servers.alive()
     got = exactly_once(t, len(docs))

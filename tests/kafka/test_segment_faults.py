@@ -346,8 +346,6 @@ def test_segment_servers_killed_mid_stream(kafka_bootstrap: str, tmp_path: Path)
             servers.kill(servers.procs[2])  # segment 2's only server
             wait_for(lambda: second in log.read_text(), 60, "the worker stalled on segment 2")
             stalled = count()
-            time.sleep(1)
-            assert count() == stalled, "verdicts while segment 2 had no server"
             servers.start(segments[1])
             worker.wait(timeout=240)
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,57 +110,6 @@ def test_a_mixed_stream_sealed_locally_by_hand_and_by_seal_every(tmp_path: Path)
     assert_same_verdicts(sealed.verdicts, ref)
 
 
-# ------------------------------------------------------------------ 50,000 documents
-
-BIG = 50_000
-
-
-@pytest.fixture(scope="session")
-def big_reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Any]:
-    """The 50,000-document stream and its single-index verdicts: computed once per
-    test run (~25 s of CPU), shared by the xdist workers through a file under their
-    common base directory, under a lock."""
-    import fcntl
-
-    docs = mixed_stream(BIG, seed=5)
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if base.name.startswith("popen-gw") else base
-    verdicts = shared / "segments-big-reference.jsonl"
-    with open(shared / "segments-big-reference.lock", "wb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not verdicts.exists():
-            work = tmp_path_factory.mktemp("big-one")
-            ref = single_index(docs, work)
-            (work / "verdicts.jsonl").replace(verdicts)
-            return docs, ref
-    return docs, read_jsonl(verdicts)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # ~90 s of CPU; minutes on a loaded 2-core machine
-def test_50000_documents_sealed_locally(
-    big_reference: tuple[list[dict[str, Any]], Any], tmp_path: Path
-) -> None:
-    """The issue's proof, local segments: sealed by hand after 15,000 and 35,000
-    documents and by `--seal-every 10000` within the slices (batches of 4,000, where
-    the reference ran 8,000: five segments)."""
-    docs, ref = big_reference
-    sealed = dedup_in_slices(
-        docs,
-        tmp_path,
-        [15_000, 35_000],
-        "--batch-size",
-        "4000",
-        "--seal-every",
-        "10000",
-        "--segments-dir",
-        str(tmp_path / "auto"),
-    )
-    auto = [p for p in (tmp_path / "auto").iterdir() if p.is_dir()]
-    assert len(sealed.segments) == 2 and len(auto) >= 2, auto
-    assert_same_verdicts(sealed.verdicts, ref)
-
-
 # ------------------------------------------------------------------ remote segments
 
 
@@ -175,8 +125,8 @@ def remote_run(
     separate `segment-server` processes, started as soon as it is sealed."""
     servers = Servers(bootstrap)
 
-    def serve(segment: Path) -> None:
-        for _ in range(replicas):
+    def serve(segment: Path, _: object) -> None:
+        for _replica in range(replicas):
             servers.start(segment)
 
     try:
@@ -227,18 +177,51 @@ def test_a_mixed_stream_on_remote_segments(kafka_bootstrap: str, tmp_path: Path)
     assert_same_verdicts(got, ref)
 
 
+# ------------------------------------------------------------------ 50,000 documents
+
+BIG = 50_000
+
+
 @pytest.mark.slow
 @pytest.mark.integration
-@pytest.mark.timeout(1200)
-def test_50000_documents_on_remote_segments(
-    big_reference: tuple[list[dict[str, Any]], Any], kafka_bootstrap: str, tmp_path: Path
-) -> None:
-    """The issue's proof, remote segments: sealed after 15,000, 30,000 and 40,000
-    documents, each segment served by a separate `segment-server` process."""
-    docs, ref = big_reference
-    got, servers = remote_run(docs, tmp_path, [15_000, 30_000, 40_000], kafka_bootstrap)
-    assert len(servers.procs) == 3
-    assert_same_verdicts(got, ref)
+@pytest.mark.timeout(1200)  # ~100 s of CPU; minutes on a loaded 2-core machine
+def test_50000_documents_on_local_and_remote_segments(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The issue's proof: 50,000 documents, the index sealed by hand after 15,000
+    (local), 30,000 (remote) and 40,000 (remote), and by `--seal-every 6000` in the
+    last two slices (local; batches of 4,000 there, where the reference ran 8,000):
+    five segments, the two remote ones each served by its own `segment-server`
+    process.  Record for record the single index's verdicts."""
+    docs = mixed_stream(BIG, seed=5)
+    ref = single_index(docs, tmp_path / "one")
+    auto = tmp_path / "auto"
+    servers = Servers(kafka_bootstrap)
+
+    def serve(segment: Path, args: Sequence[str]) -> None:
+        if "--remote" in args:
+            servers.start(segment)
+
+    try:
+        run = dedup_in_slices(
+            docs,
+            tmp_path / "sealed",
+            [15_000, 30_000, 40_000],
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            seal_args=lambda k: ("--remote",) if k > 1 else (),
+            slice_args=lambda k: (
+                ("--batch-size", "4000", "--seal-every", "6000", "--segments-dir", str(auto))
+                if k > 1
+                else ()
+            ),
+            between=serve,
+        )
+        servers.alive()
+    finally:
+        servers.stop()
+    entries = registry(tmp_path / "sealed" / "index")
+    assert [e.remote for e in entries] == [False, True, False, True, False], entries
+    assert len(servers.procs) == 2
+    assert_same_verdicts(run.verdicts, ref)
 
 
 # ------------------------------------------------------------------ a time window

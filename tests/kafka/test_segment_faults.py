@@ -221,7 +221,7 @@ def test_every_probe_answered_twice_changes_nothing(kafka_bootstrap: str, tmp_pa
     echoes: list[Echo] = []
     with Servers(kafka_bootstrap) as servers:
 
-        def serve(segment: Path) -> None:
+        def serve(segment: Path, _: object) -> None:
             servers.start(segment)
             if not echoes:
                 from streamdedup.kafka.settings import create_topics

@@ -130,7 +130,7 @@ def test_segment_servers_on_other_hosts_give_the_single_index_verdicts(tmp_path:
         Servers(bootstrap) as servers,
     ):
 
-        def serve(segment: Path) -> None:
+        def serve(segment: Path, _: object) -> None:
             servers.start(segment, wrap=hosts[len(servers.procs) % 2].run)
 
         run = dedup_in_slices(

@@ -310,7 +310,11 @@ class Deduplicator:
         while True:
             if self.sealed is not None:
                 self.sealed.ask(
-                    parts, self.options.max_bucket_candidates, self.params.threshold, self._margin
+                    parts,
+                    self.options.max_bucket_candidates,
+                    self.params.threshold,
+                    self._margin,
+                    self.options.max_expire_per_batch if self.options.ttl_ms else 0,
                 )
             try:
                 verdicts = self.index.write(run, grow=grow)

@@ -32,6 +32,8 @@ from streamdedup.models import Record
 from streamdedup.store.keys import id_key
 from streamdedup.store.tables import Tables
 
+KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
+
 
 class Store(Protocol):
     """What the engine reads and writes in its write transaction: `Tables` (one
@@ -91,6 +93,10 @@ class Sealed:
         self._expiry: dict[int, list[tuple[int, int]]] = {n: [] for n in self.readers}
         self._expiry_more: dict[int, bool] = dict.fromkeys(self.readers, True)
         self._expiry_after: dict[int, bytes | None] = dict.fromkeys(self.readers)
+        # What later batches may need again, kept across batches (segments do not
+        # change): the holders of every content asked about, with their records and
+        # signatures, and those of the expiry entries read ahead.
+        self._kept: dict[int, Answer] = {n: Answer("", "") for n in self.readers}
         self.round_trips: list[float] = []  # seconds, of the last batch's probes
         self.follow_ups = 0
 
@@ -108,9 +114,17 @@ class Sealed:
 
     # -------------------------------------------------------------- asking
 
-    def ask(self, parts: Sequence[Prepared], cap: int, threshold: float, margin: float) -> None:
+    def ask(
+        self,
+        parts: Sequence[Prepared],
+        cap: int,
+        threshold: float,
+        margin: float,
+        expire: int = 0,
+    ) -> None:
         """Send every sealed segment the batch's questions and wait for all answers
-        (a silent segment stalls here: it is never skipped)."""
+        (a silent segment stalls here: it is never skipped).  `expire`: how many
+        documents the time window may forget in this batch (0: no window)."""
         self.answers = {}
         self._records = {}
         self._probe_docs = {}
@@ -133,7 +147,11 @@ class Sealed:
         contents = [c for p in parts for c in p.content]
         self._asked_keys = set(keys.tolist())
         self._asked_ids = set(ids)
-        self._asked_contents = set(contents)
+        if len(self._asked_contents) > KEPT_CONTENTS:
+            self._asked_contents = set()
+            self._kept = {n: Answer("", "") for n in self.readers}
+        contents = [c for c in contents if c not in self._asked_contents]
+        self._asked_contents.update(contents)
         probe = Probe(
             request="",
             segment="",
@@ -148,6 +166,48 @@ class Sealed:
             contents=contents,
         )
         self.answers = self._send(probe, self.numbers)
+        for n, a in self.answers.items():
+            self._keep(n, a)
+            kept = self._kept[n]
+            a.contents.update(kept.contents)
+            a.more_copies |= kept.more_copies
+            a.records.update(kept.records)
+            a.sigs.update(kept.sigs)
+        leaving = [d for a in self.answers.values() for d in a.ids.values()]
+        if expire:
+            for n in self.numbers:
+                leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
+        self._settle(leaving, cap)
+
+    def _settle(self, docnos: list[int], cap: int) -> None:
+        """Ask at once what deciding the batch would otherwise ask one question at a
+        time: deeper postings for buckets whose newest ones are tombstoned, and who
+        else holds the content of each document the batch may forget (`docnos`:
+        those its ids replace, or the window expires)."""
+        hashes = set()
+        for d in docnos:
+            got = self.record(d)
+            if got is not None:
+                hashes.add(got[1].content_hash)
+        unasked = sorted(hashes - self._asked_contents)
+        if unasked:
+            self.follow_up(self.numbers, contents=unasked)
+            self._asked_contents.update(unasked)
+        gone = set(docnos)  # they may be masked before the batch reads a bucket
+        while True:
+            deeper: dict[int, list[int]] = {}
+            depth: dict[int, int] = {}
+            for n, a in self.answers.items():
+                for k in a.cut:
+                    listed = a.buckets.get(k, [])
+                    masked = sum(1 for d in listed if d in gone or not self.live(n, d))
+                    if masked and len(listed) - masked < cap:
+                        deeper.setdefault(n, []).append(k)
+                        depth[n] = max(depth.get(n, 0), len(listed) + 2 * masked)
+            if not deeper:
+                return
+            for n, keys in deeper.items():
+                self.follow_up([n], keys=np.array(sorted(keys), dtype=np.uint64), depth=depth[n])
 
     def _send(self, probe: Probe, numbers: list[int]) -> dict[int, Answer]:
         waiting: list[tuple[int, float, Callable[[], bytes]]] = []
@@ -169,11 +229,32 @@ class Sealed:
         probe = Probe(request="", segment="", **questions)  # type: ignore[arg-type]
         got = self._send(probe, numbers)
         for n, a in got.items():
+            self._keep(n, a)
             if n in self.answers:
                 self.answers[n].merge(a)
             else:
                 self.answers[n] = Answer.unpack(a.pack())  # a copy: merged into later
         return got
+
+    def _keep(self, n: int, a: Answer) -> None:
+        """Keep what an answer says about contents (holders, their records)."""
+        if not a.contents and not a.expiry:
+            return
+        kept = self._kept[n]
+        for c, docnos in a.contents.items():
+            kept.contents[c] = sorted(set(kept.contents.get(c, [])) | set(docnos))
+            kept.more_copies.discard(c)
+            for d in docnos:
+                if d in a.records:
+                    kept.records[d] = a.records[d]
+                if d in a.sigs:
+                    kept.sigs[d] = a.sigs[d]
+        kept.more_copies |= a.more_copies
+        for _, d in a.expiry:
+            if d in a.records:
+                kept.records[d] = a.records[d]
+            if d in a.sigs:
+                kept.sigs[d] = a.sigs[d]
 
     # -------------------------------------------------------------- masks
 
@@ -340,6 +421,7 @@ class Sealed:
         if got:
             ts, d = got[-1]
             self._expiry_after[n] = ts.to_bytes(8, "big") + d.to_bytes(5, "big")
+        self._settle([d for _, d in got], 0)
 
     def newest_timestamp(self, at_most: int) -> int:
         got = self.follow_up(self.numbers, newest_at_most=at_most)

@@ -91,13 +91,17 @@ def test_seal_every_keeps_the_open_segment_small(tmp_path: Path) -> None:
         assert dd.index.read(lambda t: t.count("docs")) < 150
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seed=st.integers(0, 10_000),
     seals=st.sets(st.integers(1, 14), max_size=4),
     batch=st.integers(5, 40),
 )
-def test_any_seal_points_any_batches(tmp_path_factory: Any, seed: int, seals: set[int], batch: int) -> None:
+def test_any_seal_points_any_batches(
+    tmp_path_factory: Any, seed: int, seals: set[int], batch: int
+) -> None:
     tmp = tmp_path_factory.mktemp("s")
     docs = hostile_stream(300, seed=seed)
     one = run(tmp / "one", docs, batch, set(), OPTIONS)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 from streamdedup.config import EngineOptions, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
-from streamdedup.engine.sealed import Sealed, Store, View
+from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact
 from streamdedup.errors import ConfigError
@@ -155,6 +155,7 @@ class Deduplicator:
         self._remote = remote
         self._seen_segments: list[int] = []
         self._dropped: list[int] = []
+        self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
         try:
             self._open_sealed()
@@ -217,6 +218,24 @@ class Deduplicator:
         manifest = seal(self.index, Path(dest), remote=remote)
         self._open_sealed()
         return manifest
+
+    def ask_ahead(self, prepared: Prepared | Sequence[Prepared]) -> None:
+        """Send the sealed segments the questions of the batch `apply` gets next, so
+        that their answers travel while this process decides the current batch."""
+        if self.sealed is None:
+            return
+        parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
+        self._ahead = [*self._ahead[-1:], ([id(p) for p in parts], self._send(parts))]
+
+    def _send(self, parts: Sequence[Prepared]) -> Sent:
+        assert self.sealed is not None
+        return self.sealed.send(
+            parts,
+            self.options.max_bucket_candidates,
+            self.params.threshold,
+            self._margin,
+            self.options.max_expire_per_batch if self.options.ttl_ms else 0,
+        )
 
     def _maybe_seal(self) -> None:
         every = self.options.seal_every
@@ -307,15 +326,15 @@ class Deduplicator:
         # 2 KiB a document), so that a batch of unusually large documents still finds
         # its disk space allocated before it writes (index.Index._reserve).
         grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
+        mine = [id(p) for p in parts]
+        sent = next((s for ids, s in self._ahead if ids == mine), None)
+        self._ahead = [(ids, s) for ids, s in self._ahead if ids != mine]
         while True:
             if self.sealed is not None:
-                self.sealed.ask(
-                    parts,
-                    self.options.max_bucket_candidates,
-                    self.params.threshold,
-                    self._margin,
-                    self.options.max_expire_per_batch if self.options.ttl_ms else 0,
-                )
+                if sent is None or sent.by is not self.sealed:  # not sent, or sealed since
+                    sent = self._send(parts)
+                self.sealed.receive(sent)
+                sent = None
             try:
                 verdicts = self.index.write(run, grow=grow)
                 break

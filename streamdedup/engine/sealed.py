@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -74,6 +75,23 @@ class Store(Protocol):
     ) -> None: ...
 
 
+Waiting = tuple[int, float, Callable[[], bytes]]  # segment, when sent, waiter
+
+
+@dataclass
+class Sent:
+    """A batch's questions, sent (`Sealed.send`), its answers not yet received."""
+
+    waiting: list[Waiting]
+    probe_docs: dict[tuple[int, int], int]
+    asked_keys: set[int]
+    asked_ids: set[bytes]
+    contents: set[bytes]
+    cap: int
+    expire: int
+    by: Sealed
+
+
 class Sealed:
     """The sealed segments of one index, from the writer's side: their readers, the
     tombstones (committed, and those of the batch in progress), and the answers
@@ -125,14 +143,24 @@ class Sealed:
         """Send every sealed segment the batch's questions and wait for all answers
         (a silent segment stalls here: it is never skipped).  `expire`: how many
         documents the time window may forget in this batch (0: no window)."""
-        self.answers = {}
-        self._records = {}
-        self._probe_docs = {}
+        self.receive(self.send(parts, cap, threshold, margin, expire))
+
+    def send(
+        self,
+        parts: Sequence[Prepared],
+        cap: int,
+        threshold: float,
+        margin: float,
+        expire: int = 0,
+    ) -> Sent:
+        """The first half of `ask`: send the questions now (a writer sends the next
+        batch's while it decides this one)."""
+        probe_docs: dict[tuple[int, int], int] = {}
         looking: list[tuple[Prepared, int]] = [
             (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.light
         ]
         for j, (p, i) in enumerate(looking):
-            self._probe_docs[(id(p), i)] = j
+            probe_docs[(id(p), i)] = j
         bands = self.params.bands
         if looking:
             flat = b"".join(b"".join(p.band_keys[i]) for p, i in looking)
@@ -145,13 +173,11 @@ class Sealed:
         texts = [p.texts[i] if p.texts is not None else b"" for p, i in looking]
         ids = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]
-        self._asked_keys = set(keys.tolist())
-        self._asked_ids = set(ids)
         if len(self._asked_contents) > KEPT_CONTENTS:
             self._asked_contents = set()
             self._kept = {n: Answer("", "") for n in self.readers}
+        # contents whose holders are known from earlier batches are not asked again
         contents = [c for c in contents if c not in self._asked_contents]
-        self._asked_contents.update(contents)
         probe = Probe(
             request="",
             segment="",
@@ -165,7 +191,26 @@ class Sealed:
             ids=ids,
             contents=contents,
         )
-        self.answers = self._send(probe, self.numbers)
+        return Sent(
+            self._submit(probe, self.numbers),
+            probe_docs,
+            set(keys.tolist()),
+            set(ids),
+            set(contents),
+            cap,
+            expire,
+            self,
+        )
+
+    def receive(self, sent: Sent) -> None:
+        """The second half of `ask`: wait for the answers and make them the batch's."""
+        self._records = {}
+        self._probe_docs = sent.probe_docs
+        self._asked_keys = sent.asked_keys
+        self._asked_ids = sent.asked_ids
+        cap, expire = sent.cap, sent.expire
+        self.answers = self._collect(sent.waiting)
+        self._asked_contents.update(sent.contents)
         for n, a in self.answers.items():
             self._keep(n, a)
             kept = self._kept[n]
@@ -210,11 +255,17 @@ class Sealed:
                 self.follow_up([n], keys=np.array(sorted(keys), dtype=np.uint64), depth=depth[n])
 
     def _send(self, probe: Probe, numbers: list[int]) -> dict[int, Answer]:
-        waiting: list[tuple[int, float, Callable[[], bytes]]] = []
+        return self._collect(self._submit(probe, numbers))
+
+    def _submit(self, probe: Probe, numbers: list[int]) -> list[Waiting]:
+        waiting: list[Waiting] = []
         for n in numbers:
             reader = self.readers[n]
             probe.request, probe.segment = new_request(), reader.entry.id
             waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
+        return waiting
+
+    def _collect(self, waiting: list[Waiting]) -> dict[int, Answer]:
         out: dict[int, Answer] = {}
         self.round_trips = []
         for n, sent, wait in waiting:

@@ -20,7 +20,7 @@ follow-ups (`Sealed.follow_up`)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,7 +28,7 @@ import numpy as np
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.segments import Answer, Probe, SegmentReader, new_request
+from streamdedup.engine.segments import Answer, LocalReader, Probe, SegmentReader, new_request
 from streamdedup.models import Record
 from streamdedup.store.keys import id_key
 from streamdedup.store.tables import Tables
@@ -75,7 +75,7 @@ class Store(Protocol):
     ) -> None: ...
 
 
-Waiting = tuple[int, float, Callable[[], bytes]]  # segment, when sent, waiter
+Waiting = tuple[int, float, Callable[[], "bytes | Answer"]]  # segment, when sent, waiter
 
 
 @dataclass
@@ -107,6 +107,7 @@ class Sealed:
         self._asked_ids: set[bytes] = set()
         self._asked_contents: set[bytes] = set()
         self._probe_docs: dict[tuple[int, int], int] = {}
+        self._by_key: dict[bytes, list[tuple[int, list[int]]]] = {}
         self._records: dict[tuple[int, int], Record] = {}
         self._expiry: dict[int, list[tuple[int, int]]] = {n: [] for n in self.readers}
         self._expiry_more: dict[int, bool] = dict.fromkeys(self.readers, True)
@@ -211,6 +212,7 @@ class Sealed:
         cap, expire = sent.cap, sent.expire
         self.answers = self._collect(sent.waiting)
         self._asked_contents.update(sent.contents)
+        self._by_key = {}
         for n, a in self.answers.items():
             self._keep(n, a)
             kept = self._kept[n]
@@ -223,6 +225,7 @@ class Sealed:
             for n in self.numbers:
                 leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
         self._settle(leaving, cap)
+        self._index_buckets(self._asked_keys)
 
     def _settle(self, docnos: list[int], cap: int) -> None:
         """Ask at once what deciding the batch would otherwise ask one question at a
@@ -262,14 +265,18 @@ class Sealed:
         for n in numbers:
             reader = self.readers[n]
             probe.request, probe.segment = new_request(), reader.entry.id
-            waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
+            if isinstance(reader, LocalReader):  # same process: no need to pack
+                waiting.append((n, time.monotonic(), _ready(reader.ask(probe))))
+            else:
+                waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
         return waiting
 
     def _collect(self, waiting: list[Waiting]) -> dict[int, Answer]:
         out: dict[int, Answer] = {}
         self.round_trips = []
         for n, sent, wait in waiting:
-            out[n] = Answer.unpack(wait())
+            got = wait()
+            out[n] = got if isinstance(got, Answer) else Answer.unpack(got)
             self.round_trips.append(time.monotonic() - sent)
         return out
 
@@ -279,12 +286,17 @@ class Sealed:
         self.follow_ups += 1
         probe = Probe(request="", segment="", **questions)  # type: ignore[arg-type]
         got = self._send(probe, numbers)
+        changed: set[int] = set()
+        for a in got.values():
+            changed.update(a.buckets)
         for n, a in got.items():
             self._keep(n, a)
             if n in self.answers:
                 self.answers[n].merge(a)
             else:
                 self.answers[n] = Answer.unpack(a.pack())  # a copy: merged into later
+        if changed and self._by_key:
+            self._index_buckets(changed)
         return got
 
     def _keep(self, n: int, a: Answer) -> None:
@@ -401,9 +413,19 @@ class Sealed:
             out += live[:count]
         return sorted(out)[:count]
 
+    def _index_buckets(self, keys: Iterable[int]) -> None:
+        """Band key (as the engine spells it) -> the sealed segments' postings."""
+        for k in keys:
+            self._by_key[k.to_bytes(8, "big")] = [
+                (n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)
+            ]
+
     def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
         """A bucket's newest `cap` postings: the open segment's `newest` merged with
         the sealed segments' live ones."""
+        hits = self._by_key.get(key)
+        if hits is not None and not hits:  # most keys: nothing sealed
+            return newest
         k = int.from_bytes(key, "big")
         if k not in self._asked_keys:
             self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)
@@ -477,6 +499,10 @@ class Sealed:
     def newest_timestamp(self, at_most: int) -> int:
         got = self.follow_up(self.numbers, newest_at_most=at_most)
         return max((a.newest for a in got.values()), default=0)
+
+
+def _ready(answer: Answer) -> Callable[[], bytes | Answer]:
+    return lambda: answer
 
 
 class View:

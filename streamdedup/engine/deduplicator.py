@@ -219,6 +219,20 @@ class Deduplicator:
         self._open_sealed()
         return manifest
 
+    @staticmethod
+    def _record_answers(t: Tables, sealed: Sealed) -> None:
+        """Keep the last answer of each sealed segment in the index, for `stats`."""
+        now = time.time_ns() // 1_000_000
+        seen = dict(t.meta(MetaKey.SEGMENT_ANSWERS) or {})
+        for n, rtt in sealed.round_trips.items():
+            seen[str(n)] = {
+                "at_ms": now,
+                "round_trip_ms": round(rtt * 1000, 3),
+                "waited_ms": round(sealed.waited.get(n, 0.0) * 1000, 3),
+            }
+        sealed.waited = {}
+        t.set_meta(MetaKey.SEGMENT_ANSWERS, seen)
+
     def ask_ahead(self, prepared: Prepared | Sequence[Prepared]) -> None:
         """Send the sealed segments the questions of the batch `apply` gets next, so
         that their answers travel while this process decides the current batch."""
@@ -313,6 +327,7 @@ class Deduplicator:
                 store = View(t, self.sealed)
             verdicts = self._apply(store, parts)
             if self.sealed is not None:
+                self._record_answers(t, self.sealed)
                 self._dropped = self.sealed.fully_masked()
                 for n in self._dropped:  # every document expired or replaced
                     drop_segment(t, n)

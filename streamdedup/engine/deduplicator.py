@@ -13,6 +13,7 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -37,6 +38,8 @@ from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
 from streamdedup.store.tables import Tables
+
+log = logging.getLogger(__name__)
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
@@ -359,6 +362,15 @@ class Deduplicator:
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
+                for n in self._dropped:
+                    r = self.sealed.readers[n]
+                    log.info(
+                        "sealed segment %d dropped: every document in it expired or was "
+                        "replaced; %s can be deleted%s",
+                        n,
+                        r.entry.path,
+                        " (stop its segment servers)" if r.entry.remote else "",
+                    )
                 self._open_sealed()
         self._maybe_seal()
         return verdicts

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from streamdedup.errors import ConfigError
-from streamdedup.ops import failpoints
+from streamdedup import failpoints
 
 SCRIPT = """
-from streamdedup.ops import failpoints
+from streamdedup import failpoints
 for i in range(1, 4):
     failpoints.reach("verdicts-sent")
     failpoints.reach("committed", before=lambda: print("flushed", flush=True))

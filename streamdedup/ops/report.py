@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -16,6 +17,7 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import DOCNO_BYTES, MetaKey, docno_of, id_key
+from streamdedup.store.segments import MANIFEST, segments
 from streamdedup.store.tables import Tables
 
 
@@ -81,7 +83,9 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
             problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
         entries += n
     counts = t.meta(MetaKey.COUNTS) or {}
-    for kind in TALLIES:
+    # once sealed segments exist the counters cover their documents too, which
+    # this walk over the open index does not see
+    for kind in () if segments(t) else TALLIES:
         if counts.get(kind, 0) != kinds.get(kind, 0):
             problems.append(
                 f"meta: {counts.get(kind, 0):,} {kind} counted, {kinds.get(kind, 0):,} stored"
@@ -128,7 +132,8 @@ def check_index(index: Index, params: IndexParams) -> dict[str, Any]:
     entries, problems = index.read(lambda t: check_tables(t, params))  # damage: raises
     if problems:
         raise fail(problems)
-    return {"entries": entries, "structure": status}
+    sealed = bool(index.read(segments))
+    return {"entries": entries, "structure": status, "counters": not sealed}
 
 
 def index_stats(path: str, check: bool = False) -> dict[str, Any]:
@@ -138,7 +143,9 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
 
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta(MetaKey.COUNTS) or {}
-            docs = t.count("docs")
+            sealed = _segments(t)
+            open_docs = t.count("docs")
+            docs = open_docs + sum(e["documents"] - e["masked"] for e in sealed)
             table_bytes = t.table_bytes()
             used = sum(table_bytes.values())
             clusters = counts.get("unique", 0) - counts.get("empty", 0)
@@ -146,6 +153,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "path": path,
                 "parameters": params.to_record(),
                 "documents": docs,
+                "open_documents": open_docs,
                 "indexed": t.count("sigs"),
                 "unique": counts.get("unique", 0),
                 "duplicate": counts.get("duplicate", 0),
@@ -154,13 +162,14 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "clusters": clusters,
                 "duplicate_ratio": counts.get("duplicate", 0) / docs if docs else 0.0,
                 "bytes_used": used,
-                "bytes_per_document": used / docs if docs else 0.0,
+                "bytes_per_document": used / open_docs if open_docs else 0.0,
                 "file_bytes": index.file_bytes(),
                 "table_bytes": table_bytes,
                 "bucket_sizes": bucket_histogram(t),
                 "positions": _positions(t),
                 "clock_ms": t.meta(MetaKey.CLOCK),
                 "oldest_ms": None if (o := t.oldest()) is None else o[0],
+                "segments": sealed,
             }
 
         out = index.read(read)
@@ -169,6 +178,17 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
         return out
     finally:
         index.close()
+
+
+def _segments(t: Tables) -> list[dict[str, Any]]:
+    """The registry's sealed segments, each with its masked documents counted and,
+    for a local one, whether its manifest is where the registry says (a quick look,
+    not a checksum: `SealedSegment.open` does that)."""
+    out: list[dict[str, Any]] = []
+    for entry in segments(t):
+        found = None if entry.remote else (Path(entry.path) / MANIFEST).is_file()
+        out.append({**entry.to_record(), "masked": t.mask_count(entry.number), "found": found})
+    return out
 
 
 def _positions(t: Tables) -> dict[str, dict[str, int]]:
@@ -192,12 +212,17 @@ def render_stats(s: dict[str, Any]) -> str:
         f"index {s['path']}",
         f"  parameters   threshold {p['threshold']}, K {p['num_perm']}, {p['shingle']}, "
         f"{p['bands']} bands x {p['rows']} rows, verify {p['verify']}, seed {p['seed']}",
-        f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)",
+        f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)"
+        if not s["segments"]
+        else f"  documents    {s['documents']:,}: {s['open_documents']:,} in the open index "
+        f"({s['indexed']:,} in LSH buckets), the rest in {len(s['segments'])} sealed "
+        f"segment{'s' * (len(s['segments']) != 1)}",
         f"  verdicts     unique {s['unique']:,} (empty {s['empty']:,}), duplicate "
         f"{s['duplicate']:,} (exact {s['exact_duplicate']:,}), ratio {s['duplicate_ratio']:.3f}",
         f"  clusters     {s['clusters']:,}",
         f"  size         {s['bytes_used']:,} bytes in use, {s['bytes_per_document']:,.0f} "
-        f"per document (file {s['file_bytes']:,})",
+        f"per document (file {s['file_bytes']:,})"
+        + (" in the open index" if s["segments"] else ""),
         "               " + ", ".join(f"{k} {v:,}" for k, v in s["table_bytes"].items()),
     ]
     for ns, offsets in s["positions"].items():
@@ -209,11 +234,17 @@ def render_stats(s: dict[str, Any]) -> str:
         lines.append(
             f"  time span    {_iso(s['oldest_ms'])} .. {_iso(s['clock_ms'])} (message timestamps)"
         )
+    lines += _render_segments(s["segments"])
     b = s["bucket_sizes"]
     if "check" in s:
         c = s["check"]
+        counters = (
+            "counters agree"
+            if c["counters"]
+            else "counters not compared (they count the sealed segments' documents too)"
+        )
         lines.append(
-            f"  check        ok: {c['entries']:,} entries read, counters agree"
+            f"  check        ok: {c['entries']:,} entries read, {counters}"
             + {
                 "verified": ", file structure verified",
                 "changed": " (file structure not verified: a batch committed meanwhile)",
@@ -229,6 +260,25 @@ def render_stats(s: dict[str, Any]) -> str:
             f"(the largest holds {b['largest_share']:.1%} of postings)"
         )
     return "\n".join(lines)
+
+
+def _render_segments(sealed: list[dict[str, Any]]) -> list[str]:
+    if not sealed:
+        return []
+    lines = [
+        f"  segments     {len(sealed)} sealed, "
+        f"{sum(e['documents'] for e in sealed):,} documents "
+        f"({sum(e['masked'] for e in sealed):,} masked since), "
+        f"{sum(e['bytes'] for e in sealed):,} bytes"
+    ]
+    for e in sealed:
+        where = "remote" if e["remote"] else "local" if e["found"] else "local, MISSING"
+        masked = f" ({e['masked']:,} masked)" if e["masked"] else ""
+        lines.append(
+            f"    #{e['number']:<4} docnos {e['first_docno']:,}..{e['next_docno'] - 1:,}  "
+            f"{e['documents']:,} documents{masked}  {e['bytes']:,} bytes  {where}  {e['path']}"
+        )
+    return lines
 
 
 def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any] | None:

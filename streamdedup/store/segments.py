@@ -345,7 +345,8 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
             raise SealRefusedError(f"a sealed segment of this index is already at {target}")
         span = t.docno_range()
         if span is None:
-            held = f" (its {len(entries)} sealed segments hold the rest)" if entries else ""
+            n = len(entries)
+            held = f" (what it indexed is in its {n} sealed segment{'s' * (n != 1)})" if n else ""
             raise SealRefusedError(f"nothing to seal: the index at {index.path} is empty{held}")
         if target.exists() and not _is_empty_dir(target):
             raise SealRefusedError(

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from streamdedup.errors import ConfigError
 from streamdedup import failpoints
+from streamdedup.errors import ConfigError
 
 SCRIPT = """
 from streamdedup import failpoints

@@ -25,17 +25,18 @@ def cmd_seal(args: argparse.Namespace, values: dict[str, Any]) -> int:
     path = Path(require_index(values))
     if not (path / "data.mdb").is_file():  # a writable open would create an index
         raise IndexOpenError(f"no index at {path} (data.mdb not found)")
+    remote = bool(values.get("remote"))  # a switch not given is None
     started = time.monotonic()
     index = Index(path)
     try:
-        manifest = seal(index, Path(args.segment_dir), remote=values["remote"])
+        manifest = seal(index, Path(args.segment_dir), remote=remote)
     finally:
         index.close()
     seconds = time.monotonic() - started
-    where = "remote: answered by segment servers" if values["remote"] else "local"
+    where = "remote: answered by segment servers" if remote else "local"
     if values["json"]:
         out = {**manifest.to_record(), "path": str(Path(args.segment_dir).absolute())}
-        print(orjson.dumps({**out, "remote": values["remote"], "seconds": seconds}).decode())
+        print(orjson.dumps({**out, "remote": remote, "seconds": seconds}).decode())
     else:
         print(
             f"sealed segment {manifest.number}: {manifest.documents:,} documents "

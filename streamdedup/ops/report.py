@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
-from streamdedup.store.keys import DOCNO_BYTES, MetaKey, docno_of, id_key
+from streamdedup.store.keys import (
+    DOCNO_BYTES,
+    SEGMENT_BYTES,
+    MetaKey,
+    docno_of,
+    id_key,
+    tomb_of,
+)
 from streamdedup.store.segments import MANIFEST, segments
 from streamdedup.store.tables import Tables
 
@@ -60,6 +68,7 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     kinds: dict[str, int] = {}
     last_docno = -1
     sig_bytes = 2 * params.num_perm
+    tombs: dict[int, _Tombs] = {}
     for name in t.table_names():
         n = 0
         for key, value in t.items(name):
@@ -78,10 +87,13 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
                 problems.append(f"sigs: signature {docno_of(key)} has {len(value)} bytes")
             elif name == "ids" and len(value) != DOCNO_BYTES:
                 problems.append(f"ids: an entry holds {len(value)} bytes, not a document number")
+            elif name == "tombs":
+                _check_tomb(key, value, tombs, problems)
         stated = t.count(name)
         if n != stated:
             problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
         entries += n
+    problems += _check_tomb_counts(t, tombs)
     counts = t.meta(MetaKey.COUNTS) or {}
     # once sealed segments exist the counters cover their documents too, which
     # this walk over the open index does not see
@@ -96,6 +108,51 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     if last_docno >= next_docno:
         problems.append(f"meta: next document number {next_docno} is not past {last_docno}")
     return entries, problems
+
+
+@dataclass
+class _Tombs:
+    """What `stats --check` saw of one segment's tombstones (keys come in docno order)."""
+
+    found: int = 0
+    kept: int = 0  # the count stored beside them
+    low: int = -1
+    high: int = -1
+
+
+def _check_tomb(key: bytes, value: bytes, tombs: dict[int, _Tombs], problems: list[str]) -> None:
+    """One `tombs` entry: a segment's count (2-byte key) or a tombstone (7 bytes)."""
+    if len(key) == SEGMENT_BYTES and len(value) == 8:
+        tombs.setdefault(int.from_bytes(key, "big"), _Tombs()).kept = int.from_bytes(value, "big")
+    elif len(key) == SEGMENT_BYTES + DOCNO_BYTES and not value:
+        number, docno = tomb_of(key)
+        seen = tombs.setdefault(number, _Tombs())
+        seen.found += 1
+        seen.low = docno if seen.low < 0 else seen.low
+        seen.high = docno
+    elif len(problems) < 20:
+        problems.append(f"tombs: an entry of {len(key)} + {len(value)} bytes is no tombstone")
+
+
+def _check_tomb_counts(t: Tables, tombs: dict[int, _Tombs]) -> list[str]:
+    """Each segment's tombstones against its kept count, its registry entry and its range."""
+    problems: list[str] = []
+    registered = {e.number: e for e in segments(t)}
+    for number, seen in sorted(tombs.items()):
+        if seen.found != seen.kept:
+            problems.append(
+                f"tombs: segment {number} has {seen.found:,} tombstones, "
+                f"its count says {seen.kept:,}"
+            )
+        entry = registered.get(number)
+        if entry is None:
+            problems.append(f"tombs: tombstones for segment {number}, which is not registered")
+        elif seen.found and not entry.first_docno <= seen.low <= seen.high < entry.next_docno:
+            problems.append(
+                f"tombs: segment {number} masks docnos {seen.low}..{seen.high}, outside its "
+                f"{entry.first_docno}..{entry.next_docno - 1}"
+            )
+    return problems
 
 
 def _structure(index: Index) -> tuple[list[str], str]:

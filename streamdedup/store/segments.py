@@ -38,6 +38,7 @@ import builtins
 import datetime as dt
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ import orjson
 from streamdedup import failpoints
 from streamdedup.errors import IndexOpenError, SealRefusedError, SegmentError
 from streamdedup.store.index import Index
-from streamdedup.store.keys import MetaKey
+from streamdedup.store.keys import SEGMENT_BYTES, MetaKey
 from streamdedup.store.tables import Tables
 
 KIND = "streamdedup-segment"
@@ -61,6 +62,8 @@ DATA = "data.mdb"
 PARTIAL = ".partial"  # suffix of a segment directory still being sealed
 CHECKSUM_ALGORITHM = "blake2b-256"
 CHECKSUM_BLOCK = 1 << 20  # data.mdb is read in blocks of this size, never whole
+MAX_NUMBER = (1 << 8 * SEGMENT_BYTES) - 1  # a tombstone's key holds the number in 2 bytes
+_HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
 def checksum(path: Path) -> str:
@@ -156,11 +159,19 @@ class Manifest:
             raise SegmentError(
                 f"{where / MANIFEST}: checksum {rec['checksum']!r} is not {CHECKSUM_ALGORITHM}"
             )
-        if not 0 <= rec["first_docno"] < rec["next_docno"] or rec["documents"] < 1:
+        if not 0 <= rec["first_docno"] < rec["next_docno"] or not (
+            1 <= rec["documents"] <= rec["next_docno"] - rec["first_docno"]
+        ):
             raise SegmentError(
                 f"{where / MANIFEST}: document numbers {rec['first_docno']}.."
                 f"{rec['next_docno']} for {rec['documents']} documents make no sense"
             )
+        if not 1 <= rec["number"] <= MAX_NUMBER or rec["bytes"] < 0:
+            raise SegmentError(
+                f"{where / MANIFEST}: number {rec['number']} or size {rec['bytes']} out of range"
+            )
+        if not _HEX32.fullmatch(rec["id"]):  # it names Kafka topics
+            raise SegmentError(f"{where / MANIFEST}: id {rec['id']!r} is not 32 hex digits")
         return cls(**{name: rec[name] for name in _FIELDS})
 
     @classmethod
@@ -352,12 +363,19 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
             raise SealRefusedError(
                 f"{target} exists and is not empty; give a new or empty directory"
             )
-        if partial.exists():  # left by a seal that did not commit: not a segment
+        number = max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in entries)]) + 1
+        if number > MAX_NUMBER:
+            raise SealRefusedError(
+                f"the index at {index.path} has sealed {MAX_NUMBER:,} segments, as many as "
+                "an index can number (a tombstone keeps the number in two bytes)"
+            )
+        if partial.is_dir() and not partial.is_symlink():  # a seal that did not commit
             shutil.rmtree(partial)
+        elif partial.exists() or partial.is_symlink():
+            partial.unlink()
         index.copy_to(partial)
         failpoints.reach("seal-copied")
         data = partial / DATA
-        number = max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in entries)]) + 1
         identity = t.meta(MetaKey.IDENTITY)
         manifest = Manifest(
             id=uuid.uuid4().hex,

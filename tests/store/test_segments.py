@@ -227,6 +227,15 @@ DAMAGE = {
     "field missing": (lambda d: rewrite_manifest(d, documents=KeyError), "'documents' is missing"),
     "bool for a number": (lambda d: rewrite_manifest(d, bytes=True), "'bytes' is missing or"),
     "other checksum kind": (lambda d: rewrite_manifest(d, checksum="md5:00"), "is not blake2b"),
+    "more documents than numbers": (
+        lambda d: rewrite_manifest(d, documents=10**6),
+        "document numbers 0..300 for 1000000 documents make no sense",
+    ),
+    "number 0": (lambda d: rewrite_manifest(d, number=0), "number 0 or size .* out of range"),
+    "an id unfit for a topic name": (
+        lambda d: rewrite_manifest(d, id="../../x"),
+        "id '../../x' is not 32 hex digits",
+    ),
     "no data file": (lambda d: (d / "data.mdb").unlink(), "has no data.mdb"),
     "truncated": (
         lambda d: os.truncate(d / "data.mdb", 8192),
@@ -276,14 +285,15 @@ JSON = st.recursive(
 @st.composite
 def manifests(draw: st.DrawFn) -> Manifest:
     first = draw(st.integers(0, 2**40 - 2))
+    end = draw(st.integers(first + 1, 2**40 - 1))
     return Manifest(
         id=draw(st.uuids()).hex,
         number=draw(st.integers(1, 65535)),
         index=draw(st.none() | st.uuids().map(lambda u: u.hex)),
         params=draw(st.dictionaries(TEXT, JSON, max_size=8)),
         first_docno=first,
-        next_docno=draw(st.integers(first + 1, 2**40 - 1)),
-        documents=draw(st.integers(1, 2**40)),
+        next_docno=end,
+        documents=draw(st.integers(1, end - first)),
         offsets=draw(
             st.dictionaries(
                 TEXT, st.dictionaries(st.integers(0, 999).map(str), st.integers(0, 2**62))

@@ -207,8 +207,9 @@ class SealedSegment:
     @classmethod
     def open(cls, path: str | os.PathLike[str], *, verify: bool = True) -> SealedSegment:
         """Read and check the manifest, verify the data file's checksum (`verify`:
-        reads the whole file once; a server does it at start, a writer opening its
-        local segments may skip it after the first time), and open it read-only."""
+        reads the whole file once, about 0.3 s per 60 MiB here; a server does it at
+        start, a writer opening its local segments may skip it after the first time),
+        open it read-only and hold its parameters and document count to the manifest."""
         where = Path(path).absolute()
         manifest = Manifest.read(where)
         data = where / DATA
@@ -232,8 +233,17 @@ class SealedSegment:
                 )
         try:
             index = Index(where, readonly=True, lock=False)
+            held = index.read(lambda t: (t.meta(MetaKey.PARAMS), t.count("docs")))
         except IndexOpenError as exc:
             raise SegmentError(f"the segment at {where} cannot be opened: {exc}") from exc
+        if held != (manifest.params, manifest.documents):
+            index.close()
+            raise SegmentError(
+                f"the segment at {where} does not match its manifest: its data holds "
+                f"{held[1]:,} documents with parameters {held[0]}, the manifest says "
+                f"{manifest.documents:,} with {dict(manifest.params)} (a manifest of another "
+                "segment?)"
+            )
         return cls(where, manifest, index)
 
     def close(self) -> None:

@@ -237,6 +237,10 @@ DAMAGE = {
         "id '../../x' is not 32 hex digits",
     ),
     "no data file": (lambda d: (d / "data.mdb").unlink(), "has no data.mdb"),
+    "another segment's manifest": (
+        lambda d: rewrite_manifest(d, documents=299, params={"num_perm": 64}),
+        "does not match its manifest: its data holds 300 documents with parameters",
+    ),
     "truncated": (
         lambda d: os.truncate(d / "data.mdb", 8192),
         "is damaged: data.mdb holds 8,192 bytes, its manifest says",

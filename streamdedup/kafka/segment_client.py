@@ -160,8 +160,16 @@ class RemoteSegments:
         segment = _Segment(entry, topics, str(entry.number), f"segment {entry.number} ({entry.id})")
         with self._lock:
             self._segments[topics.answers] = segment
+        deadline = time.monotonic() + self.link.connect_timeout_s
         while not segment.ready.wait(WAIT_SLICE_S):
             self._check_alive()
+            if self._stop.is_set() or self._closing.is_set():
+                raise SegmentWaitInterrupted(f"stopped while opening {segment.name}")
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"the answer topic of {segment.name} ({topics.answers}) could not be "
+                    f"read within {self.link.connect_timeout_s:.0f}s"
+                )
         reader = RemoteReader(self, segment)
         with self._lock:
             self._readers[entry.id] = reader
@@ -349,8 +357,8 @@ class RemoteSegments:
 
         try:
             while not self._closing.is_set():
-                self._assign()
                 try:
+                    self._assign()
                     batches = self._consumer.poll(timeout_ms=POLL_MS)
                 except KafkaError as exc:
                     log.warning("reading segment answers: %s; retrying", exc)

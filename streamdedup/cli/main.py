@@ -30,6 +30,7 @@ from streamdedup.cli.demo import cmd_demo
 from streamdedup.cli.kafka_tools import cmd_broker, cmd_produce
 from streamdedup.cli.options import add_options, load_toml, resolve
 from streamdedup.cli.reports import cmd_inspect, cmd_stats
+from streamdedup.cli.segment_server import cmd_segment_server
 from streamdedup.cli.settings import open_engine, run_without_leaving_empty_index
 from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES
 from streamdedup.cli.tune import cmd_tune
@@ -143,6 +144,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "produce": cmd_produce,
     "verdicts": cmd_verdicts,
     "restore": cmd_restore,
+    "segment-server": cmd_segment_server,
 }
 
 

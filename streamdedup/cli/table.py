@@ -430,6 +430,61 @@ VERDICTS_KAFKA = OptionGroup(
     ),
 )
 
+# Remote sealed segments (issue 24): how the writer and the segment servers reach
+# a segment's probe and answer topics.  The writer's commands add SEGMENT_LINK.
+SEGMENT_PREFIX = Opt(
+    "segment-prefix",
+    "prefix of the segments' Kafka topics ({prefix}.{segment id}.probes, .answers) "
+    "and consumer groups; the writer and its segment servers must agree",
+    str,
+    "streamdedup-segments",
+    metavar="PREFIX",
+)
+SEGMENT_LINK = OptionGroup(
+    "remote segments",
+    (
+        SEGMENT_PREFIX,
+        Opt(
+            "segment-timeout",
+            "seconds without an answer from a remote sealed segment before the writer "
+            "warns, reports not ready and sends the probe again (it keeps waiting: a "
+            "segment is never skipped)",
+            float,
+            10.0,
+            metavar="S",
+        ),
+    ),
+)
+_SEGMENT_SERVER_KAFKA = tuple(
+    o
+    for o in KAFKA.options
+    if o.name in ("bootstrap-servers", "client-id", "consumer-option", "producer-option")
+    or o.name in _CONNECTION
+    or o.name.startswith("ssl-")
+    or o.name == "connect-timeout"
+)
+SEGMENT_SERVER = OptionGroup(
+    "segment server",
+    (
+        SEGMENT_PREFIX,
+        Opt(
+            "max-probe-age",
+            "probes older than this many seconds (by their timestamp) are skipped: their "
+            "writer has sent them again since, or stopped",
+            float,
+            300.0,
+            metavar="S",
+        ),
+        Opt(
+            "log-every",
+            "a log line with rates every N probes answered",
+            int,
+            100,
+            metavar="N",
+        ),
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
@@ -514,6 +569,23 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             OptionGroup("input", (INPUT.options[0],)),
         ),
     ),
+    "segment-server": (
+        "answer the writer's probes for one sealed segment over Kafka (servers of one "
+        "segment share a consumer group: run two for failover)",
+        (
+            SEGMENT_SERVER,
+            OptionGroup("kafka", _SEGMENT_SERVER_KAFKA),
+            OptionGroup(
+                "metrics and health",
+                tuple(
+                    o
+                    for o in OBSERVE.options
+                    if o.name in ("metrics-port", "metrics-host", "health-stall")
+                ),
+            ),
+            LOGGING,
+        ),
+    ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
     "stats": (
         "summarise an index",
@@ -595,6 +667,9 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+    "segment-server": (
+        ("segment_dir", "SEGMENT_DIR", "a sealed segment directory (made by `streamdedup seal`)"),
+    ),
 }
 
 
@@ -618,6 +693,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "broker": ("streamdedup broker --port 9092",),
     "produce": (
         "streamdedup produce pages.jsonl --bootstrap-servers localhost:9092 --topic documents",
+    ),
+    "segment-server": (
+        "streamdedup segment-server ./segments/0003 --bootstrap-servers localhost:9092 "
+        "--metrics-port 9101",
     ),
     "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
     "stats": ("streamdedup stats --index ./index --check",),

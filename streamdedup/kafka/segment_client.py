@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from streamdedup.errors import (
     BrokerUnavailableError,
@@ -46,6 +46,7 @@ from streamdedup.kafka.segments import (
 from streamdedup.kafka.settings import wait_for_broker
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import SegmentClientMetrics
+from streamdedup.store.segments import SegmentEntry
 
 __all__ = ["RemoteReader", "RemoteSegments"]
 
@@ -56,17 +57,6 @@ DEFAULT_TIMEOUT_S = 10.0
 POLL_MS = 100
 # the slice a waiter sleeps before it looks at the stop signals again
 WAIT_SLICE_S = 0.5
-
-
-class Entry(Protocol):
-    """What a reader needs of a sealed segment's registry entry
-    (`store.segments.SegmentEntry`)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def number(self) -> int: ...
 
 
 @dataclass
@@ -84,7 +74,7 @@ class _Pending:
 
 @dataclass
 class _Segment:
-    entry: Entry
+    entry: SegmentEntry
     topics: SegmentTopics
     label: str  # the metrics label: the segment number
     name: str  # for the logs: number and id
@@ -100,7 +90,7 @@ class RemoteReader:
     def __init__(self, owner: RemoteSegments, segment: _Segment) -> None:
         self._owner = owner
         self._segment = segment
-        self.entry: Any = segment.entry
+        self.entry = segment.entry
 
     def submit(self, request: str, payload: bytes) -> Callable[[], bytes]:
         return self._owner._submit(self._segment, request, payload)
@@ -147,7 +137,7 @@ class RemoteSegments:
 
     # ------------------------------------------------------------------ readers
 
-    def reader(self, entry: Entry) -> RemoteReader:
+    def reader(self, entry: SegmentEntry) -> RemoteReader:
         """The reader of `entry`'s segment; its answer topic is read from its end on
         before this returns, so no answer to a probe sent after it can be missed."""
         with self._lock:

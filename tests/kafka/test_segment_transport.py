@@ -28,22 +28,20 @@ from streamdedup.kafka.segment_client import RemoteSegments
 from streamdedup.kafka.segment_server import SegmentServer
 from streamdedup.kafka.segments import MAX_MESSAGE_BYTES, SegmentLink
 from streamdedup.ops.metrics import Metrics, SegmentServerMetrics
+from streamdedup.store.segments import SegmentEntry
 from tests.support.segment_transport import FAST_OPTIONS, check_answer, fake_answer, spawn
 
 
-@dataclass(frozen=True)
-class Entry:
-    """The registry entry's fields a reader uses (`store.segments.SegmentEntry`)."""
-
-    id: str
-    number: int
+def remote_entry(segment_id: str, number: int) -> SegmentEntry:
+    """A remote segment's registry entry (no path on this host)."""
+    return SegmentEntry(number, segment_id, "", True, 0, 0, 0, 0)
 
 
 @dataclass
 class Setup:
     bootstrap: str
     link: SegmentLink
-    entry: Entry
+    entry: SegmentEntry
     tmp: Path
     servers: list[subprocess.Popen[bytes]]
 
@@ -82,7 +80,7 @@ def _fetch_sizes() -> dict[str, int]:
 def setup(kafka_bootstrap: str, tmp_path: Path) -> Iterator[Setup]:
     tag = uuid.uuid4().hex
     link = SegmentLink(kafka_bootstrap, prefix=f"seg-{tag[:8]}", consumer_options=FAST_OPTIONS)
-    s = Setup(kafka_bootstrap, link, Entry(tag, 1), tmp_path, [])
+    s = Setup(kafka_bootstrap, link, remote_entry(tag, 1), tmp_path, [])
     yield s
     for proc in s.servers:
         if proc.poll() is None:
@@ -328,4 +326,4 @@ def test_an_unreachable_broker_is_reported_not_waited_for() -> None:
         SegmentServer(link, "abc", fake_answer).run()
     assert failed.value.exit_status == 3
     with RemoteSegments(link) as remote, pytest.raises(BrokerUnavailableError):
-        remote.reader(Entry("abc", 1))
+        remote.reader(remote_entry("abc", 1))

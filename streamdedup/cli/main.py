@@ -115,12 +115,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.cli.segment_server import remote_for
     from streamdedup.kafka.replay import run_replay
 
-    return run_without_leaving_empty_index(
-        values.get("index"),
-        lambda: run_replay(values, lambda v: open_engine(v, adds_documents=False)),
-    )
+    remote = remote_for(values)
+    factory = None if remote is None else remote.reader
+    try:
+        return run_without_leaving_empty_index(
+            values.get("index"),
+            lambda: run_replay(
+                values, lambda v: open_engine(v, adds_documents=False, remote=factory)
+            ),
+        )
+    finally:
+        if remote is not None:
+            remote.close()
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:

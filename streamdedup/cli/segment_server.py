@@ -52,19 +52,19 @@ def link_from_options(values: dict[str, Any], *, pass_through: bool = True) -> S
     )
 
 
-def remote_from_options(
+def remote_for(
     values: dict[str, Any],
     *,
     metrics: SegmentClientMetrics | None = None,
     stop: threading.Event | None = None,
-) -> RemoteSegments:
+) -> RemoteSegments | None:
     """The writer's `RemoteSegments` (`--bootstrap-servers`, `--segment-prefix`,
-    `--segment-timeout`); `.reader` is the factory `Deduplicator(remote=...)` takes."""
+    `--segment-timeout`), whose `.reader` is the factory `Deduplicator(remote=...)`
+    takes; None without `--bootstrap-servers` (the engine then refuses an index with
+    remote segments, saying to give it).  Nothing connects before the first reader:
+    an index without remote segments costs nothing.  The caller closes it."""
     if not values.get("bootstrap_servers"):
-        raise ConfigError(
-            "the index has remote sealed segments: give --bootstrap-servers (the Kafka "
-            "cluster their segment servers read probes from)"
-        )
+        return None
     return RemoteSegments(
         link_from_options(values, pass_through=False),
         timeout_s=values.get("segment_timeout") or 10.0,

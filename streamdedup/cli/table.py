@@ -455,6 +455,20 @@ SEGMENT_LINK = OptionGroup(
         ),
     ),
 )
+# `dedup` reaches remote sealed segments through Kafka too (only then needs a cluster)
+DEDUP_SEGMENTS = OptionGroup(
+    "remote segments",
+    (
+        Opt(
+            "bootstrap-servers",
+            "Kafka bootstrap servers of the index's remote sealed segments' servers, "
+            "host:port[,host:port] (only for an index that has remote segments)",
+            str,
+            metavar="HOSTS",
+        ),
+        *SEGMENT_LINK.options,
+    ),
+)
 _SEGMENT_SERVER_KAFKA = tuple(
     o
     for o in KAFKA.options
@@ -488,7 +502,7 @@ SEGMENT_SERVER = OptionGroup(
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
-        (INDEX, ENGINE, TUNING, INPUT, CRAWL_FILES, OUTPUT),
+        (INDEX, ENGINE, TUNING, INPUT, CRAWL_FILES, OUTPUT, DEDUP_SEGMENTS),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -501,6 +515,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             INPUT,
             CRAWL_STREAM,
             CHANGELOG,
+            SEGMENT_LINK,
             OBSERVE,
             LOGGING,
         ),
@@ -525,6 +540,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             WINDOW,
             INPUT,
             CRAWL_STREAM,
+            SEGMENT_LINK,
             LOGGING,
         ),
     ),

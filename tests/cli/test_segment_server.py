@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from streamdedup import Deduplicator
@@ -23,7 +25,7 @@ from streamdedup.kafka.segment_client import RemoteSegments
 from streamdedup.kafka.segments import SegmentLink
 from streamdedup.ops.metrics import Metrics
 from tests.engine.test_sealed import hostile_stream, run
-from tests.support.kafka import FAST_GROUP
+from tests.support.kafka import FAST_GROUP, Topics, stream, verdicts_by_offset
 from tests.support.metrics import samples, scrape
 
 OPTIONS = EngineOptions(max_bucket_candidates=4, max_exact_checks=3)
@@ -149,3 +151,127 @@ def test_bad_option_values_are_refused(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert "--max-probe-age must be above 0" in r.stderr.decode()
+
+
+def dedup(tmp: Path, name: str, docs: list[dict[str, Any]], *extra: str) -> Any:
+    """`streamdedup dedup` of `docs`: the completed process and the verdicts."""
+    src = tmp / f"{name}.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
+    out = tmp / f"{name}-verdicts.jsonl"
+    r = subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", "dedup", str(src), "--output", str(out), *extra],
+        capture_output=True,
+    )
+    verdicts = [orjson.loads(x) for x in out.read_bytes().splitlines()] if out.exists() else []
+    return r, verdicts
+
+
+def seal_remote(index: Path, dest: Path, link: SegmentLink) -> str:
+    """Seal everything `index` holds into `dest` as a remote segment; its id."""
+    with RemoteSegments(link) as remote, Deduplicator(index, remote=remote.reader) as dd:
+        return dd.seal(dest, remote=True).id
+
+
+@pytest.mark.integration
+def test_dedup_reaches_remote_segments_with_bootstrap_servers(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`dedup` of a second file against an index whose first file went to a remote
+    segment: refused without --bootstrap-servers, and with it (a segment-server
+    answering) the verdicts of one `dedup` over both files."""
+    docs = stream(240, seed=12)
+    prefix = f"seg-{uuid.uuid4().hex[:8]}"
+    index = tmp_path / "index"
+    r, _ = dedup(tmp_path, "first", docs[:120], "--index", str(index))
+    assert r.returncode == 0, r.stderr
+    seal_remote(index, tmp_path / "segment", SegmentLink(kafka_bootstrap, prefix))
+    r, _ = dedup(tmp_path, "refused", docs[120:], "--index", str(index))
+    assert r.returncode == 2 and b"give --bootstrap-servers" in r.stderr
+    log = tmp_path / "server.log"
+    with log.open("wb") as err:
+        server = subprocess.Popen(
+            server_args(tmp_path / "segment", kafka_bootstrap, prefix), stderr=err
+        )
+    try:
+        remote_args = ("--bootstrap-servers", kafka_bootstrap, "--segment-prefix", prefix)
+        r, second = dedup(tmp_path, "second", docs[120:], "--index", str(index), *remote_args)
+        assert r.returncode == 0, r.stderr
+    finally:
+        server.kill()
+        server.wait()
+    _, single = dedup(tmp_path, "single", docs, "--index", str(tmp_path / "single"))
+    assert second == single[120:]
+    # the segment mattered: many of the second file's duplicates are of the first's
+    older = [v for v in second if v["duplicate_of"] and int(v["duplicate_of"][1:]) < 120]
+    assert len(older) >= 10, len(older)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stop_first", [False, True], ids=["wait", "sigterm-then-restart"])
+def test_a_worker_waits_for_a_remote_segment_and_says_so_on_readyz(
+    kafka_bootstrap: str, tmp_path: Path, stop_first: bool
+) -> None:
+    """A worker on an index with a remote segment and no server for it: its batch
+    waits, /readyz answers 503 naming the segment and the stall metric counts; once a
+    segment-server starts, every verdict is published, equal to one `dedup` run.
+    (`stop_first`: SIGTERM during the wait stops the worker at once, status 0, the
+    batch undecided; a new worker decides it once the server is there.)"""
+    docs = stream(200, seed=13)
+    prefix = f"seg-{uuid.uuid4().hex[:8]}"
+    index = tmp_path / "index"
+    r, _ = dedup(tmp_path, "first", docs[:100], "--index", str(index))
+    assert r.returncode == 0, r.stderr
+    segment_id = seal_remote(index, tmp_path / "segment", SegmentLink(kafka_bootstrap, prefix))
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs[100:]])
+    port = free_port()
+    worker_log = tmp_path / "worker.log"
+    worker_args = t.worker_args(
+        index,
+        "--segment-prefix",
+        prefix,
+        "--segment-timeout",
+        "1",
+        "--metrics-port",
+        str(port),
+        "--idle-exit",
+        "3",
+    )
+    with worker_log.open("wb") as err:
+        worker = subprocess.Popen(worker_args, stderr=err)
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, why = scrape(port, "/readyz")
+            except urllib.error.URLError:  # not listening yet
+                status, why = 0, ""
+            if status == 503 and "has not answered" in why:
+                break
+            assert time.monotonic() < deadline, (status, why, worker_log.read_text())
+            time.sleep(0.2)
+        assert f"segment 1 ({segment_id})" in why
+        stalls = samples(scrape(port)[1])[("streamdedup_segment_stalls_total", (("segment", "1"),))]
+        assert stalls >= 1
+        assert t.read(t.output, timeout=1) == []  # nothing decided without the segment
+        if stop_first:  # SIGTERM ends the wait; the batch goes to the next worker
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=15) == 0, worker_log.read_text()
+            assert "stopped while waiting for segment 1" in worker_log.read_text()
+            with worker_log.open("ab") as err:
+                worker = subprocess.Popen(worker_args, stderr=err)
+        with (tmp_path / "server.log").open("wb") as err:
+            server = subprocess.Popen(
+                server_args(tmp_path / "segment", kafka_bootstrap, prefix), stderr=err
+            )
+        assert worker.wait(timeout=120) == 0, worker_log.read_text()
+    finally:
+        for proc in (worker, server):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "sending the probe again" in worker_log.read_text()
+    got = verdicts_by_offset(t.read(t.output, expect=100))
+    _, single = dedup(tmp_path, "single", docs, "--index", str(tmp_path / "single"))
+    assert [got[(0, i)] for i in range(100)] == single[100:]

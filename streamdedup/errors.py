@@ -140,3 +140,19 @@ class UnsafeToContinueError(StreamDedupError):
     verdicts; it stops and says what to do instead."""
 
     exit_status = EXIT_UNSAFE
+
+
+class RemoteSegmentError(StreamDedupError):
+    """A remote sealed segment cannot answer a probe: its server reported why (a probe
+    it cannot read, a damaged segment), or the probe cannot be sent at all (larger
+    than the producer or broker accepts).  The writer stops rather than decide a
+    batch without that segment."""
+
+    exit_status = EXIT_UNSAFE
+
+
+class SegmentWaitInterrupted(StreamDedupError):
+    """The writer was stopped (SIGINT, SIGTERM) while it waited for a remote sealed
+    segment's answer; the batch was not decided, nothing of it is committed."""
+
+    exit_status = EXIT_INTERRUPTED

@@ -31,6 +31,7 @@ from streamdedup.cli.kafka_tools import cmd_broker, cmd_produce
 from streamdedup.cli.options import add_options, load_toml, resolve
 from streamdedup.cli.reports import cmd_inspect, cmd_stats
 from streamdedup.cli.seal import cmd_seal
+from streamdedup.cli.segment_server import cmd_segment_server
 from streamdedup.cli.settings import open_engine, run_without_leaving_empty_index
 from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES
 from streamdedup.cli.tune import cmd_tune
@@ -115,12 +116,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.cli.segment_server import remote_for
     from streamdedup.kafka.replay import run_replay
 
-    return run_without_leaving_empty_index(
-        values.get("index"),
-        lambda: run_replay(values, lambda v: open_engine(v, adds_documents=False)),
-    )
+    remote = remote_for(values)
+    factory = None if remote is None else remote.reader
+    try:
+        return run_without_leaving_empty_index(
+            values.get("index"),
+            lambda: run_replay(
+                values, lambda v: open_engine(v, adds_documents=False, remote=factory)
+            ),
+        )
+    finally:
+        if remote is not None:
+            remote.close()
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -145,6 +155,7 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "verdicts": cmd_verdicts,
     "restore": cmd_restore,
     "seal": cmd_seal,
+    "segment-server": cmd_segment_server,
 }
 
 

@@ -36,7 +36,14 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
-from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
+from streamdedup.store.segments import (
+    Manifest,
+    SegmentEntry,
+    drop_segment,
+    recover,
+    seal,
+    segments,
+)
 from streamdedup.store.tables import Tables
 
 log = logging.getLogger(__name__)
@@ -161,6 +168,7 @@ class Deduplicator:
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
         try:
+            recover(self.index)  # a seal interrupted after its commit is finished
             self._open_sealed()
         except BaseException:
             self.index.close()

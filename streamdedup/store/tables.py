@@ -345,28 +345,6 @@ class Tables:
         self.txn.delete(content_hash + dk, db=self.db["copies"])
         self.txn.put(content_hash, dk, db=self.db["content"])
 
-    # -- tombstones: documents of sealed segments replaced or expired since sealing
-    def mask(self, segment: int, docno: int) -> None:
-        self.txn.put(segment.to_bytes(2, "big") + docno_key(docno), b"", db=self.db["tombs"])
-
-    def masked(self, segment: int) -> list[int]:
-        """The docnos tombstoned in one sealed segment, ascending."""
-        if "tombs" not in self.db:  # an index from before segments
-            return []
-        prefix = segment.to_bytes(2, "big")
-        out: list[int] = []
-        for key, _ in self.items("tombs", prefix):
-            if key[:2] != prefix:
-                break
-            out.append(docno_of(key[2:]))
-        return out
-
-    def clear_masks(self, segment: int) -> None:
-        prefix = segment.to_bytes(2, "big")
-        cur = self.txn.cursor(db=self.db["tombs"])
-        while cur.set_range(prefix) and bytes(cur.key())[:2] == prefix:
-            cur.delete()
-
     def expiry_entries(self, after: bytes | None, limit: int) -> tuple[list[tuple[int, int]], bool]:
         """Up to `limit` entries of the expiry order after key `after` (from the
         start if None): (timestamp, docno); and whether more follow."""

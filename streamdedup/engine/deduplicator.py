@@ -168,7 +168,6 @@ class Deduplicator:
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
         try:
-            recover(self.index)  # a seal interrupted after its commit is finished
             self._open_sealed()
         except BaseException:
             self.index.close()
@@ -190,6 +189,7 @@ class Deduplicator:
 
     def _open_sealed(self) -> None:
         """Open (again) the sealed segments the index registers."""
+        recover(self.index)  # a seal that committed and did not rename (yet) is finished
         entries = self.index.read(segments)
         if self.sealed is not None:
             self.sealed.close()

@@ -29,7 +29,10 @@ def error_line(stderr: bytes) -> str:
 def test_seal_says_what_it_sealed_and_stats_lists_the_segments(tmp_path: Path) -> None:
     index, seg1, seg2 = tmp_path / "idx", tmp_path / "seg1", tmp_path / "seg2"
     corpus(tmp_path / "a.jsonl", 300, seed=1)
-    corpus(tmp_path / "b.jsonl", 200, seed=2)
+    b = corpus(tmp_path / "b.jsonl", 200, seed=2)  # other ids: none replaces one of a's
+    (tmp_path / "b.jsonl").write_bytes(
+        b"".join(orjson.dumps({**d, "id": f"b-{d['id']}"}) + b"\n" for d in b)
+    )
     dedup(tmp_path / "a.jsonl", index, tmp_path / "a.out")
 
     r = run("seal", "--index", str(index), str(seg1))

@@ -59,7 +59,8 @@ def test_seal_killed_at_each_step_leaves_the_old_state_or_the_new(
     the index is as it was (every document, no segment) and `seal` run again works;
     after it, the segment is registered and the open index empty, and the next writer
     (`dedup`) finishes the rename before it opens the segment.  Either way the rest of
-    the stream gets the single index's verdicts, and the segment opens with its checksum verified."""
+    the stream gets the single index's verdicts, and the segment opens with its checksum
+    verified."""
     from streamdedup.store.segments import SealedSegment
 
     c = crafted_stream()

@@ -395,7 +395,7 @@ def test_tombstones_mask_one_docno_in_one_segment(
             want = sorted(d for m, d in seen if m == n)
             assert t.masked(n).tolist() == want and t.masked(n).dtype.name == "uint64"
             assert t.mask_count(n) == len(want)
-        assert t.unmask_all(dropped) == len([1 for m, _ in seen if m == dropped])
+        assert t.clear_masks(dropped) == len([1 for m, _ in seen if m == dropped])
         for n in (1, 2, 255, 256, 65535):
             want = [] if n == dropped else sorted(d for m, d in seen if m == n)
             assert t.masked(n).tolist() == want and t.mask_count(n) == len(want)

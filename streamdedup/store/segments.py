@@ -292,6 +292,13 @@ def set_segments(t: Tables, entries: list[SegmentEntry]) -> None:
     t.set_meta(MetaKey.SEGMENTS, [e.to_record() for e in entries])
 
 
+def next_number(t: Tables) -> int:
+    """The number the next sealed segment gets: past every segment sealed so far,
+    dropped ones included (meta `sealed`), so that a number, and a directory named
+    after it, is never used twice."""
+    return max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in segments(t))]) + 1
+
+
 def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     """Forget a sealed segment whose documents have all expired: its registry entry
     and its tombstones (its directory is left for the operator to delete).  Returns
@@ -375,7 +382,7 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
             raise SealRefusedError(
                 f"{target} exists and is not empty; give a new or empty directory"
             )
-        number = max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in entries)]) + 1
+        number = next_number(t)
         if number > MAX_NUMBER:
             raise SealRefusedError(
                 f"the index at {index.path} has sealed {MAX_NUMBER:,} segments, as many as "

@@ -452,7 +452,9 @@ def recover(index: Index) -> list[Path]:
     """Finish the rename of a seal that committed and was then interrupted: for each
     registered segment whose directory is missing (or empty) while its `.partial`
     holds a manifest with the registered id, rename it into place.  Returns the
-    directories renamed.  Call it before writing to an index."""
+    directories renamed.  Call it before opening the registered segments: after a
+    crash, and whenever a seal by another process may be between its commit and its
+    rename (safe to run concurrently: whoever renames first wins)."""
     done: list[Path] = []
     for entry in index.read(segments):
         target = Path(entry.path)

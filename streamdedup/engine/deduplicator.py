@@ -13,6 +13,7 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -37,6 +38,8 @@ from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
 from streamdedup.store.tables import Tables
+
+log = logging.getLogger(__name__)
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
@@ -219,6 +222,20 @@ class Deduplicator:
         self._open_sealed()
         return manifest
 
+    @staticmethod
+    def _record_answers(t: Tables, sealed: Sealed) -> None:
+        """Keep the last answer of each sealed segment in the index, for `stats`."""
+        now = time.time_ns() // 1_000_000
+        seen = dict(t.meta(MetaKey.SEGMENT_ANSWERS) or {})
+        for n, rtt in sealed.round_trips.items():
+            seen[str(n)] = {
+                "at_ms": now,
+                "round_trip_ms": round(rtt * 1000, 3),
+                "waited_ms": round(sealed.waited.get(n, 0.0) * 1000, 3),
+            }
+        sealed.waited = {}
+        t.set_meta(MetaKey.SEGMENT_ANSWERS, seen)
+
     def ask_ahead(self, prepared: Prepared | Sequence[Prepared]) -> None:
         """Send the sealed segments the questions of the batch `apply` gets next, so
         that their answers travel while this process decides the current batch."""
@@ -313,6 +330,7 @@ class Deduplicator:
                 store = View(t, self.sealed)
             verdicts = self._apply(store, parts)
             if self.sealed is not None:
+                self._record_answers(t, self.sealed)
                 self._dropped = self.sealed.fully_masked()
                 for n in self._dropped:  # every document expired or replaced
                     drop_segment(t, n)
@@ -344,6 +362,15 @@ class Deduplicator:
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
+                for n in self._dropped:
+                    r = self.sealed.readers[n]
+                    log.info(
+                        "sealed segment %d dropped: every document in it expired or was "
+                        "replaced; %s can be deleted%s",
+                        n,
+                        r.entry.path,
+                        " (stop its segment servers)" if r.entry.remote else "",
+                    )
                 self._open_sealed()
         self._maybe_seal()
         return verdicts

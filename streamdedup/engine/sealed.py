@@ -116,7 +116,11 @@ class Sealed:
         # change): the holders of every content asked about, with their records and
         # signatures, and those of the expiry entries read ahead.
         self._kept: dict[int, Answer] = {n: Answer("", "") for n in self.readers}
-        self.round_trips: list[float] = []  # seconds, of the last batch's probes
+        # per segment, seconds: from sending the last probe to having its answer
+        # (with questions sent ahead, partly spent deciding the batch before), and
+        # the time this process blocked waiting for answers since `waited` was reset
+        self.round_trips: dict[int, float] = {}
+        self.waited: dict[int, float] = {}
         self.follow_ups = 0
 
     @property
@@ -273,11 +277,13 @@ class Sealed:
 
     def _collect(self, waiting: list[Waiting]) -> dict[int, Answer]:
         out: dict[int, Answer] = {}
-        self.round_trips = []
         for n, sent, wait in waiting:
+            began = time.monotonic()
             got = wait()
             out[n] = got if isinstance(got, Answer) else Answer.unpack(got)
-            self.round_trips.append(time.monotonic() - sent)
+            now = time.monotonic()
+            self.waited[n] = self.waited.get(n, 0.0) + now - began
+            self.round_trips[n] = now - sent
         return out
 
     def follow_up(self, numbers: list[int], **questions: object) -> dict[int, Answer]:

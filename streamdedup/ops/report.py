@@ -242,9 +242,18 @@ def _segments(t: Tables) -> list[dict[str, Any]]:
     for a local one, whether its manifest is where the registry says (a quick look,
     not a checksum: `SealedSegment.open` does that)."""
     out: list[dict[str, Any]] = []
+    answers = t.meta(MetaKey.SEGMENT_ANSWERS) or {}
     for entry in segments(t):
         found = None if entry.remote else (Path(entry.path) / MANIFEST).is_file()
-        out.append({**entry.to_record(), "masked": t.mask_count(entry.number), "found": found})
+        out.append(
+            {
+                **entry.to_record(),
+                "masked": t.mask_count(entry.number),
+                "found": found,
+                # the writer's last answer from it: at_ms, round_trip_ms, waited_ms
+                "last_answer": answers.get(str(entry.number)),
+            }
+        )
     return out
 
 
@@ -335,6 +344,12 @@ def _render_segments(sealed: list[dict[str, Any]]) -> list[str]:
             f"    #{e['number']:<4} docnos {e['first_docno']:,}..{e['next_docno'] - 1:,}  "
             f"{e['documents']:,} documents{masked}  {e['bytes']:,} bytes  {where}  {e['path']}"
         )
+        if e["last_answer"]:
+            a = e["last_answer"]
+            lines.append(
+                f"          last answer {_iso(int(a['at_ms']))}: round trip "
+                f"{a['round_trip_ms']:,.1f} ms, the writer waited {a['waited_ms']:,.1f} ms"
+            )
     return lines
 
 

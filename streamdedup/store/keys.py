@@ -31,7 +31,8 @@ class MetaKey:
     # the store's (store.segments)
     SEGMENTS: Final = "segments"  # the registry: one entry per sealed segment, in order
     SEALED: Final = "sealed"  # the number of the last segment sealed (numbers never repeat)
-    # per sealed segment, the writer's last answer: when, round trip and time waited (ms)
+    # the engine's, per sealed segment: the writer's last answer (when, round trip and
+    # time waited, ms), for `stats`
     SEGMENT_ANSWERS: Final = "segment-answers"
     # the worker's
     BINDING: Final = "binding"  # the consumer group and input topic the index serves

@@ -20,21 +20,23 @@ never both and never neither:
    of any process commits meanwhile): compact-copy the environment to
    `SEGMENT_DIR.partial`, write the manifest, fsync both and the directories.
 2. In the same transaction: register the segment (its final path) and empty the
-   document tables.  Commit, and sync the commit to disk.
-3. Rename `SEGMENT_DIR.partial` to `SEGMENT_DIR`, fsync the parent.
+   document tables.  Commit.
+3. Rename `SEGMENT_DIR.partial` to `SEGMENT_DIR`, fsync the parent, sync the index.
 
 Killed before the commit, the index still holds every document and no registry
 entry; the `.partial` left behind is not a segment (nothing names it) and the next
 seal to that directory removes it.  Killed after the commit, the registry names the
-segment and the open index is empty; `recover` (run by `seal`, and by whatever opens
-the index for writing) finishes the rename, recognising the `.partial` by the id in
-its manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
+segment and the open index is empty; `recover` (run by `seal`, and to be run by
+whatever opens the index's segments: another process may be between the commit and
+the rename) finishes the rename, recognising the `.partial` by the id in its
+manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
 (streamdedup.failpoints) let the tests kill the process at each step.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 import hashlib
 import os
@@ -115,11 +117,11 @@ class Manifest:
     id: str
     number: int
     index: str | None
-    params: Mapping[str, Any]
+    params: dict[str, Any]
     first_docno: int
     next_docno: int
     documents: int
-    offsets: Mapping[str, Mapping[str, int]]
+    offsets: dict[str, dict[str, int]]
     created: str
     bytes: int
     checksum: str
@@ -290,6 +292,13 @@ def set_segments(t: Tables, entries: list[SegmentEntry]) -> None:
     t.set_meta(MetaKey.SEGMENTS, [e.to_record() for e in entries])
 
 
+def next_number(t: Tables) -> int:
+    """The number the next sealed segment gets: past every segment sealed so far,
+    dropped ones included (meta `sealed`), so that a number, and a directory named
+    after it, is never used twice."""
+    return max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in segments(t))]) + 1
+
+
 def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     """Forget a sealed segment whose documents have all expired: its registry entry
     and its tombstones (its directory is left for the operator to delete).  Returns
@@ -299,7 +308,7 @@ def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     if len(kept) == len(entries):
         return None
     set_segments(t, kept)
-    t.unmask_all(number)
+    t.clear_masks(number)
     return next(e for e in entries if e.number == number)
 
 
@@ -373,7 +382,7 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
             raise SealRefusedError(
                 f"{target} exists and is not empty; give a new or empty directory"
             )
-        number = max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in entries)]) + 1
+        number = next_number(t)
         if number > MAX_NUMBER:
             raise SealRefusedError(
                 f"the index at {index.path} has sealed {MAX_NUMBER:,} segments, as many as "
@@ -424,9 +433,18 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         return manifest
 
     manifest = index.write(build)
-    index.env.sync(True)  # the registry must not be lost once the rename is done
     failpoints.reach("seal-committed")
-    recover(index)
+    # At once: from the commit on, the registry names `target`, and another process
+    # writing this index opens its segments at its next batch (it may do this rename
+    # itself: `recover`, which is why a missing .partial is no error here).
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(partial, target)
+    _fsync(target.parent)
+    # With durability "process" the commit may still be in the page cache only (with
+    # "full" it is on disk already): sync it now.  A power loss before this line can
+    # lose the commit and keep the renamed directory: the old state, beside a
+    # directory nothing registers (which a seal to the same place refuses to reuse).
+    index.env.sync(True)
     return manifest
 
 
@@ -434,7 +452,9 @@ def recover(index: Index) -> list[Path]:
     """Finish the rename of a seal that committed and was then interrupted: for each
     registered segment whose directory is missing (or empty) while its `.partial`
     holds a manifest with the registered id, rename it into place.  Returns the
-    directories renamed.  Call it before writing to an index."""
+    directories renamed.  Call it before opening the registered segments: after a
+    crash, and whenever a seal by another process may be between its commit and its
+    rename (safe to run concurrently: whoever renames first wins)."""
     done: list[Path] = []
     for entry in index.read(segments):
         target = Path(entry.path)

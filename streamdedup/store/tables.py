@@ -536,7 +536,7 @@ class Tables:
         padded[:, 8 - DOCNO_BYTES :] = rows[:, SEGMENT_BYTES:]
         return padded.view(">u8").ravel().astype(np.uint64)
 
-    def unmask_all(self, number: int) -> int:
+    def clear_masks(self, number: int) -> int:
         """Remove every tombstone of sealed segment `number` (and its count); returns
         how many there were."""
         db = self.db.get("tombs")

@@ -41,6 +41,11 @@ def test_check_passes_with_tombstones_and_says_the_counters_were_not_compared(
     text = render_stats(stats)
     assert "counters not compared" in text
     assert "#1    docnos 0..49  50 documents (3 masked)" in text
+    # the batch after the seal asked the segment: the engine kept its last answer
+    answer = stats["segments"][0]["last_answer"]
+    assert set(answer) == {"at_ms", "round_trip_ms", "waited_ms"}
+    assert answer["round_trip_ms"] >= 0 and answer["at_ms"] > 0
+    assert f": round trip {answer['round_trip_ms']:,.1f} ms, the writer waited" in text
 
 
 def corrupt_count(t: Tables) -> None:

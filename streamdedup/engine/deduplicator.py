@@ -13,11 +13,13 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -25,13 +27,34 @@ import numpy.typing as npt
 from streamdedup.config import EngineOptions, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
+from streamdedup.engine.sealed import Sealed, Sent, Store, View
+from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact
+from streamdedup.errors import ConfigError
 from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
+from streamdedup.store.segments import (
+    Manifest,
+    SegmentEntry,
+    drop_segment,
+    next_number,
+    recover,
+    seal,
+    segments,
+)
 from streamdedup.store.tables import Tables
+
+log = logging.getLogger(__name__)
+
+RemoteSegments = Callable[[SegmentEntry], SegmentReader]
+
+
+class _SegmentsChanged(Exception):
+    """The index's sealed segments changed since they were opened (another process
+    sealed): the batch is asked again of the new set."""
 
 
 @dataclass
@@ -88,8 +111,12 @@ class Deduplicator:
         false_positive_weight: float = 0.02,
         false_negative_weight: float = 0.98,
         changelog: str | None = None,
+        remote: RemoteSegments | None = None,
     ) -> None:
-        """`changelog`: the changelog topic this engine's changes go to.  An index a
+        """`remote`: how to reach sealed segments registered as remote (the Kafka
+        layer's `RemoteSegments.reader`); an index with remote segments needs it.
+
+        `changelog`: the changelog topic this engine's changes go to.  An index a
         worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
         an engine naming that topic -- whose caller publishes `changes` after every
         batch, as the worker does -- so that a restore from the changelog is never
@@ -136,6 +163,16 @@ class Deduplicator:
         # The last applied batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._ts: int | None = None  # the stored timestamp of the document being checked
+        self._remote = remote
+        self._seen_segments: list[int] = []
+        self._dropped: list[int] = []
+        self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
+        self.sealed: Sealed | None = None
+        try:
+            self._open_sealed()
+        except BaseException:
+            self.index.close()
+            raise
 
     def __enter__(self) -> Deduplicator:
         return self
@@ -144,7 +181,97 @@ class Deduplicator:
         self.close()
 
     def close(self) -> None:
+        if self.sealed is not None:
+            self.sealed.close()
+            self.sealed = None
         self.index.close()
+
+    # ------------------------------------------------------------------ segments
+
+    def _open_sealed(self) -> None:
+        """Open (again) the sealed segments the index registers; those open already
+        stay open (a local segment's checksum is verified once per process)."""
+        recover(self.index)  # a seal that committed and did not rename (yet) is finished
+        entries = self.index.read(segments)
+        old = {} if self.sealed is None else dict(self.sealed.readers)
+        self.sealed = None
+        self._seen_segments = [e.number for e in entries]
+        keep = {e.number for e in entries if e.number in old and old[e.number].entry == e}
+        for n, r in old.items():
+            if n not in keep:
+                r.close()
+        if not entries:
+            return
+        readers: list[SegmentReader] = []
+        try:
+            for e in entries:
+                if e.number in keep:
+                    readers.append(old.pop(e.number))
+                elif not e.remote:
+                    readers.append(LocalReader(e, self.params))
+                elif self._remote is None:
+                    raise ConfigError(
+                        f"the index at {self.index.path} has remote sealed segments (segment "
+                        f"{e.number}: {e.id}); give --bootstrap-servers so that their "
+                        "segment servers can be asked"
+                    )
+                else:
+                    readers.append(self._remote(e))
+        except BaseException:
+            for r in readers:
+                r.close()
+            raise
+        self.sealed = Sealed(readers, self.params)
+        self.index.read(self.sealed.load_masks)
+
+    def seal(self, dest: str | os.PathLike[str] | None = None, *, remote: bool = False) -> Manifest:
+        """Move every document indexed so far into a new sealed segment (`dest`, by
+        default the next number under `EngineOptions.segments_dir`, else
+        INDEX/segments)."""
+        if dest is None:
+            number = self.index.read(next_number)
+            base = self.options.segments_dir or os.path.join(self.index.path, "segments")
+            dest = os.path.join(base, f"{number:06d}")
+        manifest = seal(self.index, Path(dest), remote=remote)
+        self._open_sealed()
+        return manifest
+
+    @staticmethod
+    def _record_answers(t: Tables, sealed: Sealed) -> None:
+        """Keep the last answer of each sealed segment in the index, for `stats`."""
+        now = time.time_ns() // 1_000_000
+        seen = dict(t.meta(MetaKey.SEGMENT_ANSWERS) or {})
+        for n, rtt in sealed.round_trips.items():
+            seen[str(n)] = {
+                "at_ms": now,
+                "round_trip_ms": round(rtt * 1000, 3),
+                "waited_ms": round(sealed.waited.get(n, 0.0) * 1000, 3),
+            }
+        sealed.waited = {}
+        t.set_meta(MetaKey.SEGMENT_ANSWERS, seen)
+
+    def ask_ahead(self, prepared: Prepared | Sequence[Prepared]) -> None:
+        """Send the sealed segments the questions of the batch `apply` gets next, so
+        that their answers travel while this process decides the current batch."""
+        if self.sealed is None:
+            return
+        parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
+        self._ahead = [*self._ahead[-1:], ([id(p) for p in parts], self._send(parts))]
+
+    def _send(self, parts: Sequence[Prepared]) -> Sent:
+        assert self.sealed is not None
+        return self.sealed.send(
+            parts,
+            self.options.max_bucket_candidates,
+            self.params.threshold,
+            self._margin,
+            self.options.max_expire_per_batch if self.options.ttl_ms else 0,
+        )
+
+    def _maybe_seal(self) -> None:
+        every = self.options.seal_every
+        if every and self.index.read(lambda t: t.count("docs")) >= every:
+            self.seal()
 
     def require_writable(self) -> None:
         """Raise ConfigError now if `apply` would refuse to add documents to this index
@@ -208,7 +335,19 @@ class Deduplicator:
             return []
 
         def run(t: Tables) -> list[Verdict]:
-            verdicts = self._apply(t, parts)
+            if [e.number for e in segments(t)] != self._seen_segments:  # sealed meanwhile
+                raise _SegmentsChanged
+            store: Store = t
+            self._dropped = []
+            if self.sealed is not None:
+                self.sealed.begin()
+                store = View(t, self.sealed)
+            verdicts = self._apply(store, parts)
+            if self.sealed is not None:
+                self._record_answers(t, self.sealed)
+                self._dropped = self.sealed.fully_masked()
+                for n in self._dropped:  # every document expired or replaced
+                    drop_segment(t, n)
             if self.changes:  # documents stored or forgotten: refused if unlogged
                 check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
             if also is not None:
@@ -219,13 +358,40 @@ class Deduplicator:
         # 2 KiB a document), so that a batch of unusually large documents still finds
         # its disk space allocated before it writes (index.Index._reserve).
         grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
-        verdicts = self.index.write(run, grow=grow)
+        mine = [id(p) for p in parts]
+        sent = next((s for ids, s in self._ahead if ids == mine), None)
+        self._ahead = [(ids, s) for ids, s in self._ahead if ids != mine]
+        while True:
+            if self.sealed is not None:
+                if sent is None or sent.by is not self.sealed:  # not sent, or sealed since
+                    sent = self._send(parts)
+                self.sealed.receive(sent)
+                sent = None
+            try:
+                verdicts = self.index.write(run, grow=grow)
+                break
+            except _SegmentsChanged:
+                self._open_sealed()
         self.counters.merge(self._batch)  # only once the batch is committed
+        if self.sealed is not None:
+            self.sealed.commit()
+            if self._dropped:
+                for n in self._dropped:
+                    r = self.sealed.readers[n]
+                    log.info(
+                        "sealed segment %d dropped: every document in it expired or was "
+                        "replaced; %s can be deleted%s",
+                        n,
+                        r.entry.path,
+                        " (stop its segment servers)" if r.entry.remote else "",
+                    )
+                self._open_sealed()
+        self._maybe_seal()
         return verdicts
 
     # ------------------------------------------------------------------ internals
 
-    def _apply(self, t: Tables, parts: list[Prepared]) -> list[Verdict]:
+    def _apply(self, t: Store, parts: list[Prepared]) -> list[Verdict]:
         next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
         self._counts = dict(t.meta(MetaKey.COUNTS) or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
@@ -282,7 +448,7 @@ class Deduplicator:
         t.set_meta(MetaKey.CLOCK, clock)
         return out
 
-    def _expire(self, t: Tables, cutoff: int) -> None:
+    def _expire(self, t: Store, cutoff: int) -> None:
         """Forget documents older than the window, oldest first, a bounded number per
         batch; what is left over stays invisible (`_expired`) until a later batch."""
         e = self._expiry
@@ -313,7 +479,7 @@ class Deduplicator:
         for kind in v.kinds():
             self._counts[kind] = self._counts.get(kind, 0) + delta
 
-    def _check_one(self, t: Tables, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
+    def _check_one(self, t: Store, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
         doc, key, content = p.docs[i], p.keys[i], p.content[i]
         existing = t.docno_for_id(key)
         if existing is not None:
@@ -351,7 +517,7 @@ class Deduplicator:
         return verdict, 1
 
     def _best_match(
-        self, t: Tables, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
+        self, t: Store, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
     ) -> tuple[float, Record] | None:
         found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
         c = self._batch
@@ -384,6 +550,7 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
+        sealed = self.sealed
         best, checks = best_exact(
             t,
             self._memory,
@@ -395,6 +562,7 @@ class Deduplicator:
             threshold,
             self._margin,
             self.options.max_exact_checks,
+            None if sealed is None else (lambda d: sealed.exact(p, i, d)),
         )
         c.exact_checks += checks
         if best is None:
@@ -402,7 +570,7 @@ class Deduplicator:
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
 
-    def _successor(self, t: Tables, docno: int, rec: Record) -> int | None:
+    def _successor(self, t: Store, docno: int, rec: Record) -> int | None:
         """An expired candidate the window has not forgotten yet (the batch's budget
         ran out) is forgotten now; the copy of its content still inside the window
         that takes it over (if any) is the candidate instead, as it would be had the
@@ -420,7 +588,7 @@ class Deduplicator:
             docno, rec = heir, got
 
     def _insert(
-        self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
+        self, t: Store, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
     ) -> None:
         self._count(v, +1)
         doc = p.docs[i]
@@ -462,7 +630,7 @@ class Deduplicator:
             )
         )
 
-    def _forget(self, t: Tables, docno: int, key: bytes, own: bool = False) -> None:
+    def _forget(self, t: Store, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its
         content and copies of it live on, the oldest copy becomes the owner and takes
         over its signature, postings and text, so later exact and near

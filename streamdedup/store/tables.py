@@ -16,9 +16,17 @@ content     normalised-content hash    docno of the document owning that content
 copies      content hash + docno       empty: the other live documents with it
 postings    partition + level          a sorted run of band postings (postings.py)
 expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
+tombs       segment (2) + docno        empty: a sealed segment's document masked
+            segment (2)                the number of that segment's tombstones
 ==========  =========================  ============================================
 
 The keys are spelled in `keys.py` (the names in `meta` too: `MetaKey`).
+
+`seal` (segments.py) moves every document into a sealed segment: the tables up to
+`postings` (`DATA_TABLES`) are emptied, `meta` and `tombs` stay.  A document of a
+sealed segment that is later replaced or expired is masked by a tombstone here, in
+the open index, since the segment itself never changes.  An index made before
+segments has no `tombs` table: read-only, it simply has no tombstones.
 
 A content hash is owned by one document, the one indexed (signature, postings,
 text); its exact copies are stored without those and listed in `copies`.  When
@@ -33,22 +41,25 @@ its postings at the end, a whole batch at once (`Tables.batch_postings`, batch.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lmdb
 import msgpack
 import numpy as np
+import numpy.typing as npt
 
 from streamdedup.models import Record
 from streamdedup.store.batch import NONE, BatchPostings
 from streamdedup.store.keys import (
     DOCNO_BYTES,
+    SEGMENT_BYTES,
     docno_key,
     docno_of,
     expiry_key,
     native_keys,
     raw_keys,
+    tomb_key,
 )
 from streamdedup.store.postings import Postings
 
@@ -64,7 +75,10 @@ TABLES = (
     "copies",
     "expiry",
     "postings",
+    "tombs",
 )
+# The tables that hold documents: what `seal` moves out of the open index.
+DATA_TABLES = ("ids", "docs", "sigs", "texts", "content", "copies", "expiry", "postings")
 
 
 class Tables:
@@ -299,6 +313,48 @@ class Tables:
         if record is not None and record.timestamp_ms is not None:
             self.delete_expiry(record.timestamp_ms, docno)
 
+    def record_bytes(self, docno: int) -> bytes | None:
+        """A stored record as packed (for a sealed segment's answers)."""
+        raw = self.txn.get(docno_key(docno), db=self.db["docs"])
+        return None if raw is None else bytes(raw)
+
+    def content_docnos(self, content_hash: bytes, after: int, limit: int) -> list[int]:
+        """The documents holding a content (its owner and its copies), ascending,
+        those numbered above `after`, at most `limit`."""
+        out: list[int] = []
+        owner = self.docno_for_content(content_hash)
+        if owner is not None and owner > after:
+            out.append(owner)
+        cur = self.txn.cursor(db=self.db["copies"])
+        found = cur.set_range(content_hash + docno_key(after + 1))
+        while found and len(out) < limit + 1:
+            key = bytes(cur.key())
+            if not key.startswith(content_hash):
+                break
+            out.append(docno_of(key[len(content_hash) :]))
+            found = cur.next()
+        return sorted(out)[:limit]
+
+    def set_content_owner(self, content_hash: bytes, docno: int) -> None:
+        """Make `docno` the content's owner entry; the entry it replaces (if any)
+        becomes one of the copies."""
+        dk = docno_key(docno)
+        prev = self.docno_for_content(content_hash)
+        if prev is not None and prev != docno:
+            self.txn.put(content_hash + docno_key(prev), b"", db=self.db["copies"])
+        self.txn.delete(content_hash + dk, db=self.db["copies"])
+        self.txn.put(content_hash, dk, db=self.db["content"])
+
+    def expiry_entries(self, after: bytes | None, limit: int) -> tuple[list[tuple[int, int]], bool]:
+        """Up to `limit` entries of the expiry order after key `after` (from the
+        start if None): (timestamp, docno); and whether more follow."""
+        out: list[tuple[int, int]] = []
+        for key, _ in self.items("expiry", after or b""):
+            if len(out) == limit:
+                return out, True
+            out.append((int.from_bytes(key[:8], "big"), docno_of(key[8:])))
+        return out, False
+
     # -- expiry order
     def delete_expiry(self, timestamp_ms: int, docno: int) -> None:
         """Drop one entry of the expiry order (an orphan: its document is gone)."""
@@ -319,7 +375,9 @@ class Tables:
         return int.from_bytes(key[:8], "big"), docno_of(key[8:])
 
     # -- postings
-    def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
+    def batch_postings(
+        self, band_keys: list[bytes], cap: int, elsewhere: set[int] | None = None
+    ) -> None:
         """Read the buckets of a whole batch up front and buffer the postings it adds,
         both in key order (`flush_postings` writes the buffer).
 
@@ -327,7 +385,10 @@ class Tables:
         document at a time jumps all over the tree, and in a large index those jumps
         are most of a document's cost.  `candidates` then answers from the read-ahead
         and the buffer (this batch's documents, newer than anything stored); it reads
-        a bucket again only if a removal in this batch changed it."""
+        a bucket again only if a removal in this batch changed it.
+
+        `elsewhere`: band keys that have postings outside this index (in sealed
+        segments): their rows are not quiet."""
         if not band_keys:
             self._postings = BatchPostings({}, {}, set(), set())
             return
@@ -338,6 +399,8 @@ class Tables:
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in one numpy pass.
         present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+        if elsewhere:
+            present = np.union1d(present, np.fromiter(elsewhere, dtype=np.uint64))
         busy = np.isin(flat, np.union1d(shared, present))
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
         self._postings = BatchPostings(
@@ -369,9 +432,16 @@ class Tables:
         key = int.from_bytes(bk, "big")
         return self.postings.lookup(np.array([key], dtype=np.uint64), cap).get(key, [])
 
-    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+    def candidates(
+        self,
+        band_keys: list[bytes],
+        cap: int,
+        older: Callable[[bytes, int, list[int]], list[int]] | None = None,
+    ) -> dict[int, int]:
         """docno -> number of the given buckets it is in, from at most the `cap`
-        newest postings of each bucket."""
+        newest postings of each bucket.  `older(key, cap, newest)`: the bucket's
+        newest `cap` postings once those held elsewhere (sealed segments) are
+        merged with this index's `newest`."""
         found: dict[int, int] = {}
         get = found.get
         p = self._postings
@@ -395,13 +465,89 @@ class Tables:
                 )
                 if not added:
                     newest = stored
+                elif p.adopted:  # a copy older than stored postings took over an owner's
+                    newest = sorted(added + stored, reverse=True)[:cap]
                 elif len(added) >= cap:
                     newest = added[-cap:]
                 else:
                     newest = added + stored[: cap - len(added)]
+            if older is not None:
+                newest = older(bk, cap, newest)
             for d in newest:
                 found[d] = get(d, 0) + 1
         return found
+
+    # -- documents as a whole (seal)
+    def docno_range(self) -> tuple[int, int] | None:
+        """(first, last + 1) of the stored document numbers; None when there are none."""
+        cur = self.txn.cursor(db=self.db["docs"])
+        if not cur.first():
+            return None
+        first = docno_of(bytes(cur.key()))
+        cur.last()
+        return first, docno_of(bytes(cur.key())) + 1
+
+    def clear_documents(self) -> None:
+        """Empty every table that holds documents (`DATA_TABLES`): `seal` has copied
+        them into a sealed segment.  `meta` (parameters, counters, offsets, the
+        segment registry) and `tombs` stay.  The pages go to LMDB's free list, so the
+        open index's file stops growing once it has held one segment's worth."""
+        for name in DATA_TABLES:
+            self.txn.drop(self.db[name], delete=False)
+
+    # -- tombstones: documents of sealed segments masked by the open index
+    def mask(self, number: int, docno: int) -> bool:
+        """Mask `docno` in sealed segment `number` only; False if it was masked already.
+
+        Each segment's count of tombstones sits under its bare number (a key shorter
+        than its tombstones', so it sorts first among them), updated with them, so
+        that `mask_count` is one read rather than a walk over them all."""
+        db = self.db["tombs"]
+        if not self.txn.put(tomb_key(number, docno), b"", db=db, overwrite=False):
+            return False
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        self.txn.put(head, (self.mask_count(number) + 1).to_bytes(8, "big"), db=db)
+        return True
+
+    def mask_count(self, number: int) -> int:
+        """How many documents of sealed segment `number` are masked."""
+        db = self.db.get("tombs")
+        raw = None if db is None else self.txn.get(number.to_bytes(SEGMENT_BYTES, "big"), db=db)
+        return 0 if raw is None else int.from_bytes(bytes(raw), "big")
+
+    def masked(self, number: int) -> npt.NDArray[np.uint64]:
+        """The masked docnos of sealed segment `number`, ascending (the key order)."""
+        db = self.db.get("tombs")
+        if db is None:
+            return np.empty(0, dtype=np.uint64)
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        cur = self.txn.cursor(db=db)
+        keys: list[bytes] = []
+        if cur.set_range(tomb_key(number, 0)):
+            for key in cur.iternext(values=False):
+                if bytes(key[:SEGMENT_BYTES]) != head:
+                    break
+                keys.append(bytes(key))
+        # 7-byte keys: the 5 docno bytes, zero-padded to big-endian uint64s
+        rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(
+            -1, SEGMENT_BYTES + DOCNO_BYTES
+        )
+        padded = np.zeros((len(keys), 8), dtype=np.uint8)
+        padded[:, 8 - DOCNO_BYTES :] = rows[:, SEGMENT_BYTES:]
+        return padded.view(">u8").ravel().astype(np.uint64)
+
+    def clear_masks(self, number: int) -> int:
+        """Remove every tombstone of sealed segment `number` (and its count); returns
+        how many there were."""
+        db = self.db.get("tombs")
+        if db is None:
+            return 0
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        removed = self.mask_count(number)
+        cur = self.txn.cursor(db=db)
+        while cur.set_range(head) and bytes(cur.key()).startswith(head):
+            cur.delete()
+        return removed
 
     def bucket_sizes(self) -> Iterator[int]:
         return self.postings.sizes()

@@ -430,3 +430,42 @@ def test_the_worker_killed_during_an_automatic_seal(
         SealedSegment.open(e.path).close()
     got = exactly_once(t, len(docs))
     assert_same_verdicts(got, file_mode(tmp_path, docs))
+
+
+@pytest.mark.integration
+def test_seal_while_the_worker_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`seal` run by hand while a worker consumes (the way a deployment grows): once
+    locally, once `--remote` with a `segment-server` started right after.  The worker
+    picks up each new segment between batches: one verdict per document, the single
+    index's."""
+    docs = mixed_stream(1500, seed=34)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    index = tmp_path / "index"
+    count = published(kafka_bootstrap, t.output)
+    log = tmp_path / "worker.log"
+    with Servers(kafka_bootstrap) as servers:
+        with open(log, "wb") as sink:
+            worker = subprocess.Popen(
+                t.worker_args(index, "--max-poll-records", "30", "--idle-exit", "5"),
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        try:
+            wait_for(lambda: count() >= 300, 120, "the worker's first verdicts")
+            ok(seal(index, tmp_path / "segment-1"))
+            wait_for(lambda: count() >= 700, 120, "verdicts after the first seal")
+            ok(seal(index, tmp_path / "segment-2", "--remote"))
+            servers.start(tmp_path / "segment-2")
+            at_second = count()
+            worker.wait(timeout=240)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+            count.close()
+        assert worker.returncode == 0, log.read_text()[-3000:]
+        servers.alive()
+    assert at_second < len(docs), "the second seal came after the end of the stream"
+    assert [e.remote for e in registry(index)] == [False, True]
+    got = exactly_once(t, len(docs))
+    assert_same_verdicts(got, file_mode(tmp_path, docs))

@@ -31,8 +31,10 @@ from tests.support.segments import (
     dedup_in_slices,
     kinds,
     mixed_stream,
+    ok,
     read_jsonl,
     registry,
+    seal,
     write_jsonl,
 )
 
@@ -270,9 +272,10 @@ def test_a_time_window_over_segments(kafka_bootstrap: str, tmp_path: Path) -> No
 
 @pytest.mark.integration
 def test_replay_against_a_segmented_index(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """`dedup` indexes the first 600 of 1,000 documents, sealing every 200; `replay
-    --mode reverdict` then runs the whole topic against that index: the 600 known ids
-    get their stored verdicts back from the sealed segments, the 400 new ones are
+    """`dedup` indexes the first 500 of 1,000 documents, sealing every 200 (local),
+    then the rest of them is sealed `--remote` and served by a `segment-server`;
+    `replay --mode reverdict` runs the whole topic against that index: the 500 known
+    ids get their stored verdicts back from the sealed segments, the 500 new ones are
     checked against all of them, and the verdicts are those of one index over the
     1,000 (ids unique here: a known id with other content would be checked again)."""
     from tests.support.kafka import Topics, stream
@@ -281,17 +284,21 @@ def test_replay_against_a_segmented_index(kafka_bootstrap: str, tmp_path: Path) 
     ref = single_index(docs, tmp_path / "one")
     index = tmp_path / "sealed" / "index"
     index.parent.mkdir()
-    src = write_jsonl(tmp_path / "first.jsonl", docs[:600])
+    src = write_jsonl(tmp_path / "first.jsonl", docs[:500])
     dedup(src, index, tmp_path / "first.out", "--batch-size", "100", "--seal-every", "200")
-    assert len(registry(index)) == 3
+    ok(seal(index, tmp_path / "sealed" / "remote", "--remote"))
+    assert [e.remote for e in registry(index)] == [False, False, True]
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs])
     out = tmp_path / "replayed.jsonl"
-    r = subprocess.run(
-        t.replay_args(index, "--mode", "reverdict", "--output", str(out)),
-        capture_output=True,
-        timeout=300,
-    )
+    with Servers(kafka_bootstrap) as servers:
+        servers.start(tmp_path / "sealed" / "remote")
+        r = subprocess.run(
+            t.replay_args(index, "--mode", "reverdict", "--output", str(out)),
+            capture_output=True,
+            timeout=300,
+        )
+        servers.alive()
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     got = [{k: v for k, v in x.items() if k != "source"} for x in read_jsonl(out)]
     assert_same_verdicts(got, ref)

@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
+from streamdedup.kafka.broker import free_port
 from tests.support.kafka import Topics, file_mode
+from tests.support.metrics import scrape
 from tests.support.segments import (
     Servers,
     assert_same_verdicts,
@@ -364,9 +366,9 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The only server of a segment is stopped (SIGSTOP): the worker's first batch waits
-    for its answer, warns naming the segment, and publishes nothing; the worker is
-    killed -9 there, the server resumes, the worker is started again: one verdict per
-    document, the single index's."""
+    for its answer, warns naming the segment, fails /readyz and publishes nothing; the
+    worker is killed -9 there, the server resumes, the worker is started again: one
+    verdict per document, the single index's."""
     docs = mixed_stream(900, seed=32)
     t = Topics(kafka_bootstrap)
     index = tmp_path / "index"
@@ -376,10 +378,19 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
         server = servers.procs[0]
         server.send_signal(signal.SIGSTOP)
         log = tmp_path / "stalled-worker.log"
+        port = free_port()
         try:
             with open(log, "wb") as sink:
                 worker = subprocess.Popen(
-                    t.worker_args(index, "--max-poll-records", "100", "--segment-timeout", "2"),
+                    t.worker_args(
+                        index,
+                        "--max-poll-records",
+                        "100",
+                        "--segment-timeout",
+                        "2",
+                        "--metrics-port",
+                        str(port),
+                    ),
                     stdout=subprocess.DEVNULL,
                     stderr=sink,
                 )
@@ -387,6 +398,8 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
             wait_for(lambda: seg_id in log.read_text(), 60, "a warning naming the silent segment")
             time.sleep(3)  # and a re-sent probe, still unanswered
             assert worker.poll() is None
+            status, body = scrape(port, "/readyz")
+            assert status == 503, (status, body)
             assert len(t.read_to_end(t.output)) == decided, "decided without an answer"
             worker.send_signal(signal.SIGKILL)
             worker.wait(timeout=30)

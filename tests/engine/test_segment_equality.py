@@ -231,40 +231,56 @@ def test_50000_documents_on_local_and_remote_segments(kafka_bootstrap: str, tmp_
 
 @pytest.mark.integration
 def test_a_time_window_over_segments(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """`worker --ttl` over messages 1 s apart with a 200 s window, sealed every 150
-    documents, a small expiry budget per batch: the documents that expire in sealed
-    segments are masked, fully expired segments are dropped, and the verdicts are
-    those of one index with the same window."""
+    """`worker --ttl` over messages 1 s apart with a 200 s window and an expiry budget
+    per batch that falls behind.  Once in one index; once with the first 500
+    documents consumed, sealed `--remote` and served by a `segment-server`, then the
+    other 500 consumed sealing every 150 (local): documents expiring in sealed
+    segments are masked, the remote segment, all expired, is dropped, and the
+    verdicts are the single index's with the same window."""
     from kafka import KafkaProducer
 
     from tests.support.kafka import Topics
 
     docs = mixed_stream(1000, seed=23)
     base = int(time.time() * 1000) - 86_400_000  # a day ago: no clock-skew bound applies
-    window = ("--ttl", "200s", "--max-expire-per-batch", "20", "--max-poll-records", "50")
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for name, extra in (
-        ("one", ()),
-        ("sealed", ("--seal-every", "150", "--segments-dir", str(tmp_path / "auto"))),
-    ):
-        t = Topics(kafka_bootstrap)
+    window = ("--ttl", "200s", "--max-expire-per-batch", "40", "--max-poll-records", "50")
+
+    def produce(t: Topics, first: int, last: int) -> None:
         producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
-        for i, d in enumerate(docs):
-            producer.send(t.input, orjson.dumps(d), timestamp_ms=base + 1000 * i)
+        for i in range(first, last):
+            producer.send(t.input, orjson.dumps(docs[i]), timestamp_ms=base + 1000 * i)
         producer.close()
-        r = t.run_worker(tmp_path / name, *window, *extra, idle=4)
-        assert r.returncode == 0, r.stderr.decode()[-3000:]
-        runs[name] = [
+
+    def verdicts(t: Topics) -> list[dict[str, Any]]:
+        return [
             {k: v for k, v in orjson.loads(m.value).items() if k != "source"}
             for m in t.read_to_end(t.output)
         ]
-    assert len(runs["one"]) == len(docs)
-    untimed = single_index(docs, tmp_path / "untimed")
-    assert untimed != runs["one"], "the window should change some verdicts"
-    made = sorted(p for p in (tmp_path / "auto").iterdir() if p.is_dir())
-    assert len(made) >= 5
-    assert len(registry(tmp_path / "sealed")) < len(made), "no expired segment was dropped"
-    assert_same_verdicts(runs["sealed"], runs["one"])
+
+    one = Topics(kafka_bootstrap)
+    produce(one, 0, len(docs))
+    r = one.run_worker(tmp_path / "one", *window, idle=4)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    ref = verdicts(one)
+    assert len(ref) == len(docs)
+    assert single_index(docs, tmp_path / "untimed") != ref, "the window should change verdicts"
+
+    sealed, index = Topics(kafka_bootstrap), tmp_path / "sealed"
+    auto = ("--seal-every", "150", "--segments-dir", str(tmp_path / "auto"))
+    with Servers(kafka_bootstrap) as servers:
+        produce(sealed, 0, 500)
+        r = sealed.run_worker(index, *window, idle=4)
+        assert r.returncode == 0, r.stderr.decode()[-3000:]
+        ok(seal(index, tmp_path / "remote", "--remote"))
+        servers.start(tmp_path / "remote")
+        produce(sealed, 500, len(docs))
+        r = sealed.run_worker(index, *window, *auto, idle=4)
+        assert r.returncode == 0, r.stderr.decode()[-3000:]
+        servers.alive()
+    made = [p for p in (tmp_path / "auto").iterdir() if p.is_dir()]
+    left = [e.path for e in registry(index)]
+    assert len(made) >= 2 and str(tmp_path / "remote") not in left, (made, left)
+    assert_same_verdicts(verdicts(sealed), ref)
 
 
 # ------------------------------------------------------------------ replay

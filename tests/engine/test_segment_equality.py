@@ -171,10 +171,15 @@ def test_crafted_cases_on_remote_segments(kafka_bootstrap: str, tmp_path: Path) 
 
 @pytest.mark.integration
 def test_a_mixed_stream_on_remote_segments(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """1,500 documents of the mixed stream, sealed at three points, each segment
+    answered by a `segment-server`; other index parameters than the defaults
+    (character shingles, signature verification, threshold 0.6: the segments answer
+    from signatures only) and small caps."""
     docs = mixed_stream(1500, seed=22)
-    ref = single_index(docs, tmp_path / "one", *CAPS)
+    params = ("--shingle", "char:9", "--verify", "signature", "--threshold", "0.6", *CAPS)
+    ref = single_index(docs, tmp_path / "one", *params)
     got, _ = remote_run(
-        docs, tmp_path / "remote", [400, 800, 1100], kafka_bootstrap, *CAPS, "--batch-size", "150"
+        docs, tmp_path / "remote", [400, 800, 1100], kafka_bootstrap, *params, "--batch-size", "150"
     )
     assert_same_verdicts(got, ref)
 

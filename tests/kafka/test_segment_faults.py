@@ -25,6 +25,7 @@ from tests.support.segments import (
     Servers,
     assert_same_verdicts,
     cli,
+    cli_args,
     crafted_stream,
     dedup,
     dedup_in_slices,
@@ -36,6 +37,7 @@ from tests.support.segments import (
     wait_for,
     write_jsonl,
 )
+from tests.support.txnlog import committed
 
 EXIT_INDEX = 5  # streamdedup.errors: the index or one of its segments cannot be used
 
@@ -482,3 +484,62 @@ def test_seal_while_the_worker_runs(kafka_bootstrap: str, tmp_path: Path) -> Non
     assert [e.remote for e in registry(index)] == [False, True]
     got = exactly_once(t, len(docs))
     assert_same_verdicts(got, file_mode(tmp_path, docs))
+
+
+@pytest.mark.integration
+def test_a_stopped_replica_and_its_partner_both_answer(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two servers of one segment.  The one answering is stopped (SIGSTOP) while
+    `dedup` runs: the writer re-sends the unanswered probe, the partner takes the
+    partition over and answers it; the stopped one then resumes and answers what it
+    held as well.  The answers topic shows probes answered twice; the verdicts are
+    the single index's."""
+    docs = mixed_stream(1600, seed=35)
+    ref = file_mode(tmp_path, docs)
+    index = tmp_path / "index"
+    dedup(write_jsonl(tmp_path / "a.jsonl", docs[:600]), index, tmp_path / "a.out")
+    segment = tmp_path / "segment-1"
+    ok(seal(index, segment, "--remote"))
+    with Servers(kafka_bootstrap, "--log-every", "5") as servers:
+        for _ in range(2):
+            servers.start(segment)
+
+        def answering() -> list[int]:
+            return [
+                k for k, log in enumerate(servers.logs) if "answering probes" in log.read_text()
+            ]
+
+        wait_for(lambda: len(answering()) == 1, 60, "one of the two servers answering")
+        (first,) = answering()
+        log = tmp_path / "dedup.log"
+        with open(log, "wb") as sink:
+            writer = subprocess.Popen(
+                [
+                    *cli_args("dedup", str(write_jsonl(tmp_path / "b.jsonl", docs[600:]))),
+                    *("--index", str(index), "--output", str(tmp_path / "b.out")),
+                    *("--bootstrap-servers", kafka_bootstrap, "--batch-size", "10"),
+                    *("--segment-timeout", "1", "--progress", "never"),
+                ],
+                stderr=sink,
+            )
+        try:
+            wait_for(
+                lambda: "probes answered" in servers.logs[first].read_text(),
+                60,
+                "the first server's answers",
+            )
+            servers.procs[first].send_signal(signal.SIGSTOP)
+            wait_for(lambda: len(answering()) == 2, 60, "the partner taking over")
+            servers.procs[first].send_signal(signal.SIGCONT)
+            writer.wait(timeout=300)
+        finally:
+            servers.procs[first].send_signal(signal.SIGCONT)
+            if writer.poll() is None:
+                writer.kill()
+        assert writer.returncode == 0, log.read_text()[-3000:]
+        servers.alive()
+    keys = [r.key for r in committed(kafka_bootstrap, answers_topic(segment))]
+    assert len(keys) > len(set(keys)), "no probe was answered twice"
+    got = read_jsonl(tmp_path / "a.out") + read_jsonl(tmp_path / "b.out")
+    assert_same_verdicts(got, ref)

@@ -198,10 +198,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- commands
 
 
+def cli_args(*args: str) -> list[str]:
+    """The command line of `streamdedup ARGS`."""
+    return [sys.executable, "-m", "streamdedup.cli", *args]
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """`streamdedup ARGS` to its end."""
     return subprocess.run(
-        [sys.executable, "-m", "streamdedup.cli", *args],
+        cli_args(*args),
         capture_output=True,
         env={**os.environ, **(env or {})},
         timeout=600,

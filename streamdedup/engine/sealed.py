@@ -229,7 +229,7 @@ class Sealed:
             for n in self.numbers:
                 leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
         self._settle(leaving, cap)
-        self._index_buckets(self._asked_keys)
+        self._index_buckets()
 
     def _settle(self, docnos: list[int], cap: int) -> None:
         """Ask at once what deciding the batch would otherwise ask one question at a
@@ -419,19 +419,26 @@ class Sealed:
             out += live[:count]
         return sorted(out)[:count]
 
-    def _index_buckets(self, keys: Iterable[int]) -> None:
-        """Band key (as the engine spells it) -> the sealed segments' postings."""
+    def _index_buckets(self, keys: Iterable[int] | None = None) -> None:
+        """Band key (as the engine spells it) -> the sealed segments' postings, for
+        the keys some segment holds (`keys`: only those, after a follow-up)."""
+        if keys is None:
+            keys = {k for a in self.answers.values() for k, v in a.buckets.items() if v}
         for k in keys:
-            self._by_key[k.to_bytes(8, "big")] = [
-                (n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)
-            ]
+            raw = k.to_bytes(8, "big")
+            hits = [(n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)]
+            if hits:
+                self._by_key[raw] = hits
+            else:
+                self._by_key.pop(raw, None)
 
     def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
         """A bucket's newest `cap` postings: the open segment's `newest` merged with
         the sealed segments' live ones."""
-        hits = self._by_key.get(key)
-        if hits is not None and not hits:  # most keys: nothing sealed
-            return newest
+        if key not in self._by_key:
+            k = int.from_bytes(key, "big")
+            if k in self._asked_keys:  # most keys: nothing sealed
+                return newest
         k = int.from_bytes(key, "big")
         if k not in self._asked_keys:
             self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)

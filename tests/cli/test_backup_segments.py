@@ -37,7 +37,7 @@ def test_backup_names_the_sealed_segments_and_restores_to_the_same_verdicts(
     assert r.returncode == 0, r.stderr.decode()
     text = r.stdout.decode()
     assert text.startswith("backup: 400 documents")
-    assert "the 1 sealed segment of this index are not in the copy" in text and str(seg) in text
+    assert "not in the copy: 1 sealed segment (" in text and str(seg) in text
 
     outs = []
     for where in (index, tmp_path / "copy"):

@@ -57,7 +57,6 @@ def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -
             print(
                 f"  not in the copy: {len(sealed)} sealed segment{'s' * (len(sealed) != 1)} "
                 "(a sealed segment never changes: copy each once, keeping its path, or "
-                "serve it remotely): "
-                + ", ".join(f"{s['number']}: {s['path']}" for s in sealed)
+                "serve it remotely): " + ", ".join(f"{s['number']}: {s['path']}" for s in sealed)
             )
     return EXIT_OK

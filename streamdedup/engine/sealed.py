@@ -54,6 +54,10 @@ class Store(Protocol):
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
     def flush_postings(self) -> None: ...
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]: ...
+
+    # whether the last `candidates` call left postings out of a bucket (the cap)
+    capped: bool
+
     def put_document(
         self,
         docno: int,
@@ -119,6 +123,7 @@ class Sealed:
         # per segment, seconds: from sending the last probe to having its answer
         # (with questions sent ahead, partly spent deciding the batch before), and
         # the time this process blocked waiting for answers since `waited` was reset
+        self.capped = False  # the last merged bucket left postings out (the cap)
         self.round_trips: dict[int, float] = {}
         self.waited: dict[int, float] = {}
         self.follow_ups = 0
@@ -455,9 +460,13 @@ class Sealed:
                 a = self.answers[n]
                 got = a.buckets.get(k, [])
                 live = [d for d in got if self.live(n, d)]
+            if len(live) > cap or k in a.cut:
+                self.capped = True
             merged += live[:cap]
         if len(merged) == len(newest):
             return newest
+        if len(merged) > cap:
+            self.capped = True
         merged.sort(reverse=True)
         return merged[:cap]
 
@@ -526,6 +535,7 @@ class View:
     def __init__(self, open_tables: Tables, sealed: Sealed) -> None:
         self.open = open_tables
         self.sealed = sealed
+        self.capped = False
 
     def meta(self, name: str) -> Any:
         return self.open.meta(name)
@@ -596,7 +606,10 @@ class View:
         self.open.flush_postings()
 
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
-        return self.open.candidates(band_keys, cap, older=self.sealed.newest)
+        self.sealed.capped = False
+        found = self.open.candidates(band_keys, cap, older=self.sealed.newest)
+        self.capped = self.open.capped or self.sealed.capped
+        return found
 
     def put_document(
         self,

@@ -171,6 +171,14 @@ class Metrics(Endpoints):
         self.expired = Counter(
             "streamdedup_expired", "Documents forgotten by the time window (--ttl)", registry=r
         )
+        self.capped = Counter(
+            "streamdedup_capped",
+            "Documents whose search a cap cut short (cap: bucket = a bucket held more than "
+            "--max-bucket-candidates postings; exact = candidates near the threshold left "
+            "unchecked at --max-exact-checks): near duplicates may be missed",
+            ["cap"],
+            registry=r,
+        )
         self.clock_outliers = Counter(
             "streamdedup_clock_outliers",
             "Messages timestamped further ahead of the wall clock than --max-clock-skew "

@@ -474,6 +474,8 @@ class Tables:
                 )
                 if not added:
                     newest = stored
+                elif p.adopted:  # a copy older than stored postings took over an owner's
+                    newest = sorted(added + stored, reverse=True)[:cap]
                 elif len(added) >= cap:
                     newest = added[-cap:]
                 else:

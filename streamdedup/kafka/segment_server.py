@@ -105,7 +105,12 @@ class SegmentServer:
 
     def connect(self) -> None:
         from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
-        from kafka.errors import KafkaConfigurationError, KafkaConnectionError, KafkaTimeoutError
+        from kafka.errors import (
+            KafkaConfigurationError,
+            KafkaConnectionError,
+            KafkaError,
+            KafkaTimeoutError,
+        )
 
         link = self.link
         wait_for_broker(link.bootstrap_servers, link.connect_timeout_s)
@@ -130,6 +135,8 @@ class SegmentServer:
             raise BrokerUnavailableError(refusals.explain(link.bootstrap_servers, exc)) from exc
         except (KafkaConfigurationError, TypeError, ValueError, AssertionError) as exc:
             raise ConfigError(f"Kafka client settings rejected: {exc}") from exc
+        except KafkaError as exc:  # refused: authentication, no right to create topics
+            raise BrokerUnavailableError(refusals.explain(link.bootstrap_servers, exc)) from exc
         metrics, name, group = self.metrics, self.name, self.topics.group
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]

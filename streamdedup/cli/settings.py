@@ -50,7 +50,8 @@ def require_index(values: dict[str, Any]) -> str:
 def check_at_least_one(values: dict[str, Any]) -> None:
     """`POSITIVE_OPTIONS` (those the command has) are at least 1."""
     for name in POSITIVE_OPTIONS:
-        if (values.get(name) or 1) < 1:
+        value = values.get(name)
+        if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
 
 

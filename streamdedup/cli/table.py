@@ -548,6 +548,26 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         "offsets recorded in it)",
         (INDEX, FORMAT),
     ),
+    "seal": (
+        "move everything the index holds so far into a new sealed segment, atomically "
+        "(also while a worker or dedup writes to it)",
+        (
+            INDEX,
+            OptionGroup(
+                "segment",
+                (
+                    Opt(
+                        "remote",
+                        "the index asks segment servers (`streamdedup segment-server`) "
+                        "for this segment instead of opening SEGMENT_DIR itself; the "
+                        "directory may then move to another host",
+                        flag=True,
+                    ),
+                ),
+            ),
+            FORMAT,
+        ),
+    ),
     "replay": (
         "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
         (
@@ -701,6 +721,7 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
+    "seal": (("segment_dir", "SEGMENT_DIR", "new or empty directory for the sealed segment"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
     "segment-server": (
         ("segment_dir", "SEGMENT_DIR", "a sealed segment directory (made by `streamdedup seal`)"),
@@ -717,6 +738,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "backup": ("streamdedup backup --index ./index ./index-backup",),
     "restore": ("streamdedup restore --index ./index ./index-backup",),
+    "seal": ("streamdedup seal --index ./index /disk2/segments/0001",),
     "replay": (
         "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
         "--index ./rebuilt --output verdicts.jsonl",

@@ -36,7 +36,15 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
-from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
+from streamdedup.store.segments import (
+    Manifest,
+    SegmentEntry,
+    drop_segment,
+    next_number,
+    recover,
+    seal,
+    segments,
+)
 from streamdedup.store.tables import Tables
 
 log = logging.getLogger(__name__)
@@ -181,18 +189,25 @@ class Deduplicator:
     # ------------------------------------------------------------------ segments
 
     def _open_sealed(self) -> None:
-        """Open (again) the sealed segments the index registers."""
+        """Open (again) the sealed segments the index registers; those open already
+        stay open (a local segment's checksum is verified once per process)."""
+        recover(self.index)  # a seal that committed and did not rename (yet) is finished
         entries = self.index.read(segments)
-        if self.sealed is not None:
-            self.sealed.close()
-            self.sealed = None
+        old = {} if self.sealed is None else dict(self.sealed.readers)
+        self.sealed = None
         self._seen_segments = [e.number for e in entries]
+        keep = {e.number for e in entries if e.number in old and old[e.number].entry == e}
+        for n, r in old.items():
+            if n not in keep:
+                r.close()
         if not entries:
             return
         readers: list[SegmentReader] = []
         try:
             for e in entries:
-                if not e.remote:
+                if e.number in keep:
+                    readers.append(old.pop(e.number))
+                elif not e.remote:
                     readers.append(LocalReader(e, self.params))
                 elif self._remote is None:
                     raise ConfigError(
@@ -214,8 +229,7 @@ class Deduplicator:
         default the next number under `EngineOptions.segments_dir`, else
         INDEX/segments)."""
         if dest is None:
-            entries = self.index.read(segments)
-            number = max((e.number for e in entries), default=0) + 1
+            number = self.index.read(next_number)
             base = self.options.segments_dir or os.path.join(self.index.path, "segments")
             dest = os.path.join(base, f"{number:06d}")
         manifest = seal(self.index, Path(dest), remote=remote)

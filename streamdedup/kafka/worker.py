@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamdedup import failpoints
 from streamdedup.config import WorkerConfig
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
@@ -60,7 +61,6 @@ from streamdedup.kafka.settings import (
     wait_for_broker,
 )
 from streamdedup.models import Change, Rejected, Verdict
-from streamdedup.ops import failpoints
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics
 from streamdedup.store.keys import MetaKey

@@ -1,4 +1,5 @@
-"""Crash points, for proving that a crash anywhere loses and repeats no verdict.
+"""Crash points, for proving that a crash anywhere loses and repeats no verdict and
+leaves no half-made index state.
 
 A random SIGKILL rarely lands in the few milliseconds between a batch's verdicts
 reaching the broker and its transaction committing, so the exactly-once tests also
@@ -11,6 +12,14 @@ The points, in the order a batch passes them:
   verdicts-sent   verdicts (and changelog records) in the broker's log, not committed
   offsets-sent    consumer offsets added to the Kafka transaction, not committed
   committed       Kafka transaction committed, the index not yet told so
+
+and those of `seal` (store.segments), in its order:
+  seal-copied     the open index copied to SEGMENT_DIR.partial, no manifest yet
+  seal-written    the manifest written and synced, the index's transaction not committed
+  seal-committed  the registry entry committed, SEGMENT_DIR.partial not yet renamed
+
+It sits in the lowest layer (with config and models) because the store's `seal` and the
+kafka layer's worker arm the same variable: one list of points, one parser.
 """
 
 from __future__ import annotations
@@ -22,7 +31,15 @@ from collections.abc import Callable
 
 from streamdedup.errors import ConfigError
 
-POINTS = ("index-written", "verdicts-sent", "offsets-sent", "committed")
+POINTS = (
+    "index-written",
+    "verdicts-sent",
+    "offsets-sent",
+    "committed",
+    "seal-copied",
+    "seal-written",
+    "seal-committed",
+)
 
 
 @functools.cache

@@ -330,7 +330,8 @@ class SegmentServerMetrics(Endpoints):
         )
         self.skipped = Counter(
             "streamdedup_segment_probes_skipped",
-            "Probes not answered: older than --max-probe-age (stale), or without a request id",
+            "Probes not answered: older than --max-probe-age (stale), answered already "
+            "(a re-sent copy), or without a request id",
             ["reason"],
             registry=r,
         )

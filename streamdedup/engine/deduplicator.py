@@ -65,6 +65,11 @@ class Counters:
     candidates: int = 0  # distinct candidate documents read from buckets
     most_candidates: int = 0  # the most any one document read
     exact_checks: int = 0
+    # documents whose search a cap cut short: a bucket held more postings than
+    # --max-bucket-candidates, or candidates near enough were left unchecked at
+    # --max-exact-checks (a true near duplicate may have been missed)
+    bucket_capped: int = 0
+    exact_capped: int = 0
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
@@ -74,6 +79,8 @@ class Counters:
         self.candidates += other.candidates
         self.most_candidates = max(self.most_candidates, other.most_candidates)
         self.exact_checks += other.exact_checks
+        self.bucket_capped += other.bucket_capped
+        self.exact_capped += other.exact_capped
         self.replayed += other.replayed
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
@@ -446,6 +453,12 @@ class Deduplicator:
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
         t.set_meta(MetaKey.COUNTS, self._counts)
         t.set_meta(MetaKey.CLOCK, clock)
+        b = self._batch
+        if b.bucket_capped or b.exact_capped:  # kept for `stats`
+            caps = dict(t.meta(MetaKey.CAPS) or {})
+            caps["bucket"] = caps.get("bucket", 0) + b.bucket_capped
+            caps["exact"] = caps.get("exact", 0) + b.exact_capped
+            t.set_meta(MetaKey.CAPS, caps)
         return out
 
     def _expire(self, t: Store, cutoff: int) -> None:
@@ -521,6 +534,8 @@ class Deduplicator:
     ) -> tuple[float, Record] | None:
         found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
         c = self._batch
+        if t.capped:
+            c.bucket_capped += 1
         c.candidates += len(found)
         c.most_candidates = max(c.most_candidates, len(found))
         if not found:
@@ -565,6 +580,10 @@ class Deduplicator:
             None if sealed is None else (lambda d: sealed.exact(p, i, d)),
         )
         c.exact_checks += checks
+        if checks < len(order) and checks >= self.options.max_exact_checks:
+            floor = threshold if best is None else best[0]
+            if est[order[checks]] >= floor - self._margin:  # the cap stopped the search
+                c.exact_capped += 1
         if best is None:
             return None
         rec = t.record(best[1])

@@ -421,6 +421,8 @@ class Worker:
             m.dead_letters.inc(rejected)
             m.republished.inc(again)
             m.expired.inc(self.dd.last_batch.expired)
+            m.capped.labels("bucket").inc(self.dd.last_batch.bucket_capped)
+            m.capped.labels("exact").inc(self.dd.last_batch.exact_capped)
 
     def _warn_outliers(self, found: list[tuple[int, int, int]]) -> None:
         """Counts the documents the index just took with timestamps too far in the

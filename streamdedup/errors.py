@@ -68,6 +68,11 @@ class ConfigError(StreamDedupError):
     """Invalid options or configuration file."""
 
 
+class BackfillRefusedError(ConfigError):
+    """An input on which `backfill` cannot promise the verdicts `dedup` would give
+    (it names the rule); nothing is written."""
+
+
 class MissingTopicError(ConfigError):
     """A Kafka topic the command reads does not exist (a mistyped name, or nothing
     was produced to it yet)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
 from streamdedup.cli.settings import check_at_least_one, check_detection
@@ -19,9 +19,26 @@ from streamdedup.config import EngineOptions, Fields
 from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, InputOutputError
 from streamdedup.inputs.warc import is_warc
 
+if TYPE_CHECKING:
+    from streamdedup.backfill.job import Backfill
+
 
 def cmd_backfill(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.backfill.job import Backfill, run_backfill
+    from streamdedup.backfill.job import run_backfill
+
+    job = backfill_job(args, values)
+    spark = session(values.get("spark_master"))
+    try:
+        summary = run_backfill(spark, job, say)
+    finally:
+        spark.stop()
+    say(summary.text())
+    return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
+    """The job the options describe, after every check that needs no Spark."""
+    from streamdedup.backfill.job import Backfill
     from streamdedup.engine.params import resolve_params
 
     inputs: list[str] = list(args.input)
@@ -48,7 +65,7 @@ def cmd_backfill(args: argparse.Namespace, values: dict[str, Any]) -> int:
     )
     for path in inputs:
         _check_input(path, output)
-    job = Backfill(
+    return Backfill(
         inputs=tuple(inputs),
         output=output,
         params=params,
@@ -59,13 +76,6 @@ def cmd_backfill(args: argparse.Namespace, values: dict[str, Any]) -> int:
         fields=Fields.from_options(values),
         split_bytes=values["split_bytes"],
     )
-    spark = session(values.get("spark_master"))
-    try:
-        summary = run_backfill(spark, job, say)
-    finally:
-        spark.stop()
-    say(summary.text())
-    return EXIT_REJECTED if summary.rejected else EXIT_OK
 
 
 def _check_input(path: str, output: str) -> None:

@@ -43,8 +43,14 @@ from streamdedup.config import EngineOptions, Fields, IndexParams
 from streamdedup.engine.files import Summary
 from streamdedup.engine.prepare import exact_shingles
 from streamdedup.engine.verify import exact_margin
-from streamdedup.errors import BackfillRefusedError, InputOutputError
+from streamdedup.errors import (
+    BackfillFailedError,
+    BackfillRefusedError,
+    InputOutputError,
+    StreamDedupError,
+)
 from streamdedup.models import Verdict, output_record
+from streamdedup.ops import failpoints
 from streamdedup.sketch.shingle import Shingler
 
 if TYPE_CHECKING:
@@ -115,6 +121,7 @@ def _keep(floor: float, est: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
 def _bucket_stage(
     kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
 ) -> Iterator[tuple[int, Any]]:
+    failpoints.reach("backfill-bucket")
     try:
         for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
             yield d, (c, est, cid)
@@ -198,7 +205,21 @@ def run_backfill(
     spark: SparkSession, job: Backfill, report: Callable[[str], None] = lambda _: None
 ) -> Summary:
     """Run the job; the verdicts are in `job.output` when it returns (and nowhere,
-    not even in part, if it raises)."""
+    not even in part, if it raises).  A failed Spark job raises `BackfillFailedError`."""
+    try:
+        return _run(spark, job, report)
+    except StreamDedupError:
+        raise
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise BackfillFailedError(
+            f"the Spark job failed; no verdicts were written ({first.strip()[:300]})"
+        ) from exc
+
+
+def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> Summary:
     from pyspark import StorageLevel
 
     keep = StorageLevel.MEMORY_AND_DISK
@@ -316,8 +337,6 @@ def run_backfill(
         moved = step.filter(lambda kv: kv[1][1]).count()
         up.unpersist()
         up = step.mapValues(lambda v: v[0]).persist(keep)
-        up.count()
-        step.unpersist()
         if moved == 0:
             break
     ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))

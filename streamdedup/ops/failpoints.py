@@ -11,6 +11,9 @@ The points, in the order a batch passes them:
   verdicts-sent   verdicts (and changelog records) in the broker's log, not committed
   offsets-sent    consumer offsets added to the Kafka transaction, not committed
   committed       Kafka transaction committed, the index not yet told so
+and in the backfill's Spark executors (the process killed is a Python worker, so
+Spark sees a failed task):
+  backfill-bucket a task of the bucket stage, before its first bucket
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 
 from streamdedup.errors import ConfigError
 
-POINTS = ("index-written", "verdicts-sent", "offsets-sent", "committed")
+POINTS = ("index-written", "verdicts-sent", "offsets-sent", "committed", "backfill-bucket")
 
 
 @functools.cache

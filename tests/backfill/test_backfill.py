@@ -15,10 +15,10 @@ import pytest
 from streamdedup.backfill.job import run_backfill
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
+from streamdedup.config import ShingleSpec
 from streamdedup.errors import BackfillRefusedError
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.config import ShingleSpec
 from tests.support.cli import corpus, lines, run
 from tests.support.docs import edited_stream
 
@@ -62,7 +62,7 @@ def backfill(spark: Any, tmp: Path, inputs: list[Path], *flags: str) -> bytes:
     return out.read_bytes()
 
 
-def same(spark: Any, tmp: Path, inputs: list[Path], *flags: str, split: int = 4096) -> bytes:
+def same(spark: Any, tmp: Path, inputs: list[Path], *flags: str, split: int = 40_000) -> bytes:
     want = dedup(tmp, inputs, *flags)
     got = backfill(spark, tmp, inputs, *flags, "--split-bytes", str(split))
     assert got.splitlines() == want.splitlines()
@@ -221,3 +221,25 @@ def test_command_line(tmp_path: Path) -> None:
     assert "backfill: read: 121 lines" in err and "rejected 1 (malformed_json 1)" in err
     assert out.read_bytes() == dedup(tmp_path, [src])
     assert len(lines(out)) == 121
+
+
+def test_a_failed_job_leaves_the_output_as_it_was(tmp_path: Path) -> None:
+    """A Python worker killed in the bucket stage (a failed task; `local[1]` does not
+    retry): exit 7, the old output untouched, no temporary file left."""
+    src = tmp_path / "in.jsonl"
+    corpus(src, 60, seed=2)
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(b"old verdicts\n")
+    got = run(
+        "backfill",
+        str(src),
+        "--output",
+        str(out),
+        "--spark-master",
+        "local[1]",
+        env={"STREAMDEDUP_FAILPOINT": "backfill-bucket:1"},
+    )
+    assert got.returncode == 7, got.stderr.decode()
+    assert "the Spark job failed; no verdicts were written" in got.stderr.decode()
+    assert out.read_bytes() == b"old verdicts\n"
+    assert not list(tmp_path.glob(".backfill-*"))

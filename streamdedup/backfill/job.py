@@ -350,10 +350,25 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     )
     summary = _write(everything, job.output, total)
     summary.seconds = time.perf_counter() - stages.started
-    stages.done("write", f"{summary.lines:,} records to {job.output}")
+    shuffled = shuffle_bytes(spark)
+    note = "" if shuffled is None else f", {shuffled / 1e6:,.1f} MB shuffled in all"
+    stages.done("write", f"{summary.lines:,} records to {job.output}{note}")
     for rdd in (rows, ided, contents, pairs, near, nodes, up, lines):
         rdd.unpersist()
     return summary
+
+
+def shuffle_bytes(spark: SparkSession) -> int | None:
+    """Bytes the application's stages wrote to shuffles so far, from Spark's own
+    status store (what its web UI shows); None where this Spark does not answer."""
+    try:
+        sc: Any = spark.sparkContext
+        gw = sc._gateway
+        store = sc._jsc.sc().statusStore()
+        listed = store.stageList(None, False, False, gw.new_array(gw.jvm.double, 0), None)
+        return sum(int(listed.apply(i).shuffleWriteBytes()) for i in range(listed.size()))
+    except Exception:  # a private API: a figure for the log, never a failure
+        return None
 
 
 def _write(records: RDD[tuple[int, tuple[bytes, str]]], output: str, expected: int) -> Summary:

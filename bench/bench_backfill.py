@@ -3,8 +3,9 @@ same crawl-like stream (corpus.py), in one run, and a projection to a cluster.
 
 Each contender runs as its own process, timed end to end (JVM start included for
 backfill) and by its own clock (backfill: from its first stage to the renamed
-output); peak memory is the largest single process (for backfill usually the JVM;
-its Python workers are smaller).  Shuffle bytes are Spark's own count (the status
+output); peak memory is the largest sum of the resident sizes of the whole process
+tree (for backfill: the driver, the JVM and the Python workers), sampled from /proc
+every 0.2 s.  Shuffle bytes are Spark's own count (the status
 store behind its web UI).  The verdict files must be identical, else the run fails.
 
     python bench/bench_backfill.py --docs 50000
@@ -21,19 +22,63 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from bench_dedup import OUT, corpus_file, measure  # noqa: E402
+from bench_dedup import OUT, corpus_file  # noqa: E402
 
 CLUSTER_NODES = 50
 CORES_PER_NODE = 16
 NETWORK_BYTES_PER_S = 1.25e9 / 2  # 10 Gbit/s per node, half of it for the shuffle
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of `root` and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(fields[21]) * page
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total
+
+
+def measure(cmd: list[str]) -> dict[str, Any]:
+    """Wall time and peak resident memory of the whole process tree of a command."""
+    with tempfile.TemporaryFile() as log:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.2)
+        seconds = time.perf_counter() - t
+        log.seek(0)
+        err = log.read().decode(errors="replace")
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{cmd[:4]} failed: {err[-2000:]}")
+    return {"seconds": seconds, "rss_kb": peak / 1024, "stderr": err}
 
 
 def run_one(name: str, cmd: list[str], n: int) -> dict[str, Any]:

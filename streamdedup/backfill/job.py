@@ -144,15 +144,27 @@ def _none_of(_: int) -> npt.NDArray[np.uint64]:
     raise AssertionError("signature verification reads no sets")
 
 
+def _text_requests(kv: tuple[int, list[tuple[int, float, Any]]]) -> list[tuple[int, Any]]:
+    """The texts a document's exact checks read: its candidates' and its own."""
+    d, candidates = kv
+    return [(c, (d, False)) for c, _, _ in candidates] + [(d, (d, True))]
+
+
 def _decide_exact(
-    kv: tuple[int, tuple[Iterable[Any], Iterable[tuple[int, bytes]]]],
+    kv: tuple[int, tuple[Iterable[Any], Iterable[tuple[int, bool, bytes]]]],
     params: IndexParams,
     margin: float,
     max_checks: int,
 ) -> tuple[int, Any]:
-    d, (mine, theirs) = kv
-    (candidates, own_text) = next(iter(mine))
-    texts = dict(theirs)
+    d, (needs, got) = kv
+    candidates = next(iter(needs))
+    texts: dict[int, bytes] = {}
+    own_text = b""
+    for pos, own, text in got:
+        if own:
+            own_text = text
+        else:
+            texts[pos] = text
     shingler = Shingler(params.shingle)
     pick = rules.choose(
         candidates,
@@ -166,14 +178,16 @@ def _decide_exact(
     return d, pick
 
 
-def _jump(kv: tuple[int, tuple[int, int]]) -> tuple[int, tuple[int, bool]]:
-    """(parent, (child, grandparent)) -> (child, (grandparent, moved))."""
+def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]]:
+    """(parent, (child, grandparent or None: the parent is a root)) -> (child, (the
+    parent's parent, moved))."""
     parent, (child, grand) = kv
-    return child, (grand, grand != parent)
+    return (child, (parent, False)) if grand is None else (child, (grand, True))
 
 
 def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[bytes, str]]:
-    pos, ((doc_id, kind, dup_id, sim), cluster) = kv
+    pos, ((doc_id, kind, dup_id, sim), root_id) = kv
+    cluster = doc_id if root_id is None else root_id  # None: a root, its own cluster
     if kind == "exact":
         v = Verdict(doc_id, "duplicate", dup_id, cluster, 1.0, True)
     elif kind == "near":
@@ -300,13 +314,12 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
             )
         ).filter(lambda kv: bool(kv[1]))
         texts = docs.map(lambda kv: (kv[0], kv[1][7]))
-        theirs = (
-            need.flatMap(lambda kv: [(c, kv[0]) for c, _, _ in kv[1]])
-            .join(texts, width)
-            .map(lambda kv: (kv[1][0], (kv[0], kv[1][1])))
+        # one join for both sides: (text's position, (document, is its own))
+        wanted = need.flatMap(_text_requests)
+        got = wanted.join(texts, width).map(
+            lambda kv: (kv[1][0][0], (kv[0], kv[1][0][1], kv[1][1]))
         )
-        mine = need.join(texts, width)
-        picks = mine.cogroup(theirs, width).map(
+        picks = need.cogroup(got, width).map(
             functools.partial(
                 _decide_exact, params=params, margin=margin, max_checks=options.max_exact_checks
             )
@@ -329,11 +342,12 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked")
 
     nodes = near.union(exact).union(empty.map(lambda kv: (kv[0], (kv[1], -1)))).persist(keep)
-    up = nodes.map(lambda kv: (kv[0], kv[0] if kv[1][1] < 0 else kv[1][1])).persist(keep)
+    # pointer jumping over the duplicates only (x -> parent); a unique document is a root
+    up = nodes.filter(lambda kv: kv[1][1] >= 0).mapValues(lambda v: v[1]).persist(keep)
     rounds = 0
     while True:
         rounds += 1
-        step = up.map(lambda kv: (kv[1], kv[0])).join(up, width).map(_jump).persist(keep)
+        step = up.map(lambda kv: (kv[1], kv[0])).leftOuterJoin(up, width).map(_jump).persist(keep)
         moved = step.filter(lambda kv: kv[1][1]).count()
         up.unpersist()
         up = step.mapValues(lambda v: v[0]).persist(keep)
@@ -341,7 +355,12 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
             break
     ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))
     cluster = up.map(lambda kv: (kv[1], kv[0])).join(ids, width).map(lambda kv: kv[1])
-    lines = nodes.mapValues(lambda v: v[0]).join(cluster, width).map(_verdict_line).persist(keep)
+    lines = (
+        nodes.mapValues(lambda v: v[0])
+        .leftOuterJoin(cluster, width)
+        .map(_verdict_line)
+        .persist(keep)
+    )
     stages.done("clusters", f"{rounds} rounds of pointer jumping")
 
     repeated = replays.join(lines, width).map(lambda kv: kv[1])

@@ -127,6 +127,8 @@ def bucket_pairs(
 
     Raises `Refused` where the stream's answer depends on batch boundaries (see the
     module's docstring)."""
+    if len(postings) < 2:  # most buckets: nothing to pair
+        return
     postings = sorted(postings, key=lambda p: p[0])
     if not any(p[3] for p in postings):
         return

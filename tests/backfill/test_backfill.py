@@ -93,6 +93,9 @@ def awkward(n: int, seed: int) -> list[Any]:
             src = rnd.choice(out)
             if isinstance(src, dict) and "text" in src:
                 out.append(dict(src))  # the same id and text again
+        elif r < 0.31:  # integer ids, and the same digits as a string: two ids
+            out.append({"id": len(out), "text": d["text"] + " as number"})
+            out.append({"id": str(len(out) - 1), "text": "a different text altogether"})
     return out
 
 

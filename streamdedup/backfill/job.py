@@ -70,6 +70,9 @@ class Backfill:
     split_bytes: int = SPLIT_BYTES
 
 
+PARTITION_BYTES = 64 << 20
+
+
 # -- executor functions (module level: pickled by reference)
 
 
@@ -241,7 +244,11 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     stages = Stages(report)
     params, options = job.params, job.options
     parts = splits(list(job.inputs), job.split_bytes)
-    width = max(sc.defaultParallelism, 1)
+    # shuffles as wide as the input: a partition per PARTITION_BYTES of input (at least
+    # one per core), so a task's share stays the same however large the archive (the
+    # bucket stage shuffles about 1.2 bytes per input byte on crawl-like text)
+    size = sum(p.end - p.start for p in parts)
+    width = max(sc.defaultParallelism, -(-size // PARTITION_BYTES), 1)
     counts = sc.parallelize(parts, max(1, len(parts))).map(count_lines).collect() if parts else []
     tasks: list[tuple[Split, int, int]] = []
     total = 0

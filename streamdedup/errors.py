@@ -19,7 +19,8 @@ Exit statuses (documented in the README, "Bad input and exit status"):
 6     the index's disk is full (the index is left as it was before the batch)
 7     the worker stopped rather than give wrong verdicts or drop input
       (input topic recreated, group shared with another index, transactions
-      that keep failing)
+      that keep failing); `backfill`: its Spark job failed (no verdicts
+      written)
 130   interrupted (SIGINT / SIGTERM before the command finished)
 ====  ==================================================================
 """
@@ -68,6 +69,18 @@ class StreamDedupError(Exception):
 
 class ConfigError(StreamDedupError):
     """Invalid options or configuration file."""
+
+
+class BackfillRefusedError(ConfigError):
+    """An input on which `backfill` cannot promise the verdicts `dedup` would give
+    (it names the rule); nothing is written."""
+
+
+class BackfillFailedError(StreamDedupError):
+    """The backfill's Spark job failed (a task failed more often than Spark retries
+    it, an executor was lost, ...); no verdicts were written."""
+
+    exit_status = EXIT_UNSAFE
 
 
 class MissingTopicError(ConfigError):

@@ -18,8 +18,13 @@ and those of `seal` (store.segments), in its order:
   seal-written    the manifest written and synced, the index's transaction not committed
   seal-committed  the registry entry committed, SEGMENT_DIR.partial not yet renamed
 
-It sits in the lowest layer (with config and models) because the store's `seal` and the
-kafka layer's worker arm the same variable: one list of points, one parser.
+and in the backfill's Spark executors (the process killed is a Python worker, so
+Spark sees a failed task):
+  backfill-bucket a task of the bucket stage, before its first bucket
+
+It sits in the lowest layer (with config and models) because the store's `seal`, the
+kafka layer's worker and the backfill arm the same variable: one list of points, one
+parser.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ POINTS = (
     "seal-copied",
     "seal-written",
     "seal-committed",
+    "backfill-bucket",
 )
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamdedup import __version__
+from streamdedup.cli.backfill import cmd_backfill
 from streamdedup.cli.backup import cmd_backup, cmd_restore
 from streamdedup.cli.console import say
 from streamdedup.cli.dedup import cmd_dedup
@@ -144,6 +145,7 @@ def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
 HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "worker": cmd_worker,
     "dedup": cmd_dedup,
+    "backfill": cmd_backfill,
     "tune": cmd_tune,
     "stats": cmd_stats,
     "inspect": cmd_inspect,

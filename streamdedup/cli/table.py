@@ -516,11 +516,54 @@ SEGMENT_SERVER = OptionGroup(
         ),
     ),
 )
+# `backfill`: the engine options that apply to a Spark job (no batches, no index file)
+BACKFILL_ENGINE = OptionGroup(
+    "engine",
+    tuple(o for o in TUNING.options if o.name in ("max-bucket-candidates", "max-exact-checks")),
+)
+BACKFILL = OptionGroup(
+    "backfill",
+    (
+        Opt(
+            "output",
+            "verdicts, JSON Lines (written whole at the end, or not at all)",
+            str,
+            metavar="OUT",
+        ),
+        Opt(
+            "segment",
+            "also write the index as a sealed segment here (not yet: refused)",
+            str,
+            metavar="SEGMENT_DIR",
+        ),
+        Opt(
+            "spark-master",
+            "Spark master URL (default: spark-submit's, else local[*])",
+            str,
+            metavar="M",
+        ),
+        Opt(
+            "split-bytes",
+            "input bytes per Spark task",
+            int,
+            32 << 20,
+            metavar="N",
+        ),
+    ),
+)
+BACKFILL_INPUT = OptionGroup(
+    "crawler input",
+    tuple(o for o in CRAWL_FILES.options if o.name in ("text-format", "extract")),
+)
 
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
         (INDEX, ENGINE, TUNING, SEGMENTS, INPUT, CRAWL_FILES, OUTPUT, DEDUP_SEGMENTS),
+    ),
+    "backfill": (
+        "check JSON Lines files on Spark, in parallel, with the verdicts `dedup` would give",
+        (BACKFILL, ENGINE, BACKFILL_ENGINE, INPUT, BACKFILL_INPUT),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -711,6 +754,13 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
             "JSON Lines files ('-' for stdin) or WARC archives (.warc, .warc.gz), read in order",
         ),
     ),
+    "backfill": (
+        (
+            "input",
+            "INPUT...",
+            "JSON Lines files, read in order (on a cluster: paths every executor can read)",
+        ),
+    ),
     "produce": (
         (
             "input",
@@ -732,6 +782,10 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
 # One example per command, shown at the end of its --help (and in docs/configuration.md).
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "dedup": ("streamdedup dedup pages.jsonl --index ./index --output verdicts.jsonl",),
+    "backfill": (
+        "streamdedup backfill crawl-1.jsonl crawl-2.jsonl --output verdicts.jsonl "
+        "--spark-master local[2]",
+    ),
     "worker": (
         "streamdedup worker --bootstrap-servers localhost:9092 --index ./index "
         "--input-topic documents --output-topic verdicts",

@@ -14,7 +14,6 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -29,7 +28,7 @@ from streamdedup.engine.params import check_changelog, open_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
-from streamdedup.engine.verify import BatchMemory, best_exact
+from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError
 from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
@@ -150,9 +149,7 @@ class Deduplicator:
         self.preparer = Preparer(self.params)
         self._counts: dict[str, int] = {}
         k, t = self.params.num_perm, self.params.threshold
-        # Signature estimates have sd sqrt(J(1-J)/K); a candidate whose estimate is four
-        # of them below the bar (P ~ 3e-5 for a true match) is not worth an exact check.
-        self._margin = 4.0 * math.sqrt(t * (1.0 - t) / k) + 0.01
+        self._margin = exact_margin(t, k)
         self.counters = Counters()
         self._batch = Counters()
         self._expiry = _Expiry(None, 0)

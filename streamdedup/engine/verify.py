@@ -17,6 +17,7 @@ fast or faster on both benchmark streams (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -76,6 +77,14 @@ class BatchMemory:
         return got
 
 
+def exact_margin(threshold: float, num_perm: int) -> float:
+    """How far below the bar a candidate's signature estimate may be and still be
+    checked exactly.  Estimates have sd sqrt(J(1-J)/K); a candidate four of them below
+    the bar (P ~ 3e-5 for a true match) is not worth an exact check.  One definition
+    for the engine and the backfill, which must choose the same candidates."""
+    return 4.0 * math.sqrt(threshold * (1.0 - threshold) / num_perm) + 0.01
+
+
 def best_exact(
     t: Store,
     memory: BatchMemory,
@@ -93,6 +102,34 @@ def best_exact(
     similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
     (similarity, docno); and the number of exact checks made.  `measured(docno)`:
     the similarity a sealed segment already measured, if it did."""
+    return choose_exact(
+        lambda: own_shingles(p, i),
+        lambda d: memory.exact_shingles(t, d),
+        docnos,
+        est,
+        order,
+        threshold,
+        margin,
+        max_checks,
+        measured,
+    )
+
+
+def choose_exact(
+    mine_of: Callable[[], npt.NDArray[np.uint64]],
+    theirs: Callable[[int], npt.NDArray[np.uint64]],
+    docnos: list[int],
+    est: npt.NDArray[np.float64],
+    order: list[int],
+    threshold: float,
+    margin: float,
+    max_checks: int,
+    measured: Callable[[int], float | None] | None = None,
+) -> tuple[tuple[float, int] | None, int]:
+    """`best_exact`'s rule, given where the exact sets come from (`mine_of()`: the
+    document's own, computed once a candidate is close enough; `theirs(docno)`: a
+    candidate's; `measured(docno)`: a similarity measured elsewhere, if any), so that
+    the backfill's executors apply the very same rule."""
     mine: npt.NDArray[np.uint64] | None = None  # once a candidate is close enough
     best: tuple[float, int] | None = None
     for checks, j in enumerate(order):
@@ -103,8 +140,8 @@ def best_exact(
         sim = None if measured is None else measured(d)
         if sim is None:
             if mine is None:
-                mine = own_shingles(p, i)
-            sim = exact_jaccard(mine, memory.exact_shingles(t, d))
+                mine = mine_of()
+            sim = exact_jaccard(mine, theirs(d))
         if sim >= threshold and (best is None or sim > best[0]):
             best = (sim, d)
     return best, len(order)

@@ -174,3 +174,14 @@ def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.floa
     accidental = 1.0 / _FINGERPRINT_SPACE
     out: npt.NDArray[np.float64] = np.maximum((agree - accidental) / (1.0 - accidental), 0.0)
     return out
+
+
+def estimate_rows(sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
+    """`estimate_jaccard` of many signatures at once: row i of `sigs` (shape (n, K))
+    against each of `others[i]` (shape (n, m, K)); the same arithmetic, value for
+    value (the backfill's candidates are ranked by these numbers, the stream's by
+    `estimate_jaccard`'s)."""
+    agree = (others == sigs[:, None, :]).sum(axis=2, dtype=np.int64) / sigs.shape[-1]
+    accidental = 1.0 / _FINGERPRINT_SPACE
+    out: npt.NDArray[np.float64] = np.maximum((agree - accidental) / (1.0 - accidental), 0.0)
+    return out

@@ -1,0 +1,444 @@
+"""`streamdedup backfill` as a Spark job: JSON Lines in, the verdicts one `dedup`
+run over the same files would write, record for record (rules.py says why each
+stage may run in parallel).
+
+Stages, each a shuffle by one key (all per-document work runs in the executors,
+with the package's own functions):
+
+1. read: the inputs cut into byte ranges, decoded and prepared per range
+   (reading.py): position, id, content hash, signature, band keys, stored text.
+2. ids: grouped by id -> repeats (the stored verdict comes back) and the position
+   at which a changed document forgets its predecessor (`rules.id_rule`).
+3. contents: grouped by normalised content -> exact copies of the owner of the
+   moment, and who owns the content's postings when (`rules.content_rule`).
+4. buckets: postings grouped by band key -> for each document, the newest `cap`
+   live postings of each bucket, with their signature estimates
+   (`rules.bucket_pairs`; only those close enough to matter are kept).
+5. verify: grouped by document -> its pick (`rules.choose`, exact Jaccard on the
+   stored texts of the few candidates it may check).
+6. clusters: the root of each `duplicate_of` chain by pointer jumping.
+7. write: sorted by position, streamed to a temporary file beside the output,
+   renamed over it at the end: a failed job (or task retried by Spark) leaves no
+   partial output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from streamdedup import failpoints
+from streamdedup.backfill import rules
+from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, read_split, splits
+from streamdedup.config import EngineOptions, Fields, IndexParams
+from streamdedup.engine.files import Summary
+from streamdedup.engine.prepare import exact_shingles
+from streamdedup.engine.verify import exact_margin
+from streamdedup.errors import (
+    BackfillFailedError,
+    BackfillRefusedError,
+    InputOutputError,
+    StreamDedupError,
+)
+from streamdedup.models import Verdict, output_record
+from streamdedup.sketch.shingle import Shingler
+
+if TYPE_CHECKING:
+    from pyspark import RDD
+    from pyspark.sql import SparkSession
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What one backfill reads, writes and decides with."""
+
+    inputs: tuple[str, ...]
+    output: str
+    params: IndexParams
+    options: EngineOptions = field(default_factory=EngineOptions)
+    fields: Fields = field(default_factory=Fields)
+    split_bytes: int = SPLIT_BYTES
+
+
+PARTITION_BYTES = 64 << 20
+
+
+# -- executor functions (module level: pickled by reference)
+
+
+def _read(task: tuple[Split, int, int], params: IndexParams, fields: Fields, names: bool) -> Any:
+    split, first, first_line = task
+    return read_split(split, first, first_line, params, fields, split.path if names else None)
+
+
+def _by_id(kv: tuple[int, tuple[Any, ...]]) -> tuple[bytes, tuple[Any, ...]]:
+    pos, (_, doc_id, key, content, shingles, sig, keys, _text) = kv
+    return key, (pos, content, shingles, doc_id, sig, keys)
+
+
+def _id_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+    members = {m[0]: m for m in kv[1]}
+    for pos, replay_of, gone in rules.id_rule((p, m[1]) for p, m in members.items()):
+        if replay_of >= 0:
+            yield ("replay", pos, replay_of)
+        else:
+            _, content, shingles, doc_id, sig, keys = members[pos]
+            yield ("stored", pos, gone, content, shingles, doc_id, sig, keys)
+
+
+def _content_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+    members = {m[0]: m for m in kv[1]}  # pos -> (pos, gone, doc_id, sig, keys)
+    owners, postings = rules.content_rule((p, m[1]) for p, m in members.items())
+    for pos, owner in owners:
+        if owner < 0:
+            yield ("query", pos, members[pos][2])
+        else:
+            yield ("exact", pos, owner, members[owner][2], members[pos][2])
+    for docno, lo, hi, query in postings:
+        _, _, doc_id, sig, keys = members[docno]
+        yield ("posting", docno, lo, hi, query, sig, keys, doc_id)
+
+
+def _explode(p: tuple[Any, ...]) -> Iterator[tuple[bytes, rules.Posting]]:
+    _, docno, lo, hi, query, sig, keys, doc_id = p
+    posting = (docno, lo, hi, query, (sig, doc_id))
+    for i in range(0, len(keys), 8):
+        yield keys[i : i + 8], posting
+
+
+def _keep(floor: float, est: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
+    out: npt.NDArray[np.bool_] = est >= floor
+    return out
+
+
+def _bucket_stage(
+    kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
+) -> Iterator[tuple[int, Any]]:
+    failpoints.reach("backfill-bucket")
+    try:
+        for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
+            yield d, (c, est, cid)
+    except rules.Refused:
+        yield -1, ("refused", kv[0].hex())
+
+
+def _decide_signature(
+    kv: tuple[int, Iterable[tuple[int, float, Any]]], threshold: float
+) -> tuple[int, Any]:
+    pick = rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
+    return kv[0], pick
+
+
+def _none() -> npt.NDArray[np.uint64]:
+    raise AssertionError("signature verification reads no sets")
+
+
+def _none_of(_: int) -> npt.NDArray[np.uint64]:
+    raise AssertionError("signature verification reads no sets")
+
+
+def _text_requests(kv: tuple[int, list[tuple[int, float, Any]]]) -> list[tuple[int, Any]]:
+    """The texts a document's exact checks read: its candidates' and its own."""
+    d, candidates = kv
+    return [(c, (d, False)) for c, _, _ in candidates] + [(d, (d, True))]
+
+
+def _decide_exact(
+    kv: tuple[int, tuple[Iterable[Any], Iterable[tuple[int, bool, bytes]]]],
+    params: IndexParams,
+    margin: float,
+    max_checks: int,
+) -> tuple[int, Any]:
+    d, (needs, got) = kv
+    candidates = next(iter(needs))
+    texts: dict[int, bytes] = {}
+    own_text = b""
+    for pos, own, text in got:
+        if own:
+            own_text = text
+        else:
+            texts[pos] = text
+    shingler = Shingler(params.shingle)
+    pick = rules.choose(
+        candidates,
+        params.threshold,
+        True,
+        margin,
+        max_checks,
+        lambda: exact_shingles(shingler, own_text),
+        lambda c: exact_shingles(shingler, texts[c]),
+    )
+    return d, pick
+
+
+def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]]:
+    """(parent, (child, grandparent or None: the parent is a root)) -> (child, (the
+    parent's parent, moved))."""
+    parent, (child, grand) = kv
+    return (child, (parent, False)) if grand is None else (child, (grand, True))
+
+
+def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[bytes, str]]:
+    pos, ((doc_id, kind, dup_id, sim), root_id) = kv
+    cluster = doc_id if root_id is None else root_id  # None: a root, its own cluster
+    if kind == "exact":
+        v = Verdict(doc_id, "duplicate", dup_id, cluster, 1.0, True)
+    elif kind == "near":
+        v = Verdict(doc_id, "duplicate", dup_id, cluster, round(sim, 4), False)
+    elif kind == "empty":
+        v = Verdict(doc_id, "unique", None, doc_id, None, False, reason="empty")
+    else:
+        v = Verdict(doc_id, "unique", None, doc_id, None, False)
+    return pos, (orjson.dumps(output_record(v)), kind)
+
+
+# -- the driver
+
+
+class Stages:
+    """Progress by stage on stderr (`report`), with counts and seconds."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.report = report
+        self.started = self.last = time.perf_counter()
+
+    def done(self, stage: str, text: str) -> None:
+        now = time.perf_counter()
+        self.report(f"backfill: {stage}: {text} ({now - self.last:.1f}s)")
+        self.last = now
+
+
+def run_backfill(
+    spark: SparkSession, job: Backfill, report: Callable[[str], None] = lambda _: None
+) -> Summary:
+    """Run the job; the verdicts are in `job.output` when it returns (and nowhere,
+    not even in part, if it raises).  A failed Spark job raises `BackfillFailedError`."""
+    try:
+        return _run(spark, job, report)
+    except StreamDedupError:
+        raise
+    except Exception as exc:
+        if not type(exc).__module__.startswith(("py4j", "pyspark")):
+            raise
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise BackfillFailedError(
+            f"the Spark job failed; no verdicts were written ({first.strip()[:300]})"
+        ) from exc
+
+
+def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> Summary:
+    from pyspark import StorageLevel
+
+    keep = StorageLevel.MEMORY_AND_DISK
+    sc = spark.sparkContext
+    stages = Stages(report)
+    params, options = job.params, job.options
+    parts = splits(list(job.inputs), job.split_bytes)
+    # shuffles as wide as the input: a partition per PARTITION_BYTES of input (at least
+    # one per core), so a task's share stays the same however large the archive (the
+    # bucket stage shuffles about 1.2 bytes per input byte on crawl-like text)
+    size = sum(p.end - p.start for p in parts)
+    width = max(sc.defaultParallelism, -(-size // PARTITION_BYTES), 1)
+    counts = sc.parallelize(parts, max(1, len(parts))).map(count_lines).collect() if parts else []
+    tasks: list[tuple[Split, int, int]] = []
+    total = 0
+    in_input: dict[int, int] = {}
+    for split, n in zip(parts, counts, strict=True):
+        tasks.append((split, total, in_input.get(split.input, 0)))
+        total += n
+        in_input[split.input] = in_input.get(split.input, 0) + n
+    rows = sc.parallelize(tasks, max(1, len(tasks))).flatMap(
+        functools.partial(_read, params=params, fields=job.fields, names=len(job.inputs) > 1)
+    )
+    rows.persist(keep)
+    docs = rows.filter(lambda kv: kv[1][0] == "D")
+    rejected = rows.filter(lambda kv: kv[1][0] == "R").map(
+        lambda kv: (kv[0], (kv[1][1], "R:" + kv[1][2]))
+    )
+    n_rejected = rejected.count()
+    stages.done("read", f"{total:,} lines in {len(parts)} ranges, {n_rejected:,} rejected")
+
+    ided = docs.map(_by_id).groupByKey(width).flatMap(_id_stage).persist(keep)
+    replays = ided.filter(lambda t: t[0] == "replay").map(lambda t: (t[2], t[1]))
+    stored = ided.filter(lambda t: t[0] == "stored")
+    n_replays = replays.count()
+    stages.done("ids", f"{total - n_rejected - n_replays:,} stored, {n_replays:,} repeats")
+
+    empty = stored.filter(lambda t: t[4] == 0).map(lambda t: (t[1], (t[5], "empty", None, None)))
+    contents = (
+        stored.filter(lambda t: t[4] > 0)
+        .map(lambda t: (t[3], (t[1], t[2], t[5], t[6], t[7])))
+        .groupByKey(width)
+        .flatMap(_content_stage)
+        .persist(keep)
+    )
+    exact = contents.filter(lambda t: t[0] == "exact").map(
+        lambda t: (t[1], ((t[4], "exact", t[3], None), t[2]))
+    )
+    queries = contents.filter(lambda t: t[0] == "query").map(lambda t: (t[1], t[2]))
+    postings = contents.filter(lambda t: t[0] == "posting")
+    n_queries, n_exact = queries.count(), exact.count()
+    stages.done("contents", f"{n_queries:,} to check, {n_exact:,} exact copies")
+
+    exact_mode = params.verify == "exact"
+    margin = exact_margin(params.threshold, params.num_perm)
+    floor = params.threshold - margin if exact_mode else params.threshold
+    pairs = (
+        postings.flatMap(_explode)
+        .groupByKey(width)
+        .flatMap(functools.partial(_bucket_stage, cap=options.max_bucket_candidates, floor=floor))
+        .persist(keep)
+    )
+    refused = pairs.filter(lambda kv: kv[0] < 0).take(1)
+    if refused:
+        raise BackfillRefusedError(
+            f"band bucket {refused[0][1][1]} holds a copy that took over the postings of "
+            "a document replaced under its id (same id, changed text) and more than "
+            f"`max_bucket_candidates` ({options.max_bucket_candidates}) postings: there "
+            "the stream's candidates depend on where its batches end, so the backfill "
+            "cannot promise `dedup`'s verdicts. Run `streamdedup dedup` on this input, "
+            "or raise `max_bucket_candidates` for both.",
+            params=("max_bucket_candidates",),
+        )
+    grouped = pairs.groupByKey(width).mapValues(list)
+    if exact_mode:
+        need = grouped.mapValues(
+            functools.partial(
+                rules.needed,
+                threshold=params.threshold,
+                margin=margin,
+                max_checks=options.max_exact_checks,
+            )
+        ).filter(lambda kv: bool(kv[1]))
+        texts = docs.map(lambda kv: (kv[0], kv[1][7]))
+        # one join for both sides: (text's position, (document, is its own))
+        wanted = need.flatMap(_text_requests)
+        got = wanted.join(texts, width).map(
+            lambda kv: (kv[1][0][0], (kv[0], kv[1][0][1], kv[1][1]))
+        )
+        picks = need.cogroup(got, width).map(
+            functools.partial(
+                _decide_exact, params=params, margin=margin, max_checks=options.max_exact_checks
+            )
+        )
+    else:
+        picks = grouped.map(functools.partial(_decide_signature, threshold=params.threshold))
+    near = (
+        queries.leftOuterJoin(picks.filter(lambda kv: kv[1] is not None), width)
+        .map(
+            lambda kv: (
+                kv[0],
+                ((kv[1][0], "unique", None, None), -1)
+                if kv[1][1] is None
+                else ((kv[1][0], "near", kv[1][1][2], kv[1][1][0]), kv[1][1][1]),
+            )
+        )
+        .persist(keep)
+    )
+    n_near = near.filter(lambda kv: kv[1][0][1] == "near").count()
+    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked")
+
+    nodes = near.union(exact).union(empty.map(lambda kv: (kv[0], (kv[1], -1)))).persist(keep)
+    # pointer jumping over the duplicates only (x -> parent); a unique document is a root
+    up = nodes.filter(lambda kv: kv[1][1] >= 0).mapValues(lambda v: v[1]).persist(keep)
+    rounds = 0
+    while True:
+        rounds += 1
+        step = up.map(lambda kv: (kv[1], kv[0])).leftOuterJoin(up, width).map(_jump).persist(keep)
+        moved = step.filter(lambda kv: kv[1][1]).count()
+        up.unpersist()
+        up = step.mapValues(lambda v: v[0]).persist(keep)
+        if moved == 0:
+            break
+    ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))
+    cluster = up.map(lambda kv: (kv[1], kv[0])).join(ids, width).map(lambda kv: kv[1])
+    lines = (
+        nodes.mapValues(lambda v: v[0])
+        .leftOuterJoin(cluster, width)
+        .map(_verdict_line)
+        .persist(keep)
+    )
+    stages.done("clusters", f"{rounds} rounds of pointer jumping")
+
+    repeated = replays.join(lines, width).map(lambda kv: kv[1])
+    everything: RDD[tuple[int, tuple[bytes, str]]] = (
+        lines.union(repeated).union(rejected).sortByKey(numPartitions=width)
+    )
+    summary = _write(everything, job.output, total)
+    summary.seconds = time.perf_counter() - stages.started
+    shuffled = shuffle_bytes(spark)
+    note = "" if shuffled is None else f", {shuffled / 1e6:,.1f} MB shuffled in all"
+    stages.done("write", f"{summary.lines:,} records to {job.output}{note}")
+    for rdd in (rows, ided, contents, pairs, near, nodes, up, lines):
+        rdd.unpersist()
+    return summary
+
+
+def shuffle_bytes(spark: SparkSession) -> int | None:
+    """Bytes the application's stages wrote to shuffles so far, from Spark's own
+    status store (what its web UI shows); None where this Spark does not answer."""
+    try:
+        sc: Any = spark.sparkContext
+        gw = sc._gateway
+        store = sc._jsc.sc().statusStore()
+        listed = store.stageList(None, False, False, gw.new_array(gw.jvm.double, 0), None)
+        return sum(int(listed.apply(i).shuffleWriteBytes()) for i in range(listed.size()))
+    except Exception:  # a private API: a figure for the log, never a failure
+        return None
+
+
+def _write(records: RDD[tuple[int, tuple[bytes, str]]], output: str, expected: int) -> Summary:
+    """Stream the records in order to a temporary file in the output's directory,
+    then rename it over the output (atomic on one filesystem)."""
+    summary = Summary()
+    directory = os.path.dirname(os.path.abspath(output))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".backfill-", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise InputOutputError(
+            f"cannot write the verdicts to {output}: {exc.strerror or exc}"
+        ) from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for _, (line, kind) in records.toLocalIterator():
+                f.write(line)
+                f.write(b"\n")
+                _count(summary, kind)
+            f.flush()
+            os.fsync(f.fileno())
+        if summary.lines != expected:  # a lost or doubled record: never silently
+            raise AssertionError(f"{summary.lines} records for {expected} input lines")
+        os.replace(tmp, output)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return summary
+
+
+def _count(summary: Summary, kind: str) -> None:
+    summary.lines += 1
+    if kind.startswith("R:"):
+        summary.rejected += 1
+        reason = kind[2:]
+        summary.reasons[reason] = summary.reasons.get(reason, 0) + 1
+    elif kind == "unique":
+        summary.unique += 1
+    elif kind == "empty":
+        summary.unique += 1
+        summary.empty += 1
+    elif kind == "near":
+        summary.duplicates += 1
+    else:
+        summary.duplicates += 1
+        summary.exact += 1

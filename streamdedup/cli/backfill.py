@@ -1,0 +1,117 @@
+"""`streamdedup backfill`: JSON Lines files checked on Spark (backfill/job.py), the
+verdicts `dedup` would give over the same files, written whole at the end.
+
+Usage errors come first (options, inputs, output directory), then Spark starts
+(seconds: a JVM): a run that cannot read its inputs fails before that.  The master
+is `--spark-master`, else the one `spark-submit` set, else `local[*]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from streamdedup.cli.console import say
+from streamdedup.cli.settings import check_at_least_one, check_detection
+from streamdedup.config import EngineOptions, Fields
+from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, InputOutputError
+from streamdedup.inputs.warc import is_warc
+
+if TYPE_CHECKING:
+    from streamdedup.backfill.job import Backfill
+
+
+def cmd_backfill(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.backfill.job import run_backfill
+
+    job = backfill_job(args, values)
+    spark = session(values.get("spark_master"))
+    try:
+        summary = run_backfill(spark, job, say)
+    finally:
+        spark.stop()
+    say(summary.text())
+    return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
+    """The job the options describe, after every check that needs no Spark."""
+    from streamdedup.backfill.job import Backfill
+    from streamdedup.engine.params import resolve_params
+
+    inputs: list[str] = list(args.input)
+    output = values.get("output")
+    if not output or output == "-":
+        raise ConfigError("--output FILE is required (backfill writes the verdicts whole)")
+    if values.get("segment"):
+        raise ConfigError("--segment is not implemented yet: run without it")
+    if values["split_bytes"] < 1:
+        raise ConfigError("--split-bytes must be at least 1")
+    check_at_least_one(values)
+    d = check_detection(values)
+    params = resolve_params(
+        None,
+        threshold=d.threshold,
+        num_perm=d.num_perm,
+        shingle=d.shingle,
+        bands=d.bands,
+        rows=d.rows,
+        verify=d.verify,
+        seed=d.seed,
+        false_positive_weight=d.fp_weight,
+        false_negative_weight=d.fn_weight,
+    )
+    for path in inputs:
+        _check_input(path, output)
+    return Backfill(
+        inputs=tuple(inputs),
+        output=output,
+        params=params,
+        options=EngineOptions(
+            max_bucket_candidates=values["max_bucket_candidates"],
+            max_exact_checks=values["max_exact_checks"],
+        ),
+        fields=Fields.from_options(values),
+        split_bytes=values["split_bytes"],
+    )
+
+
+def _check_input(path: str, output: str) -> None:
+    if path == "-":
+        raise ConfigError("backfill reads files (its tasks open them by path), not stdin")
+    if is_warc(path):
+        raise ConfigError(
+            f"{path}: backfill reads JSON Lines; WARC archives go through `streamdedup dedup`"
+        )
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise InputOutputError(f"cannot read {path}: not a readable file")
+    if os.path.exists(output) and os.path.samefile(path, output):
+        raise ConfigError(
+            f"the output ({output}) is the input file ({path}): choose another --output"
+        )
+
+
+def session(master: str | None) -> Any:
+    """The Spark session: `master`, or spark-submit's, or local[*]; quiet (warnings
+    only), no web UI (several may run on one host), executors on this Python."""
+    try:
+        from pyspark import SparkConf
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise ConfigError(
+            "backfill needs PySpark: pip install 'streamdedup[spark]' (and a Java runtime)"
+        ) from exc
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = SparkConf()
+    builder = SparkSession.builder.appName("streamdedup-backfill")
+    if master or not conf.contains("spark.master"):
+        builder = builder.master(master or "local[*]")
+    spark = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

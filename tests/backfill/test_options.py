@@ -1,0 +1,66 @@
+"""`backfill`'s command line, checked before Spark starts (no JVM here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamdedup.cli.backfill import backfill_job
+from streamdedup.cli.main import parse
+from streamdedup.errors import ConfigError, InputOutputError
+
+
+def job(*argv: str) -> object:
+    _, args, values = parse(["backfill", *argv])
+    return backfill_job(args, values)
+
+
+def test_the_job_carries_dedup_s_options(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"")
+    got = job(
+        str(src),
+        "--output",
+        str(tmp_path / "out.jsonl"),
+        "--threshold",
+        "0.7",
+        "--shingle",
+        "char:6",
+        "--verify",
+        "signature",
+        "--max-bucket-candidates",
+        "7",
+        "--text-field",
+        "body",
+    )
+    params = got.params  # type: ignore[attr-defined]
+    assert (params.threshold, str(params.shingle), params.verify) == (0.7, "char:6", "signature")
+    assert got.options.max_bucket_candidates == 7  # type: ignore[attr-defined]
+    assert got.fields.text_field == "body"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("argv", "error", "message"),
+    [
+        (["IN"], ConfigError, "--output FILE is required"),
+        (["IN", "--output", "-"], ConfigError, "--output FILE is required"),
+        (["IN", "--output", "OUT", "--segment", "seg"], ConfigError, "--segment"),
+        (["-", "--output", "OUT"], ConfigError, "not stdin"),
+        (["x.warc.gz", "--output", "OUT"], ConfigError, "WARC"),
+        (["missing.jsonl", "--output", "OUT"], InputOutputError, "cannot read"),
+        (["IN", "--output", "IN"], ConfigError, "is the input file"),
+        (["IN", "--output", "OUT", "--max-bucket-candidates", "0"], ConfigError, "at least 1"),
+        (["IN", "--output", "OUT", "--bands", "3"], ConfigError, "go together"),
+    ],
+)
+def test_usage_errors_before_spark(
+    tmp_path: Path, argv: list[str], error: type[Exception], message: str
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b'{"id": 1, "text": "a"}\n')
+    names = {"IN": str(src), "OUT": str(tmp_path / "out.jsonl")}
+    with pytest.raises(error, match=message):
+        job(
+            *[names.get(a, str(tmp_path / a) if a.endswith((".gz", ".jsonl")) else a) for a in argv]
+        )

@@ -1,0 +1,300 @@
+"""The writer with remote sealed segments, next to one index, on the same stream.
+
+A crawl-like stream (bench/corpus.py) is cut into three equal slices A, B, C.
+
+- **segmented**: `dedup A`, `seal --remote` (segment 1), `dedup B`, `seal --remote`
+  (segment 2); two `segment-server` processes, one per segment, answer over the embedded
+  broker.  The writer then holds nothing itself and two remote segments hold 2/3 of
+  the documents.
+- **single**: `dedup A+B` into one index.
+
+Each round times `dedup C` on a fresh copy of each index (the order alternating from
+round to round, as this machine's speed drifts): docs/s from dedup's own summary (the
+processing, without the process start), and the wall time of the process.  The
+verdicts of C must be the same, record for record, from both (and the same as one
+`dedup` over the whole stream).  Probe round trips per batch come from the
+segmented runs (`probe_round_trips`, below), p50 and p99 over all rounds.
+
+Then the sizes: `dedup` over the whole stream with `--seal-every N` (local segments),
+sampling the open segment's file size as it runs: it stays bounded by what N documents
+need, while the single index grows with the stream; the disk each segment takes (its
+manifest's bytes).  And the segment servers' own memory (RssAnon).
+
+Everything -- broker, two servers, the writer -- shares the machine's cores.
+
+    python bench/bench_segments.py --docs 30000            # embedded Tansu
+    python bench/bench_segments.py --docs 60000 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import orjson
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from bench_worker import cluster, rss_anon_mb, save  # noqa: E402
+from corpus import generate  # noqa: E402
+
+CLI = [sys.executable, "-m", "streamdedup.cli"]
+RATE = re.compile(rb"\(([\d,]+) docs/s\)")
+
+
+def cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    r = subprocess.run([*CLI, *args], capture_output=True, **kwargs)
+    if r.returncode != 0:
+        raise SystemExit(f"streamdedup {' '.join(args)}: exit {r.returncode}\n{r.stderr.decode()}")
+    return r
+
+
+def dedup(
+    corpus: Path, index: Path, out: Path, *extra: str
+) -> tuple[float, float, subprocess.CompletedProcess[bytes]]:
+    """(docs/s as dedup reports it, wall seconds of the process, the process)."""
+    t = time.perf_counter()
+    r = cli(
+        "dedup",
+        str(corpus),
+        "--index",
+        str(index),
+        "--output",
+        str(out),
+        "--progress",
+        "never",
+        *extra,
+    )
+    wall = time.perf_counter() - t
+    m = RATE.search(r.stderr)
+    assert m, r.stderr.decode()
+    return float(m.group(1).replace(b",", b"")), wall, r
+
+
+def write_jsonl(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def verdict_fields(path: Path) -> list[tuple[Any, ...]]:
+    keys = ("id", "verdict", "duplicate_of", "cluster", "similarity", "exact")
+    return [tuple(orjson.loads(x).get(k) for k in keys) for x in path.read_bytes().splitlines()]
+
+
+@contextlib.contextmanager
+def servers(
+    bootstrap: str, segments: list[Path], logs: Path
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One `segment-server` process per segment, stopped (SIGTERM) at the end."""
+    procs = []
+    try:
+        for seg in segments:
+            log = (logs / f"server-{seg.name}.log").open("wb")
+            procs.append(
+                subprocess.Popen(
+                    [*CLI, "segment-server", str(seg), "--bootstrap-servers", bootstrap],
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
+            )
+        yield procs
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile (no interpolation: with few samples, p99 is the max)."""
+    s = sorted(xs)
+    return s[min(len(s), max(1, math.ceil(q * len(s)))) - 1]
+
+
+def sample_size(path: Path, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+    t0 = time.perf_counter()
+    while not stop.is_set():
+        with contextlib.suppress(OSError):
+            out.append((time.perf_counter() - t0, path.stat().st_size))
+        stop.wait(0.1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--docs", type=int, default=30000, help="the whole stream (3 slices)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the timing")
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=2000,
+        help="documents per batch, so one probe per segment per this many documents "
+        "(2,000: about what a worker's poll hands over)",
+    )
+    ap.add_argument(
+        "--seal-every", type=int, default=0, help="for the size run (default: docs / 6)"
+    )
+    ap.add_argument("--bootstrap", help="use this cluster instead of the embedded broker")
+    ap.add_argument("--results", type=Path, default=HERE / "out", help="where the JSON goes")
+    args = ap.parse_args()
+    n = args.docs - args.docs % 3
+    lines = [
+        orjson.dumps({"id": d.id, "text": d.text}) for d in generate(n, seed=47, memory=50_000)
+    ]
+    third = n // 3
+    results: dict[str, Any] = {
+        "docs": n,
+        "batch_size": args.batch_size,
+        "cores": os.cpu_count(),
+        "rounds": [],
+    }
+    batch = ("--batch-size", str(args.batch_size))
+    with (
+        cluster(args.bootstrap) as bootstrap,
+        tempfile.TemporaryDirectory(prefix="bench-segments-") as d,
+    ):
+        tmp = Path(d)
+        a = write_jsonl(tmp / "a.jsonl", lines[:third])
+        b = write_jsonl(tmp / "b.jsonl", lines[third : 2 * third])
+        c = write_jsonl(tmp / "c.jsonl", lines[2 * third :])
+        ab = write_jsonl(tmp / "ab.jsonl", lines[: 2 * third])
+        whole = write_jsonl(tmp / "whole.jsonl", lines)
+        remote = ("--bootstrap-servers", bootstrap)
+        # the two indexes before C
+        seg_index, single_index = tmp / "seg-index", tmp / "single-index"
+        segs = [tmp / "segments" / "1", tmp / "segments" / "2"]
+        dedup(a, seg_index, tmp / "a.out", *batch)
+        cli("seal", "--index", str(seg_index), str(segs[0]), "--remote")
+        with servers(bootstrap, segs[:1], tmp) as _:
+            dedup(b, seg_index, tmp / "b.out", *batch, *remote)
+        cli("seal", "--index", str(seg_index), str(segs[1]), "--remote")
+        dedup(ab, single_index, tmp / "ab.out", *batch)
+        dedup(whole, tmp / "whole-index", tmp / "whole.out", *batch)
+        reference = verdict_fields(tmp / "whole.out")[2 * third :]
+        manifests = [orjson.loads((s / "manifest.json").read_bytes()) for s in segs]
+        results["segments"] = [
+            {k: m[k] for k in ("number", "documents", "first_docno", "next_docno", "bytes")}
+            for m in manifests
+        ]
+        print(
+            f"{n:,} documents; C = {n - 2 * third:,} checked against two remote segments "
+            f"holding {sum(m['documents'] for m in manifests):,} ({2 * third:,} ids)",
+            flush=True,
+        )
+        with servers(bootstrap, segs, tmp) as procs:
+            for r in range(args.rounds):
+                results["rounds"].append(
+                    one_round(r, tmp, c, seg_index, single_index, batch, remote, reference)
+                )
+                rnd = results["rounds"][-1]
+                print(
+                    f"round {r + 1}: single {rnd['single']['docs_per_s']:,.0f} docs/s, "
+                    f"two remote segments {rnd['segmented']['docs_per_s']:,.0f} docs/s "
+                    f"({rnd['ratio']:.0%}); wall {rnd['single']['wall_s']:.2f} s / "
+                    f"{rnd['segmented']['wall_s']:.2f} s",
+                    flush=True,
+                )
+            results["server_rss_anon_mb"] = [rss_anon_mb(p.pid) for p in procs]
+        ratios = sorted(x["ratio"] for x in results["rounds"])
+        results["ratio_median"] = median(ratios)
+        print(
+            "two remote segments / single index, per round: "
+            + ", ".join(f"{x:.0%}" for x in ratios)
+            + f" (median {median(ratios):.0%})"
+        )
+        print(f"segment servers' own memory (RssAnon MB): {results['server_rss_anon_mb']}")
+        results["sizes"] = sizes(tmp, whole, args.seal_every or max(1, n // 6), batch)
+        s = results["sizes"]
+        print(
+            f"--seal-every {s['seal_every']:,}: open segment at most "
+            f"{s['open_max_bytes'] / 1e6:.1f} MB "
+            f"(at the end {s['open_end_bytes'] / 1e6:.1f} MB) against one index of "
+            f"{s['single_bytes'] / 1e6:.1f} MB; {len(s['segments'])} segments of "
+            + ", ".join(f"{x['bytes'] / 1e6:.1f}" for x in s["segments"])
+            + " MB"
+        )
+    save("bench_segments", results, args.results)
+    return 0
+
+
+def one_round(
+    r: int,
+    tmp: Path,
+    c: Path,
+    seg_index: Path,
+    single_index: Path,
+    batch: tuple[str, ...],
+    remote: tuple[str, ...],
+    reference: list[tuple[Any, ...]],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    order = ["single", "segmented"] if r % 2 == 0 else ["segmented", "single"]
+    for kind in order:
+        src = seg_index if kind == "segmented" else single_index
+        index = tmp / f"{kind}-{r}"
+        shutil.copytree(src, index)
+        extra = remote if kind == "segmented" else ()
+        rate, wall, _ = dedup(c, index, tmp / f"{kind}-{r}.out", *batch, *extra)
+        got = verdict_fields(tmp / f"{kind}-{r}.out")
+        assert got == reference, f"{kind} verdicts differ from one index over the whole stream"
+        out[kind] = {"docs_per_s": rate, "wall_s": wall}
+        shutil.rmtree(index)
+    out["ratio"] = out["segmented"]["docs_per_s"] / out["single"]["docs_per_s"]
+    return out
+
+
+def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[str, Any]:
+    """The open segment's file size while `dedup --seal-every` runs over the whole
+    stream (sampled ten times a second), the segments it left, and one index's size."""
+    index, segdir = tmp / "sealing-index", tmp / "sealing-segments"
+    samples: list[tuple[float, int]] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=sample_size, args=(index / "data.mdb", stop, samples))
+    watcher.start()
+    try:
+        dedup(
+            whole,
+            index,
+            tmp / "sealing.out",
+            *batch,
+            "--seal-every",
+            str(every),
+            "--segments-dir",
+            str(segdir),
+        )
+    finally:
+        stop.set()
+        watcher.join()
+    manifests = sorted(
+        (orjson.loads(p.read_bytes()) for p in segdir.glob("*/manifest.json")),
+        key=lambda m: m["number"],
+    )
+    return {
+        "seal_every": every,
+        "open_max_bytes": max(s for _, s in samples),
+        "open_end_bytes": (index / "data.mdb").stat().st_size,
+        "open_samples": samples[:: max(1, len(samples) // 50)],
+        "single_bytes": (tmp / "whole-index" / "data.mdb").stat().st_size,
+        "segments": [{k: m[k] for k in ("number", "documents", "bytes")} for m in manifests],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,7 +33,11 @@ def flags(command: str) -> set[str]:
 
 
 def metric_families() -> set[str]:
-    return {m.name for m in Metrics().registry.collect()}
+    """Every metric a worker or a segment server exposes."""
+    from streamdedup.ops.metrics import SegmentServerMetrics
+
+    registries = (Metrics().registry, SegmentServerMetrics().registry)
+    return {m.name for r in registries for m in r.collect()}
 
 
 def check_invocation(argv: list[str]) -> None:
@@ -205,9 +209,17 @@ def test_monitoring_profile_scrapes_real_metrics() -> None:
         for volume in s[name]["volumes"]:
             assert (ROOT / volume.split(":")[0]).exists(), volume
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    targets = prom["scrape_configs"][0]["static_configs"][0]["targets"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
     port = s["worker"]["environment"]["STREAMDEDUP_METRICS_PORT"]
-    assert targets == [f"worker:{port}"]
+    assert jobs.pop("streamdedup") == [f"worker:{port}"]
+    # the "segments" profile's processes, each at its own metrics port
+    scraped = {t for targets in jobs.values() for t in targets}
+    served = {
+        f"{name}:{svc['environment']['STREAMDEDUP_METRICS_PORT']}"
+        for name, svc in s.items()
+        if svc.get("profiles") == ["segments"]
+    }
+    assert scraped == served
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "streamdedup.json").read_text())
     used = set()
     for panel in dashboard["panels"]:
@@ -401,3 +413,24 @@ def test_segmented_overlay_builds_with_kustomize() -> None:
         **writer,
         "STREAMDEDUP_CHANGELOG_TOPIC": "documents-changelog",
     }
+
+
+def test_alerts_name_real_metrics() -> None:
+    """deploy/prometheus/alerts.yml is loaded by Prometheus and every metric its
+    expressions use exists; a stalled segment is among them."""
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert prom["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    mounted = dict(v.split(":")[:2] for v in compose()["services"]["prometheus"]["volumes"])
+    assert mounted["./deploy/prometheus/alerts.yml"] == "/etc/prometheus/alerts.yml"
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    families = metric_families()
+    alerts = [r for g in rules["groups"] for r in g["rules"]]
+    assert "StreamdedupSegmentStalled" in {r["alert"] for r in alerts}
+    jobs = {j["job_name"] for j in prom["scrape_configs"]}
+    for rule in alerts:
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["for"], rule["alert"]
+        for name in re.findall(r"streamdedup_[a-z_]+", rule["expr"]):
+            assert re.sub(r"_(total|bucket|count|sum)$", "", name) in families, name
+        for job in re.findall(r'job="([^"]+)"', rule["expr"]):
+            assert job in jobs, job

@@ -129,12 +129,29 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s), max(1, math.ceil(q * len(s)))) - 1]
 
 
-def sample_size(path: Path, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+def sample_pages(index: Path, stop: threading.Event, out: list[tuple[float, int]]) -> None:
+    """The open segment's high-water mark in bytes (LMDB's last used page; the file
+    never shrinks, and the index reserves 64 MiB of blocks ahead, so neither its size
+    nor its blocks say what it holds), ten times a second, until `stop`."""
+    import lmdb
+
     t0 = time.perf_counter()
+    env = None
     while not stop.is_set():
-        with contextlib.suppress(OSError):
-            out.append((time.perf_counter() - t0, path.stat().st_size))
+        if env is None and (index / "data.mdb").exists():
+            with contextlib.suppress(lmdb.Error):
+                env = lmdb.open(str(index), readonly=True, max_dbs=0)
+        if env is not None:
+            info, psize = env.info(), env.stat()["psize"]
+            out.append((round(time.perf_counter() - t0, 2), (info["last_pgno"] + 1) * psize))
         stop.wait(0.1)
+    if env is not None:
+        env.close()
+
+
+def used_bytes(index: Path) -> int:
+    """Pages in use, as `stats` counts them."""
+    return int(orjson.loads(cli("stats", "--index", str(index), "--json").stdout)["bytes_used"])
 
 
 def main() -> int:
@@ -223,12 +240,12 @@ def main() -> int:
         results["sizes"] = sizes(tmp, whole, args.seal_every or max(1, n // 6), batch)
         s = results["sizes"]
         print(
-            f"--seal-every {s['seal_every']:,}: open segment at most "
-            f"{s['open_max_bytes'] / 1e6:.1f} MB "
-            f"(at the end {s['open_end_bytes'] / 1e6:.1f} MB) against one index of "
-            f"{s['single_bytes'] / 1e6:.1f} MB; {len(s['segments'])} segments of "
+            f"--seal-every {s['seal_every']:,}: the open segment's high-water mark "
+            f"{s['open_high_water_bytes'] / 1e6:.1f} MB ({s['open_used_bytes_at_end'] / 1e6:.1f}"
+            f" MB in use at the end) against one index's {s['single_used_bytes'] / 1e6:.1f}"
+            f" MB in use; {len(s['segments'])} segments of "
             + ", ".join(f"{x['bytes'] / 1e6:.1f}" for x in s["segments"])
-            + " MB"
+            + " MB (data.mdb each)"
         )
     save("bench_segments", results, args.results)
     return 0
@@ -261,12 +278,13 @@ def one_round(
 
 
 def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[str, Any]:
-    """The open segment's file size while `dedup --seal-every` runs over the whole
-    stream (sampled ten times a second), the segments it left, and one index's size."""
+    """The open segment's high-water mark while `dedup --seal-every` runs over the
+    whole stream, what it holds at the end, the segments it left (their data.mdb:
+    the disk a segment takes on its host), next to one index over the same stream."""
     index, segdir = tmp / "sealing-index", tmp / "sealing-segments"
     samples: list[tuple[float, int]] = []
     stop = threading.Event()
-    watcher = threading.Thread(target=sample_size, args=(index / "data.mdb", stop, samples))
+    watcher = threading.Thread(target=sample_pages, args=(index, stop, samples))
     watcher.start()
     try:
         dedup(
@@ -286,12 +304,15 @@ def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[st
         (orjson.loads(p.read_bytes()) for p in segdir.glob("*/manifest.json")),
         key=lambda m: m["number"],
     )
+    assert verdict_fields(tmp / "sealing.out") == verdict_fields(tmp / "whole.out")
+    single = tmp / "whole-index"
     return {
         "seal_every": every,
-        "open_max_bytes": max(s for _, s in samples),
-        "open_end_bytes": (index / "data.mdb").stat().st_size,
+        "open_high_water_bytes": max(s for _, s in samples),
+        "open_used_bytes_at_end": used_bytes(index),
         "open_samples": samples[:: max(1, len(samples) // 50)],
-        "single_bytes": (tmp / "whole-index" / "data.mdb").stat().st_size,
+        "single_used_bytes": used_bytes(single),
+        "single_data_mdb_bytes": (single / "data.mdb").stat().st_size,
         "segments": [{k: m[k] for k in ("number", "documents", "bytes")} for m in manifests],
     }
 

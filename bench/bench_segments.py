@@ -64,25 +64,65 @@ def cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
 
 
 def dedup(
-    corpus: Path, index: Path, out: Path, *extra: str
+    corpus: Path, index: Path, out: Path, *extra: str, round_trips: Path | None = None
 ) -> tuple[float, float, subprocess.CompletedProcess[bytes]]:
-    """(docs/s as dedup reports it, wall seconds of the process, the process)."""
+    """(docs/s as dedup reports it, wall seconds of the process, the process).  With
+    `round_trips`, the command runs under `observe` (below), which writes every probe's
+    round trip there."""
     t = time.perf_counter()
-    r = cli(
-        "dedup",
-        str(corpus),
-        "--index",
-        str(index),
-        "--output",
-        str(out),
-        "--progress",
-        "never",
-        *extra,
-    )
+    args = ["dedup", str(corpus), "--index", str(index), "--output", str(out)]
+    args += ["--progress", "never", *extra]
+    if round_trips is None:
+        r = cli(*args)
+    else:
+        r = subprocess.run(
+            [sys.executable, __file__, "--observe", str(round_trips), "--", *args],
+            capture_output=True,
+        )
+        if r.returncode != 0:
+            raise SystemExit(f"dedup under observe: exit {r.returncode}\n{r.stderr.decode()}")
     wall = time.perf_counter() - t
     m = RATE.search(r.stderr)
     assert m, r.stderr.decode()
     return float(m.group(1).replace(b",", b"")), wall, r
+
+
+def observe(out: Path, argv: list[str]) -> int:
+    """Run the command line `argv` as `streamdedup` does, in this process, recording the
+    round trip of every probe the writer's remote segments answer -- from the probe
+    sent to its answer filed, as the writer's `streamdedup_segment_probe_seconds`
+    histogram measures it, but each value rather than buckets: the command's own
+    `RemoteSegments` gets a metrics object that also keeps them.  Nothing else
+    changes: the command runs as it would."""
+    from prometheus_client import CollectorRegistry
+
+    from streamdedup.cli.main import entry
+    from streamdedup.kafka import segment_client
+    from streamdedup.ops.metrics import SegmentClientMetrics
+
+    seen: list[tuple[str, float]] = []
+
+    class Recording(SegmentClientMetrics):
+        def answered(self, segment: str, seconds: float) -> None:
+            seen.append((segment, seconds))
+            super().answered(segment, seconds)
+
+    original = segment_client.RemoteSegments.__init__
+
+    def init(self: Any, link: Any, **kwargs: Any) -> None:
+        given = kwargs.get("metrics")
+        if given is None:
+            kwargs["metrics"] = Recording(CollectorRegistry())
+        else:  # keep the command's own metrics, and see what they are told
+            answered = given.answered
+            given.answered = lambda s, x: (seen.append((s, x)), answered(s, x))[1]
+        original(self, link, **kwargs)
+
+    segment_client.RemoteSegments.__init__ = init  # type: ignore[method-assign]
+    try:
+        return entry(argv)
+    finally:
+        out.write_bytes(orjson.dumps(seen))
 
 
 def write_jsonl(path: Path, lines: list[bytes]) -> Path:
@@ -123,6 +163,23 @@ def servers(
                 p.wait()
 
 
+def summary_of_trips(trips: list[list[Any]]) -> dict[str, dict[str, float]]:
+    """p50, p99 and max of the probe round trips, per segment and over all."""
+    groups: dict[str, list[float]] = {"all segments": [x for _, x in trips]}
+    for segment, x in trips:
+        groups.setdefault(f"segment {segment}", []).append(x)
+    return {
+        label: {
+            "probes": len(xs),
+            "p50": percentile(xs, 0.5),
+            "p99": percentile(xs, 0.99),
+            "max": max(xs),
+        }
+        for label, xs in groups.items()
+        if xs
+    }
+
+
 def percentile(xs: list[float], q: float) -> float:
     """Nearest-rank percentile (no interpolation: with few samples, p99 is the max)."""
     s = sorted(xs)
@@ -155,6 +212,8 @@ def used_bytes(index: Path) -> int:
 
 
 def main() -> int:
+    if len(sys.argv) > 3 and sys.argv[1] == "--observe" and sys.argv[3] == "--":
+        return observe(Path(sys.argv[2]), sys.argv[4:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=30000, help="the whole stream (3 slices)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the timing")
@@ -237,6 +296,13 @@ def main() -> int:
             + f" (median {median(ratios):.0%})"
         )
         print(f"segment servers' own memory (RssAnon MB): {results['server_rss_anon_mb']}")
+        trips = [x for rnd in results["rounds"] for x in rnd.pop("round_trips")]
+        results["round_trips"] = summary_of_trips(trips)
+        for label, s in sorted(results["round_trips"].items()):
+            print(
+                f"probe round trip, {label}: p50 {s['p50'] * 1e3:.0f} ms, p99 "
+                f"{s['p99'] * 1e3:.0f} ms, max {s['max'] * 1e3:.0f} ms over {s['probes']} probes"
+            )
         results["sizes"] = sizes(tmp, whole, args.seal_every or max(1, n // 6), batch)
         s = results["sizes"]
         print(
@@ -268,7 +334,10 @@ def one_round(
         index = tmp / f"{kind}-{r}"
         shutil.copytree(src, index)
         extra = remote if kind == "segmented" else ()
-        rate, wall, _ = dedup(c, index, tmp / f"{kind}-{r}.out", *batch, *extra)
+        rtt = tmp / f"rtt-{r}.json" if kind == "segmented" else None
+        rate, wall, _ = dedup(c, index, tmp / f"{kind}-{r}.out", *batch, *extra, round_trips=rtt)
+        if rtt is not None:
+            out["round_trips"] = orjson.loads(rtt.read_bytes())
         got = verdict_fields(tmp / f"{kind}-{r}.out")
         assert got == reference, f"{kind} verdicts differ from one index over the whole stream"
         out[kind] = {"docs_per_s": rate, "wall_s": wall}

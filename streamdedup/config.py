@@ -166,6 +166,11 @@ class EngineOptions:
     # bad producer clock cannot expire the whole window.  Timestamps of 0 or below
     # count as none (Kafka's "no timestamp" is -1).
     max_clock_skew_ms: int | None = 3_600_000
+    # Sealed segments: after a batch leaves at least this many documents in the open
+    # segment, they are sealed into a new segment (None: only `streamdedup seal`),
+    # under `segments_dir` (None: INDEX/segments).
+    seal_every: int | None = None
+    segments_dir: str | None = None
 
 
 def parse_duration_ms(text: str) -> int:

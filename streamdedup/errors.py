@@ -87,6 +87,10 @@ class IndexCorruptError(IndexOpenError):
     """LMDB found the index damaged (a torn or overwritten file)."""
 
 
+class SegmentError(IndexOpenError):
+    """A sealed segment is missing, damaged, or does not belong to this index."""
+
+
 class DiskFullError(StreamDedupError):
     """No room on the index's filesystem for the next batch; nothing of it was written."""
 

@@ -36,7 +36,7 @@ from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
 
 # the engine options that bound work per batch: 0 or less would stall or skip it
-POSITIVE_OPTIONS = ("max_bucket_candidates", "max_exact_checks", "batch_size")
+POSITIVE_OPTIONS = ("max_bucket_candidates", "max_exact_checks", "batch_size", "seal_every")
 
 
 def require_index(values: dict[str, Any]) -> str:
@@ -49,7 +49,7 @@ def require_index(values: dict[str, Any]) -> str:
 def check_at_least_one(values: dict[str, Any]) -> None:
     """`POSITIVE_OPTIONS` (those the command has) are at least 1."""
     for name in POSITIVE_OPTIONS:
-        if values.get(name, 1) < 1:
+        if (values.get(name) or 1) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
 
 
@@ -120,6 +120,8 @@ def engine_settings(values: dict[str, Any]) -> EngineSettings:
         ttl_ms=parse_duration_ms(values["ttl"]) if values.get("ttl") else None,
         max_expire_per_batch=values.get("max_expire_per_batch", 20_000),
         max_clock_skew_ms=clock_skew_ms(values.get("max_clock_skew")),
+        seal_every=values.get("seal_every"),
+        segments_dir=values.get("segments_dir"),
     )
     return EngineSettings(index, detection, options, values.get("changelog_topic"))
 

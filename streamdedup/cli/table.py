@@ -331,6 +331,24 @@ WINDOW = OptionGroup(
         ),
     ),
 )
+SEGMENTS = OptionGroup(
+    "segments",
+    (
+        Opt(
+            "seal-every",
+            "seal the open segment into a new sealed segment once it holds this many "
+            "documents (default: only `streamdedup seal` seals)",
+            int,
+            metavar="N",
+        ),
+        Opt(
+            "segments-dir",
+            "where --seal-every puts new sealed segments (default: INDEX/segments)",
+            str,
+            metavar="DIR",
+        ),
+    ),
+)
 CHANGELOG = OptionGroup(
     "recovery",
     (
@@ -433,7 +451,7 @@ VERDICTS_KAFKA = OptionGroup(
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
-        (INDEX, ENGINE, TUNING, INPUT, CRAWL_FILES, OUTPUT),
+        (INDEX, ENGINE, TUNING, SEGMENTS, INPUT, CRAWL_FILES, OUTPUT),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -443,6 +461,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             ENGINE,
             STREAM_ENGINE,
             WINDOW,
+            SEGMENTS,
             INPUT,
             CRAWL_STREAM,
             CHANGELOG,

@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -25,13 +26,24 @@ import numpy.typing as npt
 from streamdedup.config import EngineOptions, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
+from streamdedup.engine.sealed import Sealed, Store, View
+from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact
+from streamdedup.errors import ConfigError
 from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
+from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
 from streamdedup.store.tables import Tables
+
+RemoteSegments = Callable[[SegmentEntry], SegmentReader]
+
+
+class _SegmentsChanged(Exception):
+    """The index's sealed segments changed since they were opened (another process
+    sealed): the batch is asked again of the new set."""
 
 
 @dataclass
@@ -88,8 +100,12 @@ class Deduplicator:
         false_positive_weight: float = 0.02,
         false_negative_weight: float = 0.98,
         changelog: str | None = None,
+        remote: RemoteSegments | None = None,
     ) -> None:
-        """`changelog`: the changelog topic this engine's changes go to.  An index a
+        """`remote`: how to reach sealed segments registered as remote (the Kafka
+        layer's `RemoteSegments.reader`); an index with remote segments needs it.
+
+        `changelog`: the changelog topic this engine's changes go to.  An index a
         worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
         an engine naming that topic -- whose caller publishes `changes` after every
         batch, as the worker does -- so that a restore from the changelog is never
@@ -136,6 +152,15 @@ class Deduplicator:
         # The last applied batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._ts: int | None = None  # the stored timestamp of the document being checked
+        self._remote = remote
+        self._seen_segments: list[int] = []
+        self._dropped: list[int] = []
+        self.sealed: Sealed | None = None
+        try:
+            self._open_sealed()
+        except BaseException:
+            self.index.close()
+            raise
 
     def __enter__(self) -> Deduplicator:
         return self
@@ -144,7 +169,59 @@ class Deduplicator:
         self.close()
 
     def close(self) -> None:
+        if self.sealed is not None:
+            self.sealed.close()
+            self.sealed = None
         self.index.close()
+
+    # ------------------------------------------------------------------ segments
+
+    def _open_sealed(self) -> None:
+        """Open (again) the sealed segments the index registers."""
+        entries = self.index.read(segments)
+        if self.sealed is not None:
+            self.sealed.close()
+            self.sealed = None
+        self._seen_segments = [e.number for e in entries]
+        if not entries:
+            return
+        readers: list[SegmentReader] = []
+        try:
+            for e in entries:
+                if not e.remote:
+                    readers.append(LocalReader(e, self.params))
+                elif self._remote is None:
+                    raise ConfigError(
+                        f"the index at {self.index.path} has remote sealed segments (segment "
+                        f"{e.number}: {e.id}); give --bootstrap-servers so that their "
+                        "segment servers can be asked"
+                    )
+                else:
+                    readers.append(self._remote(e))
+        except BaseException:
+            for r in readers:
+                r.close()
+            raise
+        self.sealed = Sealed(readers, self.params)
+        self.index.read(self.sealed.load_masks)
+
+    def seal(self, dest: str | os.PathLike[str] | None = None, *, remote: bool = False) -> Manifest:
+        """Move every document indexed so far into a new sealed segment (`dest`, by
+        default the next number under `EngineOptions.segments_dir`, else
+        INDEX/segments)."""
+        if dest is None:
+            entries = self.index.read(segments)
+            number = max((e.number for e in entries), default=0) + 1
+            base = self.options.segments_dir or os.path.join(self.index.path, "segments")
+            dest = os.path.join(base, f"{number:06d}")
+        manifest = seal(self.index, Path(dest), remote=remote)
+        self._open_sealed()
+        return manifest
+
+    def _maybe_seal(self) -> None:
+        every = self.options.seal_every
+        if every and self.index.read(lambda t: t.count("docs")) >= every:
+            self.seal()
 
     def require_writable(self) -> None:
         """Raise ConfigError now if `apply` would refuse to add documents to this index
@@ -208,7 +285,18 @@ class Deduplicator:
             return []
 
         def run(t: Tables) -> list[Verdict]:
-            verdicts = self._apply(t, parts)
+            if [e.number for e in segments(t)] != self._seen_segments:  # sealed meanwhile
+                raise _SegmentsChanged
+            store: Store = t
+            self._dropped = []
+            if self.sealed is not None:
+                self.sealed.begin()
+                store = View(t, self.sealed)
+            verdicts = self._apply(store, parts)
+            if self.sealed is not None:
+                self._dropped = self.sealed.fully_masked()
+                for n in self._dropped:  # every document expired or replaced
+                    drop_segment(t, n)
             if self.changes:  # documents stored or forgotten: refused if unlogged
                 check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
             if also is not None:
@@ -219,13 +307,31 @@ class Deduplicator:
         # 2 KiB a document), so that a batch of unusually large documents still finds
         # its disk space allocated before it writes (index.Index._reserve).
         grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
-        verdicts = self.index.write(run, grow=grow)
+        while True:
+            if self.sealed is not None:
+                self.sealed.ask(
+                    parts,
+                    self.options.max_bucket_candidates,
+                    self.params.threshold,
+                    self._margin,
+                    self.options.max_expire_per_batch if self.options.ttl_ms else 0,
+                )
+            try:
+                verdicts = self.index.write(run, grow=grow)
+                break
+            except _SegmentsChanged:
+                self._open_sealed()
         self.counters.merge(self._batch)  # only once the batch is committed
+        if self.sealed is not None:
+            self.sealed.commit()
+            if self._dropped:
+                self._open_sealed()
+        self._maybe_seal()
         return verdicts
 
     # ------------------------------------------------------------------ internals
 
-    def _apply(self, t: Tables, parts: list[Prepared]) -> list[Verdict]:
+    def _apply(self, t: Store, parts: list[Prepared]) -> list[Verdict]:
         next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
         self._counts = dict(t.meta(MetaKey.COUNTS) or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
@@ -282,7 +388,7 @@ class Deduplicator:
         t.set_meta(MetaKey.CLOCK, clock)
         return out
 
-    def _expire(self, t: Tables, cutoff: int) -> None:
+    def _expire(self, t: Store, cutoff: int) -> None:
         """Forget documents older than the window, oldest first, a bounded number per
         batch; what is left over stays invisible (`_expired`) until a later batch."""
         e = self._expiry
@@ -313,7 +419,7 @@ class Deduplicator:
         for kind in v.kinds():
             self._counts[kind] = self._counts.get(kind, 0) + delta
 
-    def _check_one(self, t: Tables, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
+    def _check_one(self, t: Store, p: Prepared, i: int, docno: int) -> tuple[Verdict, int]:
         doc, key, content = p.docs[i], p.keys[i], p.content[i]
         existing = t.docno_for_id(key)
         if existing is not None:
@@ -351,7 +457,7 @@ class Deduplicator:
         return verdict, 1
 
     def _best_match(
-        self, t: Tables, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
+        self, t: Store, p: Prepared, i: int, sig: npt.NDArray[np.uint16]
     ) -> tuple[float, Record] | None:
         found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
         c = self._batch
@@ -384,6 +490,7 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
+        sealed = self.sealed
         best, checks = best_exact(
             t,
             self._memory,
@@ -395,6 +502,7 @@ class Deduplicator:
             threshold,
             self._margin,
             self.options.max_exact_checks,
+            None if sealed is None else (lambda d: sealed.exact(p, i, d)),
         )
         c.exact_checks += checks
         if best is None:
@@ -402,7 +510,7 @@ class Deduplicator:
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
 
-    def _successor(self, t: Tables, docno: int, rec: Record) -> int | None:
+    def _successor(self, t: Store, docno: int, rec: Record) -> int | None:
         """An expired candidate the window has not forgotten yet (the batch's budget
         ran out) is forgotten now; the copy of its content still inside the window
         that takes it over (if any) is the candidate instead, as it would be had the
@@ -420,7 +528,7 @@ class Deduplicator:
             docno, rec = heir, got
 
     def _insert(
-        self, t: Tables, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
+        self, t: Store, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
     ) -> None:
         self._count(v, +1)
         doc = p.docs[i]
@@ -462,7 +570,7 @@ class Deduplicator:
             )
         )
 
-    def _forget(self, t: Tables, docno: int, key: bytes, own: bool = False) -> None:
+    def _forget(self, t: Store, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its
         content and copies of it live on, the oldest copy becomes the owner and takes
         over its signature, postings and text, so later exact and near

@@ -17,13 +17,15 @@ fast or faster on both benchmark streams (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
+from streamdedup.engine.sealed import Store
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.store.tables import Tables
 
 EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
 
@@ -52,12 +54,12 @@ class BatchMemory:
         self.fresh.pop(docno, None)
         self.exact.pop(docno, None)
 
-    def signature(self, t: Tables, docno: int) -> bytes | None:
+    def signature(self, t: Store, docno: int) -> bytes | None:
         """A candidate's signature: from memory if this batch holds it, else as stored."""
         fresh = self.fresh.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
 
-    def exact_shingles(self, t: Tables, docno: int) -> npt.NDArray[np.uint64]:
+    def exact_shingles(self, t: Store, docno: int) -> npt.NDArray[np.uint64]:
         """A candidate's exact shingle set: from memory if this batch holds it, else
         from its stored text, shingled again."""
         got = self.exact.get(docno)
@@ -75,7 +77,7 @@ class BatchMemory:
 
 
 def best_exact(
-    t: Tables,
+    t: Store,
     memory: BatchMemory,
     p: Prepared,
     i: int,
@@ -85,20 +87,24 @@ def best_exact(
     threshold: float,
     margin: float,
     max_checks: int,
+    measured: Callable[[int], float | None] | None = None,
 ) -> tuple[tuple[float, int] | None, int]:
     """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
     similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
-    (similarity, docno); and the number of exact checks made."""
+    (similarity, docno); and the number of exact checks made.  `measured(docno)`:
+    the similarity a sealed segment already measured, if it did."""
     mine: npt.NDArray[np.uint64] | None = None  # once a candidate is close enough
     best: tuple[float, int] | None = None
     for checks, j in enumerate(order):
         floor = threshold if best is None else best[0]
         if checks >= max_checks or est[j] < floor - margin:
             return best, checks
-        if mine is None:
-            mine = own_shingles(p, i)
         d = docnos[j]
-        sim = exact_jaccard(mine, memory.exact_shingles(t, d))
+        sim = None if measured is None else measured(d)
+        if sim is None:
+            if mine is None:
+                mine = own_shingles(p, i)
+            sim = exact_jaccard(mine, memory.exact_shingles(t, d))
         if sim >= threshold and (best is None or sim > best[0]):
             best = (sim, d)
     return best, len(order)

@@ -27,6 +27,7 @@ class MetaKey:
     COUNTS: Final = "counts"  # verdict tallies of the documents indexed
     CLOCK: Final = "clock"  # stream time: the newest trusted timestamp (ms)
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
+    SEGMENTS: Final = "segments"  # the sealed segments, in sealing order (store/segments.py)
     # the worker's
     BINDING: Final = "binding"  # the consumer group and input topic the index serves
     IDENTITY: Final = "identity"  # the index's id and when it was bound to its group

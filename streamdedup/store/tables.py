@@ -33,7 +33,7 @@ its postings at the end, a whole batch at once (`Tables.batch_postings`, batch.p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lmdb
@@ -64,6 +64,7 @@ TABLES = (
     "copies",
     "expiry",
     "postings",
+    "tombs",
 )
 
 
@@ -299,6 +300,70 @@ class Tables:
         if record is not None and record.timestamp_ms is not None:
             self.delete_expiry(record.timestamp_ms, docno)
 
+    def record_bytes(self, docno: int) -> bytes | None:
+        """A stored record as packed (for a sealed segment's answers)."""
+        raw = self.txn.get(docno_key(docno), db=self.db["docs"])
+        return None if raw is None else bytes(raw)
+
+    def content_docnos(self, content_hash: bytes, after: int, limit: int) -> list[int]:
+        """The documents holding a content (its owner and its copies), ascending,
+        those numbered above `after`, at most `limit`."""
+        out: list[int] = []
+        owner = self.docno_for_content(content_hash)
+        if owner is not None and owner > after:
+            out.append(owner)
+        cur = self.txn.cursor(db=self.db["copies"])
+        found = cur.set_range(content_hash + docno_key(after + 1))
+        while found and len(out) < limit + 1:
+            key = bytes(cur.key())
+            if not key.startswith(content_hash):
+                break
+            out.append(docno_of(key[len(content_hash) :]))
+            found = cur.next()
+        return sorted(out)[:limit]
+
+    def set_content_owner(self, content_hash: bytes, docno: int) -> None:
+        """Make `docno` the content's owner entry; the entry it replaces (if any)
+        becomes one of the copies."""
+        dk = docno_key(docno)
+        prev = self.docno_for_content(content_hash)
+        if prev is not None and prev != docno:
+            self.txn.put(content_hash + docno_key(prev), b"", db=self.db["copies"])
+        self.txn.delete(content_hash + dk, db=self.db["copies"])
+        self.txn.put(content_hash, dk, db=self.db["content"])
+
+    # -- tombstones: documents of sealed segments replaced or expired since sealing
+    def mask(self, segment: int, docno: int) -> None:
+        self.txn.put(segment.to_bytes(2, "big") + docno_key(docno), b"", db=self.db["tombs"])
+
+    def masked(self, segment: int) -> list[int]:
+        """The docnos tombstoned in one sealed segment, ascending."""
+        if "tombs" not in self.db:  # an index from before segments
+            return []
+        prefix = segment.to_bytes(2, "big")
+        out: list[int] = []
+        for key, _ in self.items("tombs", prefix):
+            if key[:2] != prefix:
+                break
+            out.append(docno_of(key[2:]))
+        return out
+
+    def clear_masks(self, segment: int) -> None:
+        prefix = segment.to_bytes(2, "big")
+        cur = self.txn.cursor(db=self.db["tombs"])
+        while cur.set_range(prefix) and bytes(cur.key())[:2] == prefix:
+            cur.delete()
+
+    def expiry_entries(self, after: bytes | None, limit: int) -> tuple[list[tuple[int, int]], bool]:
+        """Up to `limit` entries of the expiry order after key `after` (from the
+        start if None): (timestamp, docno); and whether more follow."""
+        out: list[tuple[int, int]] = []
+        for key, _ in self.items("expiry", after or b""):
+            if len(out) == limit:
+                return out, True
+            out.append((int.from_bytes(key[:8], "big"), docno_of(key[8:])))
+        return out, False
+
     # -- expiry order
     def delete_expiry(self, timestamp_ms: int, docno: int) -> None:
         """Drop one entry of the expiry order (an orphan: its document is gone)."""
@@ -319,7 +384,9 @@ class Tables:
         return int.from_bytes(key[:8], "big"), docno_of(key[8:])
 
     # -- postings
-    def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
+    def batch_postings(
+        self, band_keys: list[bytes], cap: int, elsewhere: set[int] | None = None
+    ) -> None:
         """Read the buckets of a whole batch up front and buffer the postings it adds,
         both in key order (`flush_postings` writes the buffer).
 
@@ -327,7 +394,10 @@ class Tables:
         document at a time jumps all over the tree, and in a large index those jumps
         are most of a document's cost.  `candidates` then answers from the read-ahead
         and the buffer (this batch's documents, newer than anything stored); it reads
-        a bucket again only if a removal in this batch changed it."""
+        a bucket again only if a removal in this batch changed it.
+
+        `elsewhere`: band keys that have postings outside this index (in sealed
+        segments): their rows are not quiet."""
         if not band_keys:
             self._postings = BatchPostings({}, {}, set(), set())
             return
@@ -338,6 +408,8 @@ class Tables:
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in one numpy pass.
         present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+        if elsewhere:
+            present = np.union1d(present, np.fromiter(elsewhere, dtype=np.uint64))
         busy = np.isin(flat, np.union1d(shared, present))
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
         self._postings = BatchPostings(
@@ -369,9 +441,16 @@ class Tables:
         key = int.from_bytes(bk, "big")
         return self.postings.lookup(np.array([key], dtype=np.uint64), cap).get(key, [])
 
-    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+    def candidates(
+        self,
+        band_keys: list[bytes],
+        cap: int,
+        older: Callable[[bytes, int, list[int]], list[int]] | None = None,
+    ) -> dict[int, int]:
         """docno -> number of the given buckets it is in, from at most the `cap`
-        newest postings of each bucket."""
+        newest postings of each bucket.  `older(key, cap, newest)`: the bucket's
+        newest `cap` postings once those held elsewhere (sealed segments) are
+        merged with this index's `newest`."""
         found: dict[int, int] = {}
         get = found.get
         p = self._postings
@@ -395,10 +474,14 @@ class Tables:
                 )
                 if not added:
                     newest = stored
+                elif p.adopted:  # a copy older than stored postings took over an owner's
+                    newest = sorted(added + stored, reverse=True)[:cap]
                 elif len(added) >= cap:
                     newest = added[-cap:]
                 else:
                     newest = added + stored[: cap - len(added)]
+            if older is not None:
+                newest = older(bk, cap, newest)
             for d in newest:
                 found[d] = get(d, 0) + 1
         return found

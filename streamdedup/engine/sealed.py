@@ -1,0 +1,562 @@
+"""The writer's view of an index with sealed segments: the open segment (the LMDB
+index it writes) merged with the answers of its sealed segments, so that the
+engine's decisions read exactly what one index holding every document would hold.
+
+Rules that make the merge equal to one index:
+- a document lives in one place: the open segment, or one sealed segment where no
+  tombstone masks it.  Forgetting a sealed document (its id replaced, or expired)
+  writes a tombstone; when it owned content whose copies live on, the oldest copy
+  takes its signature, postings and text in the open segment (`adopt`), as in one
+  index, and a copy that lived in a sealed segment moves to the open one;
+- a bucket's newest `cap` postings are the newest `cap` of all places together, by
+  document number (a sealed segment answers its newest `cap`; when tombstones thin
+  those out, a follow-up asks for more);
+- a content's owner is its oldest live copy anywhere; ids resolve in the open
+  segment first.
+Everything a batch needs is asked of every sealed segment before the batch's write
+transaction (`Sealed.ask`); the rare questions only the decisions raise are
+follow-ups (`Sealed.follow_up`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamdedup.config import IndexParams
+from streamdedup.engine.prepare import Prepared
+from streamdedup.engine.segments import Answer, Probe, SegmentReader, new_request
+from streamdedup.models import Record
+from streamdedup.store.keys import id_key
+from streamdedup.store.tables import Tables
+
+KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
+
+
+class Store(Protocol):
+    """What the engine reads and writes in its write transaction: `Tables` (one
+    index) or `View` (an index with sealed segments)."""
+
+    def meta(self, name: str) -> Any: ...
+    def set_meta(self, name: str, value: Any) -> None: ...
+    def record(self, docno: int) -> Record | None: ...
+    def signature(self, docno: int) -> bytes | None: ...
+    def text(self, docno: int) -> bytes: ...
+    def docno_for_id(self, key: bytes) -> int | None: ...
+    def docno_for_content(self, content_hash: bytes) -> int | None: ...
+    def first_copy(self, content_hash: bytes) -> int | None: ...
+    def oldest(self) -> tuple[int, int] | None: ...
+    def newest_timestamp(self, at_most: int) -> int: ...
+    def delete_expiry(self, timestamp_ms: int, docno: int) -> None: ...
+    def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
+    def flush_postings(self) -> None: ...
+    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]: ...
+    def put_document(
+        self,
+        docno: int,
+        key: bytes,
+        record: Record,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        register_content: bool,
+        text: bytes | None = None,
+    ) -> bool: ...
+    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None: ...
+    def adopt(
+        self,
+        docno: int,
+        content_hash: bytes,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        text: bytes | None,
+    ) -> None: ...
+
+
+class Sealed:
+    """The sealed segments of one index, from the writer's side: their readers, the
+    tombstones (committed, and those of the batch in progress), and the answers
+    of the batch in progress."""
+
+    def __init__(self, readers: Sequence[SegmentReader], params: IndexParams) -> None:
+        self.readers: dict[int, SegmentReader] = {r.entry.number: r for r in readers}
+        self.params = params
+        self.masks: dict[int, set[int]] = {n: set() for n in self.readers}
+        self.pending: dict[int, set[int]] = {n: set() for n in self.readers}
+        self.answers: dict[int, Answer] = {}
+        self._asked_keys: set[int] = set()
+        self._asked_ids: set[bytes] = set()
+        self._asked_contents: set[bytes] = set()
+        self._probe_docs: dict[tuple[int, int], int] = {}
+        self._records: dict[tuple[int, int], Record] = {}
+        self._expiry: dict[int, list[tuple[int, int]]] = {n: [] for n in self.readers}
+        self._expiry_more: dict[int, bool] = dict.fromkeys(self.readers, True)
+        self._expiry_after: dict[int, bytes | None] = dict.fromkeys(self.readers)
+        # What later batches may need again, kept across batches (segments do not
+        # change): the holders of every content asked about, with their records and
+        # signatures, and those of the expiry entries read ahead.
+        self._kept: dict[int, Answer] = {n: Answer("", "") for n in self.readers}
+        self.round_trips: list[float] = []  # seconds, of the last batch's probes
+        self.follow_ups = 0
+
+    @property
+    def numbers(self) -> list[int]:
+        return list(self.readers)
+
+    def load_masks(self, t: Tables) -> None:
+        for n in self.readers:
+            self.masks[n] = set(t.masked(n))
+
+    def close(self) -> None:
+        for r in self.readers.values():
+            r.close()
+
+    # -------------------------------------------------------------- asking
+
+    def ask(
+        self,
+        parts: Sequence[Prepared],
+        cap: int,
+        threshold: float,
+        margin: float,
+        expire: int = 0,
+    ) -> None:
+        """Send every sealed segment the batch's questions and wait for all answers
+        (a silent segment stalls here: it is never skipped).  `expire`: how many
+        documents the time window may forget in this batch (0: no window)."""
+        self.answers = {}
+        self._records = {}
+        self._probe_docs = {}
+        looking: list[tuple[Prepared, int]] = [
+            (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.light
+        ]
+        for j, (p, i) in enumerate(looking):
+            self._probe_docs[(id(p), i)] = j
+        bands = self.params.bands
+        if looking:
+            flat = b"".join(b"".join(p.band_keys[i]) for p, i in looking)
+            doc_keys = np.frombuffer(flat, dtype=">u8").astype(np.uint64).reshape(-1, bands)
+            sigs = np.stack([p.sigs[i] for p, i in looking]).astype(np.uint16)
+        else:
+            doc_keys = np.empty((0, bands), dtype=np.uint64)
+            sigs = np.empty((0, self.params.num_perm), dtype=np.uint16)
+        keys = np.unique(doc_keys)
+        texts = [p.texts[i] if p.texts is not None else b"" for p, i in looking]
+        ids = [k for p in parts for k in p.keys]
+        contents = [c for p in parts for c in p.content]
+        self._asked_keys = set(keys.tolist())
+        self._asked_ids = set(ids)
+        if len(self._asked_contents) > KEPT_CONTENTS:
+            self._asked_contents = set()
+            self._kept = {n: Answer("", "") for n in self.readers}
+        contents = [c for c in contents if c not in self._asked_contents]
+        self._asked_contents.update(contents)
+        probe = Probe(
+            request="",
+            segment="",
+            threshold=threshold,
+            margin=margin,
+            depth=cap,
+            keys=keys,
+            doc_keys=doc_keys,
+            sigs=sigs,
+            texts=texts,
+            ids=ids,
+            contents=contents,
+        )
+        self.answers = self._send(probe, self.numbers)
+        for n, a in self.answers.items():
+            self._keep(n, a)
+            kept = self._kept[n]
+            a.contents.update(kept.contents)
+            a.more_copies |= kept.more_copies
+            a.records.update(kept.records)
+            a.sigs.update(kept.sigs)
+        leaving = [d for a in self.answers.values() for d in a.ids.values()]
+        if expire:
+            for n in self.numbers:
+                leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
+        self._settle(leaving, cap)
+
+    def _settle(self, docnos: list[int], cap: int) -> None:
+        """Ask at once what deciding the batch would otherwise ask one question at a
+        time: deeper postings for buckets whose newest ones are tombstoned, and who
+        else holds the content of each document the batch may forget (`docnos`:
+        those its ids replace, or the window expires)."""
+        hashes = set()
+        for d in docnos:
+            got = self.record(d)
+            if got is not None:
+                hashes.add(got[1].content_hash)
+        unasked = sorted(hashes - self._asked_contents)
+        if unasked:
+            self.follow_up(self.numbers, contents=unasked)
+            self._asked_contents.update(unasked)
+        gone = set(docnos)  # they may be masked before the batch reads a bucket
+        while True:
+            deeper: dict[int, list[int]] = {}
+            depth: dict[int, int] = {}
+            for n, a in self.answers.items():
+                for k in a.cut:
+                    listed = a.buckets.get(k, [])
+                    masked = sum(1 for d in listed if d in gone or not self.live(n, d))
+                    if masked and len(listed) - masked < cap:
+                        deeper.setdefault(n, []).append(k)
+                        depth[n] = max(depth.get(n, 0), len(listed) + 2 * masked)
+            if not deeper:
+                return
+            for n, keys in deeper.items():
+                self.follow_up([n], keys=np.array(sorted(keys), dtype=np.uint64), depth=depth[n])
+
+    def _send(self, probe: Probe, numbers: list[int]) -> dict[int, Answer]:
+        waiting: list[tuple[int, float, Callable[[], bytes]]] = []
+        for n in numbers:
+            reader = self.readers[n]
+            probe.request, probe.segment = new_request(), reader.entry.id
+            waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
+        out: dict[int, Answer] = {}
+        self.round_trips = []
+        for n, sent, wait in waiting:
+            out[n] = Answer.unpack(wait())
+            self.round_trips.append(time.monotonic() - sent)
+        return out
+
+    def follow_up(self, numbers: list[int], **questions: object) -> dict[int, Answer]:
+        """Ask some segments more about this batch; their answers join the batch's
+        (and are returned as they came)."""
+        self.follow_ups += 1
+        probe = Probe(request="", segment="", **questions)  # type: ignore[arg-type]
+        got = self._send(probe, numbers)
+        for n, a in got.items():
+            self._keep(n, a)
+            if n in self.answers:
+                self.answers[n].merge(a)
+            else:
+                self.answers[n] = Answer.unpack(a.pack())  # a copy: merged into later
+        return got
+
+    def _keep(self, n: int, a: Answer) -> None:
+        """Keep what an answer says about contents (holders, their records)."""
+        if not a.contents and not a.expiry:
+            return
+        kept = self._kept[n]
+        for c, docnos in a.contents.items():
+            kept.contents[c] = sorted(set(kept.contents.get(c, [])) | set(docnos))
+            kept.more_copies.discard(c)
+            for d in docnos:
+                if d in a.records:
+                    kept.records[d] = a.records[d]
+                if d in a.sigs:
+                    kept.sigs[d] = a.sigs[d]
+        kept.more_copies |= a.more_copies
+        for _, d in a.expiry:
+            if d in a.records:
+                kept.records[d] = a.records[d]
+            if d in a.sigs:
+                kept.sigs[d] = a.sigs[d]
+
+    # -------------------------------------------------------------- masks
+
+    def live(self, n: int, docno: int) -> bool:
+        return docno not in self.masks[n] and docno not in self.pending[n]
+
+    def begin(self) -> None:
+        """A run of the batch's write transaction starts (it may run again)."""
+        self.pending = {n: set() for n in self.readers}
+
+    def commit(self) -> None:
+        for n, docnos in self.pending.items():
+            self.masks[n] |= docnos
+        self.pending = {n: set() for n in self.readers}
+        self.answers = {}
+        self._records = {}
+
+    def fully_masked(self) -> list[int]:
+        return [
+            n
+            for n, r in self.readers.items()
+            if len(self.masks[n] | self.pending[n]) >= r.entry.documents
+        ]
+
+    # -------------------------------------------------------------- lookups
+
+    def holder(self, docno: int) -> int | None:
+        """The sealed segment where `docno` lives, if any (asking if unknown)."""
+        for n, a in self.answers.items():
+            if docno in a.records and self.live(n, docno):
+                return n
+        maybe = [
+            n
+            for n, r in self.readers.items()
+            if r.entry.first_docno <= docno < r.entry.next_docno and self.live(n, docno)
+        ]
+        unasked = [n for n in maybe if docno not in self.answers.get(n, Answer("", "")).records]
+        if unasked:
+            self.follow_up(unasked, docnos=[docno])
+            for n in unasked:
+                if docno in self.answers[n].records:
+                    return n
+        return None
+
+    def record(self, docno: int) -> tuple[int, Record] | None:
+        n = self.holder(docno)
+        if n is None:
+            return None
+        got = self._records.get((n, docno))
+        if got is None:
+            got = self._records[(n, docno)] = Record.unpack(self.answers[n].records[docno])
+        return n, got
+
+    def signature(self, docno: int) -> bytes | None:
+        n = self.holder(docno)
+        return None if n is None else self.answers[n].sigs.get(docno)
+
+    def text(self, docno: int) -> bytes:
+        n = self.holder(docno)
+        if n is None:
+            return b""
+        if docno not in self.answers[n].texts:
+            self.follow_up([n], text_docnos=[docno])
+        return self.answers[n].texts.get(docno, b"")
+
+    def docno_for_id(self, key: bytes) -> int | None:
+        if key not in self._asked_ids:
+            self.follow_up(self.numbers, ids=[key])
+            self._asked_ids.add(key)
+        for n, a in self.answers.items():
+            d = a.ids.get(key)
+            if d is not None and self.live(n, d):
+                return d
+        return None
+
+    def content_docnos(self, content_hash: bytes, count: int) -> list[int]:
+        """The `count` oldest live sealed documents holding a content."""
+        if content_hash not in self._asked_contents:
+            self.follow_up(self.numbers, contents=[content_hash])
+            self._asked_contents.add(content_hash)
+        out: list[int] = []
+        for n in self.numbers:
+            a = self.answers.get(n)
+            if a is None:
+                continue
+            while True:
+                have = a.contents.get(content_hash, [])
+                live = [d for d in have if self.live(n, d)]
+                if len(live) >= count or content_hash not in a.more_copies:
+                    break
+                self.follow_up([n], contents=[content_hash], after=have[-1])
+                a = self.answers[n]
+            out += live[:count]
+        return sorted(out)[:count]
+
+    def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
+        """A bucket's newest `cap` postings: the open segment's `newest` merged with
+        the sealed segments' live ones."""
+        k = int.from_bytes(key, "big")
+        if k not in self._asked_keys:
+            self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)
+            self._asked_keys.add(k)
+        merged = list(newest)
+        for n, a in self.answers.items():
+            got = a.buckets.get(k)
+            if not got:
+                continue
+            live = [d for d in got if self.live(n, d)]
+            while len(live) < cap and k in a.cut:
+                depth = 2 * len(got) + cap
+                self.follow_up([n], keys=np.array([k], dtype=np.uint64), depth=depth)
+                a = self.answers[n]
+                got = a.buckets.get(k, [])
+                live = [d for d in got if self.live(n, d)]
+            merged += live[:cap]
+        if len(merged) == len(newest):
+            return newest
+        merged.sort(reverse=True)
+        return merged[:cap]
+
+    def present(self) -> set[int]:
+        """Band keys with postings in some sealed segment (for the batch's quiet rows)."""
+        out: set[int] = set()
+        for a in self.answers.values():
+            out.update(k for k, v in a.buckets.items() if v)
+        return out
+
+    def exact(self, p: Prepared, i: int, docno: int) -> float | None:
+        """The exact similarity a sealed segment measured for a batch document and
+        one of its candidates, if it did."""
+        j = self._probe_docs.get((id(p), i))
+        if j is None:
+            return None
+        for n, a in self.answers.items():
+            s = a.exact.get((j, docno))
+            if s is not None and self.live(n, docno):
+                return s
+        return None
+
+    def oldest(self) -> tuple[int, int] | None:
+        """The oldest live timestamped sealed document: (timestamp, docno)."""
+        best: tuple[int, int] | None = None
+        for n in self.numbers:
+            entries = self._expiry[n]
+            while entries and entries[0][1] in self.masks[n]:
+                entries.pop(0)
+            at = 0
+            while True:
+                while at < len(entries) and not self.live(n, entries[at][1]):
+                    at += 1
+                if at < len(entries) or not self._expiry_more[n]:
+                    break
+                self._fill_expiry(n)
+                entries = self._expiry[n]
+            if at < len(entries) and (best is None or entries[at] < best):
+                best = entries[at]
+        return best
+
+    def _fill_expiry(self, n: int, count: int = 4096) -> None:
+        a = self.follow_up([n], expiry_after=self._expiry_after[n], expiry_count=count)[n]
+        got = a.expiry
+        self._expiry[n] += got
+        self._expiry_more[n] = a.more_expiry
+        if got:
+            ts, d = got[-1]
+            self._expiry_after[n] = ts.to_bytes(8, "big") + d.to_bytes(5, "big")
+        self._settle([d for _, d in got], 0)
+
+    def newest_timestamp(self, at_most: int) -> int:
+        got = self.follow_up(self.numbers, newest_at_most=at_most)
+        return max((a.newest for a in got.values()), default=0)
+
+
+class View:
+    """The open segment's tables merged with the sealed segments (see the module
+    docstring).  Used in place of `Tables` by the engine, inside one write
+    transaction of the open segment (`open`)."""
+
+    def __init__(self, open_tables: Tables, sealed: Sealed) -> None:
+        self.open = open_tables
+        self.sealed = sealed
+
+    def meta(self, name: str) -> Any:
+        return self.open.meta(name)
+
+    def set_meta(self, name: str, value: Any) -> None:
+        self.open.set_meta(name, value)
+
+    def record(self, docno: int) -> Record | None:
+        rec = self.open.record(docno)
+        if rec is not None:
+            return rec
+        got = self.sealed.record(docno)
+        return None if got is None else got[1]
+
+    def signature(self, docno: int) -> bytes | None:
+        if self.open.record(docno) is not None:
+            return self.open.signature(docno)
+        return self.sealed.signature(docno)
+
+    def text(self, docno: int) -> bytes:
+        if self.open.record(docno) is not None:
+            return self.open.text(docno)
+        return self.sealed.text(docno)
+
+    def docno_for_id(self, key: bytes) -> int | None:
+        d = self.open.docno_for_id(key)
+        return d if d is not None else self.sealed.docno_for_id(key)
+
+    def _holders(self, content_hash: bytes, count: int) -> list[int]:
+        """The `count` oldest live documents holding a content, anywhere."""
+        mine: list[int] = []
+        first = self.open.docno_for_content(content_hash)
+        if first is not None:
+            mine.append(first)
+            if count > 1:
+                more = self.open.content_docnos(content_hash, first, count - 1)
+                mine += more
+        return sorted(mine + self.sealed.content_docnos(content_hash, count))[:count]
+
+    def docno_for_content(self, content_hash: bytes) -> int | None:
+        got = self._holders(content_hash, 1)
+        return got[0] if got else None
+
+    def first_copy(self, content_hash: bytes) -> int | None:
+        got = self._holders(content_hash, 2)
+        return got[1] if len(got) > 1 else None
+
+    def oldest(self) -> tuple[int, int] | None:
+        mine, theirs = self.open.oldest(), self.sealed.oldest()
+        if mine is None or theirs is None:
+            return mine if theirs is None else theirs
+        return min(mine, theirs)
+
+    def newest_timestamp(self, at_most: int) -> int:
+        return max(self.open.newest_timestamp(at_most), self.sealed.newest_timestamp(at_most))
+
+    def delete_expiry(self, timestamp_ms: int, docno: int) -> None:
+        got = self.sealed.record(docno) if self.open.record(docno) is None else None
+        if got is not None:
+            self._mask(got[0], docno)
+        else:
+            self.open.delete_expiry(timestamp_ms, docno)
+
+    def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
+        self.open.batch_postings(band_keys, cap, elsewhere=self.sealed.present())
+
+    def flush_postings(self) -> None:
+        self.open.flush_postings()
+
+    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+        return self.open.candidates(band_keys, cap, older=self.sealed.newest)
+
+    def put_document(
+        self,
+        docno: int,
+        key: bytes,
+        record: Record,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        register_content: bool,
+        text: bytes | None = None,
+    ) -> bool:
+        return self.open.put_document(
+            docno, key, record, signature, bucket_keys, register_content, text
+        )
+
+    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
+        rec = self.open.record(docno)
+        if rec is None:
+            got = self.sealed.record(docno)
+            if got is not None:
+                self._mask(got[0], docno)
+            return
+        was_entry = self.open.docno_for_content(rec.content_hash) == docno
+        self.open.remove_document(docno, key, bucket_keys)
+        if was_entry:  # the open segment's oldest copy holds its content entry now
+            nxt = self.open.first_copy(rec.content_hash)
+            if nxt is not None:
+                self.open.set_content_owner(rec.content_hash, nxt)
+
+    def adopt(
+        self,
+        docno: int,
+        content_hash: bytes,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        text: bytes | None,
+    ) -> None:
+        if self.open.record(docno) is None:  # a sealed copy moves to the open segment
+            got = self.sealed.record(docno)
+            if got is None:
+                return
+            n, rec = got
+            self.open.put_document(docno, id_key(rec.doc_id), rec, None, [], False)
+            self._mask(n, docno)
+        self.open.set_content_owner(content_hash, docno)
+        self.open.adopt(docno, content_hash, signature, bucket_keys, text)
+
+    def _mask(self, n: int, docno: int) -> None:
+        self.sealed.pending[n].add(docno)
+        self.open.mask(n, docno)
+
+
+__all__ = ["Sealed", "Store", "View"]

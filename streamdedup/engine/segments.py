@@ -1,0 +1,398 @@
+"""What the writer asks a sealed segment, and how a segment answers (`Probe`,
+`Answer`, `answer_probe`): one message each way per batch, the same whether the
+segment is a directory on this host (`LocalReader`) or served by `segment-server`
+processes over Kafka (kafka/segments.py carries the packed bytes).
+
+A sealed segment never changes, so it can answer everything about a batch before the
+batch is decided: which of the batch's ids and contents it holds, the newest postings
+of the batch's band keys, the records and signatures of those documents, and, for
+every pair of a batch document and a candidate whose signature estimate is near the
+threshold, their exact Jaccard similarity (from the batch document's compressed text,
+which the probe carries, and the candidate's stored text, shingled again by the same
+functions the writer uses).  What changes as the batch is decided -- documents
+replaced or expired after sealing (tombstones), this batch's own documents -- stays
+with the writer, which merges the answers with its open segment (engine/sealed.py).
+Asking for the exact similarity rather than the candidates' shingle sets keeps the
+answer small: a page's compressed text (about 1 KB) goes once, where a near-threshold
+candidate's set (about 5 KB) would come back once per pair.
+
+When the writer needs more than the first answer gave (a bucket whose newest
+postings were tombstoned, a replaced document's copies, the expiry order), it sends
+a follow-up probe with only those questions; such follow-ups are rare."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from streamdedup.config import IndexParams
+from streamdedup.engine.prepare import exact_shingles
+from streamdedup.errors import SegmentError
+from streamdedup.sketch.jaccard import exact_jaccard
+from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.store.segments import SealedSegment, SegmentEntry
+from streamdedup.store.tables import Tables
+
+U64 = npt.NDArray[np.uint64]
+COPIES_PER_ANSWER = 8  # docnos of one content per answer (more on request)
+
+
+@dataclass
+class Probe:
+    """Questions for one sealed segment.  Probe documents (`sigs`, `doc_keys`,
+    `texts`) are those of the batch that look for near duplicates, in batch order."""
+
+    request: str
+    segment: str
+    threshold: float = 1.0
+    margin: float = 0.0
+    depth: int = 0  # newest postings wanted per band key
+    keys: U64 = field(default_factory=lambda: np.empty(0, np.uint64))  # sorted, unique
+    doc_keys: U64 = field(default_factory=lambda: np.empty((0, 0), np.uint64))
+    sigs: npt.NDArray[np.uint16] = field(default_factory=lambda: np.empty((0, 0), np.uint16))
+    texts: list[bytes] = field(default_factory=list)  # compressed; b"": no exact check
+    ids: list[bytes] = field(default_factory=list)
+    contents: list[bytes] = field(default_factory=list)
+    after: int = -1  # contents: only documents numbered above this
+    docnos: list[int] = field(default_factory=list)  # records and signatures wanted
+    text_docnos: list[int] = field(default_factory=list)  # stored texts wanted
+    pairs: list[tuple[int, int]] = field(default_factory=list)  # (probe doc, docno)
+    expiry_after: bytes | None = None  # the expiry order from after this key
+    expiry_count: int = 0
+    newest_at_most: int | None = None  # the newest timestamp at most this
+
+    def pack(self) -> bytes:
+        return bytes(
+            msgpack.packb(
+                {
+                    "r": self.request,
+                    "s": self.segment,
+                    "t": self.threshold,
+                    "m": self.margin,
+                    "d": self.depth,
+                    "k": _arr(self.keys),
+                    "dk": _arr(self.doc_keys),
+                    "ds": list(self.doc_keys.shape),
+                    "g": _arr(self.sigs.astype("<u2")),
+                    "gs": list(self.sigs.shape),
+                    "x": self.texts,
+                    "i": self.ids,
+                    "c": self.contents,
+                    "a": self.after,
+                    "n": self.docnos,
+                    "tn": self.text_docnos,
+                    "p": [list(p) for p in self.pairs],
+                    "ea": self.expiry_after,
+                    "ec": self.expiry_count,
+                    "nm": self.newest_at_most,
+                }
+            )
+        )
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Probe:
+        try:
+            m = msgpack.unpackb(raw)
+            return cls(
+                request=m["r"],
+                segment=m["s"],
+                threshold=m["t"],
+                margin=m["m"],
+                depth=m["d"],
+                keys=np.frombuffer(m["k"], "<u8").astype(np.uint64),
+                doc_keys=np.frombuffer(m["dk"], "<u8").astype(np.uint64).reshape(m["ds"]),
+                sigs=np.frombuffer(m["g"], "<u2").astype(np.uint16).reshape(m["gs"]),
+                texts=m["x"],
+                ids=m["i"],
+                contents=m["c"],
+                after=m["a"],
+                docnos=m["n"],
+                text_docnos=m["tn"],
+                pairs=[(int(a), int(b)) for a, b in m["p"]],
+                expiry_after=m["ea"],
+                expiry_count=m["ec"],
+                newest_at_most=m["nm"],
+            )
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            raise SegmentError(f"not a segment probe ({exc})") from exc
+
+
+@dataclass
+class Answer:
+    """A sealed segment's answer to one probe.  Documents are the segment's own live
+    ones (tombstones are the writer's to apply)."""
+
+    request: str
+    segment: str
+    buckets: dict[int, list[int]] = field(default_factory=dict)  # newest first
+    cut: set[int] = field(default_factory=set)  # buckets holding more than returned
+    records: dict[int, bytes] = field(default_factory=dict)  # docno -> packed Record
+    sigs: dict[int, bytes] = field(default_factory=dict)  # docno -> signature
+    ids: dict[bytes, int] = field(default_factory=dict)
+    contents: dict[bytes, list[int]] = field(default_factory=dict)  # ascending
+    more_copies: set[bytes] = field(default_factory=set)
+    exact: dict[tuple[int, int], float] = field(default_factory=dict)
+    texts: dict[int, bytes] = field(default_factory=dict)
+    expiry: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, docno)
+    more_expiry: bool = False
+    newest: int = 0
+
+    def pack(self) -> bytes:
+        pairs = list(self.exact.items())
+        return bytes(
+            msgpack.packb(
+                {
+                    "r": self.request,
+                    "s": self.segment,
+                    "b": [[k, v] for k, v in self.buckets.items()],
+                    "u": list(self.cut),
+                    "rc": [[k, v] for k, v in self.records.items()],
+                    "g": [[k, v] for k, v in self.sigs.items()],
+                    "i": [[k, v] for k, v in self.ids.items()],
+                    "c": [[k, v] for k, v in self.contents.items()],
+                    "mc": list(self.more_copies),
+                    "e": [[a, b, s] for (a, b), s in pairs],
+                    "x": [[k, v] for k, v in self.texts.items()],
+                    "ex": [list(e) for e in self.expiry],
+                    "me": self.more_expiry,
+                    "n": self.newest,
+                }
+            )
+        )
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Answer:
+        try:
+            m = msgpack.unpackb(raw)
+            return cls(
+                request=m["r"],
+                segment=m["s"],
+                buckets={int(k): v for k, v in m["b"]},
+                cut=set(m["u"]),
+                records={int(k): v for k, v in m["rc"]},
+                sigs={int(k): v for k, v in m["g"]},
+                ids={k: int(v) for k, v in m["i"]},
+                contents={k: v for k, v in m["c"]},
+                more_copies=set(m["mc"]),
+                exact={(int(a), int(b)): float(s) for a, b, s in m["e"]},
+                texts={int(k): v for k, v in m["x"]},
+                expiry=[(int(a), int(b)) for a, b in m["ex"]],
+                more_expiry=bool(m["me"]),
+                newest=int(m["n"]),
+            )
+        except (ValueError, KeyError, TypeError, msgpack.UnpackException) as exc:
+            raise SegmentError(f"not a segment answer ({exc})") from exc
+
+    def merge(self, other: Answer) -> None:
+        """Take in a follow-up's answer (a follow-up never contradicts: the segment
+        does not change)."""
+        self.buckets.update(other.buckets)
+        self.cut -= set(other.buckets)
+        self.cut |= other.cut
+        self.records.update(other.records)
+        self.sigs.update(other.sigs)
+        self.ids.update(other.ids)
+        for c, docnos in other.contents.items():
+            have = self.contents.get(c, [])
+            self.contents[c] = sorted(set(have) | set(docnos))
+        self.more_copies -= set(other.contents)
+        self.more_copies |= other.more_copies
+        self.exact.update(other.exact)
+        self.texts.update(other.texts)
+
+
+def _arr(a: npt.NDArray[Any]) -> bytes:
+    return bytes(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+
+
+def request_of(payload: bytes) -> tuple[str, str]:
+    """A packed probe's or answer's request id and segment id (for the transport)."""
+    m = msgpack.unpackb(payload)
+    return str(m["r"]), str(m["s"])
+
+
+# ---------------------------------------------------------------- the segment side
+
+
+def check_params(segment: SealedSegment, params: IndexParams) -> None:
+    """Refuse a segment built with other index parameters than the index's."""
+    theirs = dict(segment.manifest.params)
+    mine = params.to_record()
+    differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
+    if differ:
+        shown = ", ".join(f"{k}: segment {theirs.get(k)!r}, index {mine.get(k)!r}" for k in differ)
+        raise SegmentError(
+            f"the sealed segment at {segment.path} was built with other index parameters "
+            f"({shown}); it cannot answer for this index"
+        )
+
+
+class Answerer:
+    """Answers probes for one open sealed segment (local readers and segment-server)."""
+
+    def __init__(self, segment: SealedSegment) -> None:
+        self.segment = segment
+        self.params = IndexParams.from_record(segment.manifest.params)
+        self._shingler = Shingler(self.params.shingle)
+
+    def __call__(self, probe: Probe) -> Answer:
+        return self.segment.index.read(lambda t: self._answer(t, probe))
+
+    def answer_bytes(self, payload: bytes) -> bytes:
+        return self(Probe.unpack(payload)).pack()
+
+    def _answer(self, t: Tables, probe: Probe) -> Answer:
+        out = Answer(probe.request, probe.segment)
+        wanted: set[int] = set(probe.docnos)
+        for key in probe.ids:
+            d = t.docno_for_id(key)
+            if d is not None:
+                out.ids[key] = d
+                wanted.add(d)
+        for c in probe.contents:
+            docnos = t.content_docnos(c, probe.after, COPIES_PER_ANSWER + 1)
+            if len(docnos) > COPIES_PER_ANSWER:
+                out.more_copies.add(c)
+                docnos = docnos[:COPIES_PER_ANSWER]
+            if docnos:
+                out.contents[c] = docnos
+                wanted.update(docnos)
+        if len(probe.keys) and probe.depth > 0:
+            found = t.postings.lookup(probe.keys, probe.depth + 1)
+            for k, docnos in found.items():
+                if len(docnos) > probe.depth:
+                    out.cut.add(k)
+                    docnos = docnos[: probe.depth]
+                out.buckets[k] = docnos
+                wanted.update(docnos)
+        for d in wanted:
+            rec = t.record_bytes(d)
+            if rec is None:
+                continue
+            out.records[d] = rec
+            sig = t.signature(d)
+            if sig is not None:
+                out.sigs[d] = sig
+        self._exact(t, probe, out)
+        for d in probe.text_docnos:
+            out.texts[d] = t.text(d)
+        if probe.expiry_count:
+            out.expiry, out.more_expiry = t.expiry_entries(probe.expiry_after, probe.expiry_count)
+            for _, d in out.expiry:
+                rec = t.record_bytes(d)
+                if rec is not None:
+                    out.records[d] = rec
+                    sig = t.signature(d)
+                    if sig is not None:
+                        out.sigs[d] = sig
+        if probe.newest_at_most is not None:
+            out.newest = t.newest_timestamp(probe.newest_at_most)
+        return out
+
+    def _exact(self, t: Tables, probe: Probe, out: Answer) -> None:
+        """Exact similarity of every probe document and candidate whose estimate is
+        within the margin of the threshold (the only ones the writer may check), and
+        of the pairs asked for by name."""
+        bar = probe.threshold - probe.margin
+        sets: dict[int, U64] = {}
+        mine: dict[int, U64] = {}
+
+        def exact(j: int, d: int) -> float:
+            if j not in mine:
+                mine[j] = exact_shingles(self._shingler, probe.texts[j])
+            if d not in sets:
+                sets[d] = exact_shingles(self._shingler, t.text(d))
+            return exact_jaccard(mine[j], sets[d])
+
+        for j, d in probe.pairs:
+            if probe.texts[j] and t.record_bytes(d) is not None:
+                out.exact[(j, d)] = exact(j, d)
+        if not out.buckets or not len(probe.doc_keys):
+            return
+        for j in range(len(probe.doc_keys)):
+            if not probe.texts[j]:
+                continue
+            cands = sorted(
+                set(
+                    itertools.chain.from_iterable(
+                        out.buckets.get(k, ()) for k in probe.doc_keys[j].tolist()
+                    )
+                )
+            )
+            cands = [d for d in cands if d in out.sigs]
+            if not cands:
+                continue
+            others = np.frombuffer(b"".join(out.sigs[d] for d in cands), dtype="<u2")
+            est = estimate_jaccard(probe.sigs[j], others.reshape(len(cands), -1))
+            for d, e in zip(cands, est.tolist(), strict=True):
+                if e >= bar:
+                    out.exact[(j, d)] = exact(j, d)
+
+
+# ---------------------------------------------------------------- the writer side
+
+
+class SegmentReader(Protocol):
+    """How the writer reaches one sealed segment: `submit` sends a packed probe now
+    and returns a waiter for the packed answer."""
+
+    entry: SegmentEntry
+
+    def submit(self, request: str, payload: bytes) -> Callable[[], bytes]: ...
+
+    def close(self) -> None: ...
+
+
+class LocalReader:
+    """A sealed segment on a path of this host, opened read-only and asked directly."""
+
+    def __init__(self, entry: SegmentEntry, params: IndexParams) -> None:
+        self.entry = entry
+        self.segment = SealedSegment.open(entry.path)
+        try:
+            if self.segment.manifest.id != entry.id:
+                raise SegmentError(
+                    f"the segment at {entry.path} is {self.segment.manifest.id}, but the index "
+                    f"registered segment {entry.number} as {entry.id}: was it replaced?"
+                )
+            check_params(self.segment, params)
+        except BaseException:
+            self.segment.close()
+            raise
+        self._answer = Answerer(self.segment)
+
+    def submit(self, request: str, payload: bytes) -> Callable[[], bytes]:
+        out = self._answer.answer_bytes(payload)
+        return lambda: out
+
+    def ask(self, probe: Probe) -> Answer:
+        """Without packing (what `submit` does, for a caller in this process)."""
+        return self._answer(probe)
+
+    def close(self) -> None:
+        self.segment.close()
+
+
+def new_request() -> str:
+    return f"{os.getpid():x}-{uuid.uuid4().hex[:16]}"
+
+
+__all__ = [
+    "Answer",
+    "Answerer",
+    "LocalReader",
+    "Probe",
+    "SegmentReader",
+    "check_params",
+    "new_request",
+    "request_of",
+]

@@ -163,6 +163,15 @@ def servers(
                 p.wait()
 
 
+def segment_record(path: Path) -> dict[str, Any]:
+    """A sealed segment's manifest fields, and the disk its directory takes (blocks
+    allocated, every file: what a host serving it needs)."""
+    m = orjson.loads((path / "manifest.json").read_bytes())
+    disk = sum(f.stat().st_blocks * 512 for f in path.iterdir())
+    keys = ("number", "documents", "first_docno", "next_docno")
+    return {**{k: m[k] for k in keys}, "bytes": disk}
+
+
 def summary_of_trips(trips: list[list[Any]]) -> dict[str, dict[str, float]]:
     """p50, p99 and max of the probe round trips, per segment and over all."""
     groups: dict[str, list[float]] = {"all segments": [x for _, x in trips]}
@@ -264,11 +273,8 @@ def main() -> int:
         dedup(ab, single_index, tmp / "ab.out", *batch)
         dedup(whole, tmp / "whole-index", tmp / "whole.out", *batch)
         reference = verdict_fields(tmp / "whole.out")[2 * third :]
-        manifests = [orjson.loads((s / "manifest.json").read_bytes()) for s in segs]
-        results["segments"] = [
-            {k: m[k] for k in ("number", "documents", "first_docno", "next_docno", "bytes")}
-            for m in manifests
-        ]
+        manifests = [segment_record(s) for s in segs]
+        results["segments"] = manifests
         print(
             f"{n:,} documents; C = {n - 2 * third:,} checked against two remote segments "
             f"holding {sum(m['documents'] for m in manifests):,} ({2 * third:,} ids)",
@@ -370,7 +376,7 @@ def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[st
         stop.set()
         watcher.join()
     manifests = sorted(
-        (orjson.loads(p.read_bytes()) for p in segdir.glob("*/manifest.json")),
+        (segment_record(p.parent) for p in segdir.glob("*/manifest.json")),
         key=lambda m: m["number"],
     )
     assert verdict_fields(tmp / "sealing.out") == verdict_fields(tmp / "whole.out")
@@ -382,7 +388,7 @@ def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[st
         "open_samples": samples[:: max(1, len(samples) // 50)],
         "single_used_bytes": used_bytes(single),
         "single_data_mdb_bytes": (single / "data.mdb").stat().st_size,
-        "segments": [{k: m[k] for k in ("number", "documents", "bytes")} for m in manifests],
+        "segments": manifests,
     }
 
 

@@ -13,6 +13,7 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -26,7 +27,7 @@ import numpy.typing as npt
 from streamdedup.config import EngineOptions, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
-from streamdedup.engine.sealed import Sealed, Store, View
+from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact
 from streamdedup.errors import ConfigError
@@ -37,6 +38,8 @@ from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
 from streamdedup.store.tables import Tables
+
+log = logging.getLogger(__name__)
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
@@ -155,6 +158,7 @@ class Deduplicator:
         self._remote = remote
         self._seen_segments: list[int] = []
         self._dropped: list[int] = []
+        self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
         try:
             self._open_sealed()
@@ -217,6 +221,38 @@ class Deduplicator:
         manifest = seal(self.index, Path(dest), remote=remote)
         self._open_sealed()
         return manifest
+
+    @staticmethod
+    def _record_answers(t: Tables, sealed: Sealed) -> None:
+        """Keep the last answer of each sealed segment in the index, for `stats`."""
+        now = time.time_ns() // 1_000_000
+        seen = dict(t.meta(MetaKey.SEGMENT_ANSWERS) or {})
+        for n, rtt in sealed.round_trips.items():
+            seen[str(n)] = {
+                "at_ms": now,
+                "round_trip_ms": round(rtt * 1000, 3),
+                "waited_ms": round(sealed.waited.get(n, 0.0) * 1000, 3),
+            }
+        sealed.waited = {}
+        t.set_meta(MetaKey.SEGMENT_ANSWERS, seen)
+
+    def ask_ahead(self, prepared: Prepared | Sequence[Prepared]) -> None:
+        """Send the sealed segments the questions of the batch `apply` gets next, so
+        that their answers travel while this process decides the current batch."""
+        if self.sealed is None:
+            return
+        parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
+        self._ahead = [*self._ahead[-1:], ([id(p) for p in parts], self._send(parts))]
+
+    def _send(self, parts: Sequence[Prepared]) -> Sent:
+        assert self.sealed is not None
+        return self.sealed.send(
+            parts,
+            self.options.max_bucket_candidates,
+            self.params.threshold,
+            self._margin,
+            self.options.max_expire_per_batch if self.options.ttl_ms else 0,
+        )
 
     def _maybe_seal(self) -> None:
         every = self.options.seal_every
@@ -294,6 +330,7 @@ class Deduplicator:
                 store = View(t, self.sealed)
             verdicts = self._apply(store, parts)
             if self.sealed is not None:
+                self._record_answers(t, self.sealed)
                 self._dropped = self.sealed.fully_masked()
                 for n in self._dropped:  # every document expired or replaced
                     drop_segment(t, n)
@@ -307,15 +344,15 @@ class Deduplicator:
         # 2 KiB a document), so that a batch of unusually large documents still finds
         # its disk space allocated before it writes (index.Index._reserve).
         grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
+        mine = [id(p) for p in parts]
+        sent = next((s for ids, s in self._ahead if ids == mine), None)
+        self._ahead = [(ids, s) for ids, s in self._ahead if ids != mine]
         while True:
             if self.sealed is not None:
-                self.sealed.ask(
-                    parts,
-                    self.options.max_bucket_candidates,
-                    self.params.threshold,
-                    self._margin,
-                    self.options.max_expire_per_batch if self.options.ttl_ms else 0,
-                )
+                if sent is None or sent.by is not self.sealed:  # not sent, or sealed since
+                    sent = self._send(parts)
+                self.sealed.receive(sent)
+                sent = None
             try:
                 verdicts = self.index.write(run, grow=grow)
                 break
@@ -325,6 +362,15 @@ class Deduplicator:
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
+                for n in self._dropped:
+                    r = self.sealed.readers[n]
+                    log.info(
+                        "sealed segment %d dropped: every document in it expired or was "
+                        "replaced; %s can be deleted%s",
+                        n,
+                        r.entry.path,
+                        " (stop its segment servers)" if r.entry.remote else "",
+                    )
                 self._open_sealed()
         self._maybe_seal()
         return verdicts

@@ -125,7 +125,7 @@ def run_dedup(
         tasks = read_lines(source, batch_size)
         groups = ([decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
     try:
-        for group in groups:
+        for group in _ahead(groups, dedup):
             decoded = [item for d, _ in group for item in d]
             verdicts = iter(dedup.apply([p for _, p in group]))  # committed before writing
             out: list[bytes] = []
@@ -146,6 +146,21 @@ def run_dedup(
         if pool is not None:
             pool.close()
     return summary
+
+
+def _ahead(
+    groups: Iterable[list[tuple[Decoded, Prepared]]], dedup: Deduplicator
+) -> Iterator[list[tuple[Decoded, Prepared]]]:
+    """The groups, each one's questions to remote sealed segments sent before the one
+    before it is decided (`Deduplicator.ask_ahead`): the answers travel meanwhile."""
+    it = iter(groups)
+    current = next(it, None)
+    while current is not None:
+        following = next(it, None)
+        if following is not None:
+            dedup.ask_ahead([p for _, p in following])
+        yield current
+        current = following
 
 
 def _write_batch(

@@ -20,14 +20,15 @@ follow-ups (`Sealed.follow_up`)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.segments import Answer, Probe, SegmentReader, new_request
+from streamdedup.engine.segments import Answer, LocalReader, Probe, SegmentReader, new_request
 from streamdedup.models import Record
 from streamdedup.store.keys import id_key
 from streamdedup.store.tables import Tables
@@ -74,6 +75,23 @@ class Store(Protocol):
     ) -> None: ...
 
 
+Waiting = tuple[int, float, Callable[[], "bytes | Answer"]]  # segment, when sent, waiter
+
+
+@dataclass
+class Sent:
+    """A batch's questions, sent (`Sealed.send`), its answers not yet received."""
+
+    waiting: list[Waiting]
+    probe_docs: dict[tuple[int, int], int]
+    asked_keys: set[int]
+    asked_ids: set[bytes]
+    contents: set[bytes]
+    cap: int
+    expire: int
+    by: Sealed
+
+
 class Sealed:
     """The sealed segments of one index, from the writer's side: their readers, the
     tombstones (committed, and those of the batch in progress), and the answers
@@ -89,6 +107,7 @@ class Sealed:
         self._asked_ids: set[bytes] = set()
         self._asked_contents: set[bytes] = set()
         self._probe_docs: dict[tuple[int, int], int] = {}
+        self._by_key: dict[bytes, list[tuple[int, list[int]]]] = {}
         self._records: dict[tuple[int, int], Record] = {}
         self._expiry: dict[int, list[tuple[int, int]]] = {n: [] for n in self.readers}
         self._expiry_more: dict[int, bool] = dict.fromkeys(self.readers, True)
@@ -97,7 +116,11 @@ class Sealed:
         # change): the holders of every content asked about, with their records and
         # signatures, and those of the expiry entries read ahead.
         self._kept: dict[int, Answer] = {n: Answer("", "") for n in self.readers}
-        self.round_trips: list[float] = []  # seconds, of the last batch's probes
+        # per segment, seconds: from sending the last probe to having its answer
+        # (with questions sent ahead, partly spent deciding the batch before), and
+        # the time this process blocked waiting for answers since `waited` was reset
+        self.round_trips: dict[int, float] = {}
+        self.waited: dict[int, float] = {}
         self.follow_ups = 0
 
     @property
@@ -125,14 +148,24 @@ class Sealed:
         """Send every sealed segment the batch's questions and wait for all answers
         (a silent segment stalls here: it is never skipped).  `expire`: how many
         documents the time window may forget in this batch (0: no window)."""
-        self.answers = {}
-        self._records = {}
-        self._probe_docs = {}
+        self.receive(self.send(parts, cap, threshold, margin, expire))
+
+    def send(
+        self,
+        parts: Sequence[Prepared],
+        cap: int,
+        threshold: float,
+        margin: float,
+        expire: int = 0,
+    ) -> Sent:
+        """The first half of `ask`: send the questions now (a writer sends the next
+        batch's while it decides this one)."""
+        probe_docs: dict[tuple[int, int], int] = {}
         looking: list[tuple[Prepared, int]] = [
             (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.light
         ]
         for j, (p, i) in enumerate(looking):
-            self._probe_docs[(id(p), i)] = j
+            probe_docs[(id(p), i)] = j
         bands = self.params.bands
         if looking:
             flat = b"".join(b"".join(p.band_keys[i]) for p, i in looking)
@@ -145,13 +178,11 @@ class Sealed:
         texts = [p.texts[i] if p.texts is not None else b"" for p, i in looking]
         ids = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]
-        self._asked_keys = set(keys.tolist())
-        self._asked_ids = set(ids)
         if len(self._asked_contents) > KEPT_CONTENTS:
             self._asked_contents = set()
             self._kept = {n: Answer("", "") for n in self.readers}
+        # contents whose holders are known from earlier batches are not asked again
         contents = [c for c in contents if c not in self._asked_contents]
-        self._asked_contents.update(contents)
         probe = Probe(
             request="",
             segment="",
@@ -165,7 +196,27 @@ class Sealed:
             ids=ids,
             contents=contents,
         )
-        self.answers = self._send(probe, self.numbers)
+        return Sent(
+            self._submit(probe, self.numbers),
+            probe_docs,
+            set(keys.tolist()),
+            set(ids),
+            set(contents),
+            cap,
+            expire,
+            self,
+        )
+
+    def receive(self, sent: Sent) -> None:
+        """The second half of `ask`: wait for the answers and make them the batch's."""
+        self._records = {}
+        self._probe_docs = sent.probe_docs
+        self._asked_keys = sent.asked_keys
+        self._asked_ids = sent.asked_ids
+        cap, expire = sent.cap, sent.expire
+        self.answers = self._collect(sent.waiting)
+        self._asked_contents.update(sent.contents)
+        self._by_key = {}
         for n, a in self.answers.items():
             self._keep(n, a)
             kept = self._kept[n]
@@ -178,6 +229,7 @@ class Sealed:
             for n in self.numbers:
                 leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
         self._settle(leaving, cap)
+        self._index_buckets(self._asked_keys)
 
     def _settle(self, docnos: list[int], cap: int) -> None:
         """Ask at once what deciding the batch would otherwise ask one question at a
@@ -210,16 +262,28 @@ class Sealed:
                 self.follow_up([n], keys=np.array(sorted(keys), dtype=np.uint64), depth=depth[n])
 
     def _send(self, probe: Probe, numbers: list[int]) -> dict[int, Answer]:
-        waiting: list[tuple[int, float, Callable[[], bytes]]] = []
+        return self._collect(self._submit(probe, numbers))
+
+    def _submit(self, probe: Probe, numbers: list[int]) -> list[Waiting]:
+        waiting: list[Waiting] = []
         for n in numbers:
             reader = self.readers[n]
             probe.request, probe.segment = new_request(), reader.entry.id
-            waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
+            if isinstance(reader, LocalReader):  # same process: no need to pack
+                waiting.append((n, time.monotonic(), _ready(reader.ask(probe))))
+            else:
+                waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
+        return waiting
+
+    def _collect(self, waiting: list[Waiting]) -> dict[int, Answer]:
         out: dict[int, Answer] = {}
-        self.round_trips = []
         for n, sent, wait in waiting:
-            out[n] = Answer.unpack(wait())
-            self.round_trips.append(time.monotonic() - sent)
+            began = time.monotonic()
+            got = wait()
+            out[n] = got if isinstance(got, Answer) else Answer.unpack(got)
+            now = time.monotonic()
+            self.waited[n] = self.waited.get(n, 0.0) + now - began
+            self.round_trips[n] = now - sent
         return out
 
     def follow_up(self, numbers: list[int], **questions: object) -> dict[int, Answer]:
@@ -228,12 +292,17 @@ class Sealed:
         self.follow_ups += 1
         probe = Probe(request="", segment="", **questions)  # type: ignore[arg-type]
         got = self._send(probe, numbers)
+        changed: set[int] = set()
+        for a in got.values():
+            changed.update(a.buckets)
         for n, a in got.items():
             self._keep(n, a)
             if n in self.answers:
                 self.answers[n].merge(a)
             else:
                 self.answers[n] = Answer.unpack(a.pack())  # a copy: merged into later
+        if changed and self._by_key:
+            self._index_buckets(changed)
         return got
 
     def _keep(self, n: int, a: Answer) -> None:
@@ -350,9 +419,19 @@ class Sealed:
             out += live[:count]
         return sorted(out)[:count]
 
+    def _index_buckets(self, keys: Iterable[int]) -> None:
+        """Band key (as the engine spells it) -> the sealed segments' postings."""
+        for k in keys:
+            self._by_key[k.to_bytes(8, "big")] = [
+                (n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)
+            ]
+
     def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
         """A bucket's newest `cap` postings: the open segment's `newest` merged with
         the sealed segments' live ones."""
+        hits = self._by_key.get(key)
+        if hits is not None and not hits:  # most keys: nothing sealed
+            return newest
         k = int.from_bytes(key, "big")
         if k not in self._asked_keys:
             self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)
@@ -426,6 +505,10 @@ class Sealed:
     def newest_timestamp(self, at_most: int) -> int:
         got = self.follow_up(self.numbers, newest_at_most=at_most)
         return max((a.newest for a in got.values()), default=0)
+
+
+def _ready(answer: Answer) -> Callable[[], bytes | Answer]:
+    return lambda: answer
 
 
 class View:

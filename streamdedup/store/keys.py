@@ -28,6 +28,8 @@ class MetaKey:
     CLOCK: Final = "clock"  # stream time: the newest trusted timestamp (ms)
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
     SEGMENTS: Final = "segments"  # the sealed segments, in sealing order (store/segments.py)
+    # per sealed segment, the writer's last answer: when, round trip and time waited (ms)
+    SEGMENT_ANSWERS: Final = "segment-answers"
     # the worker's
     BINDING: Final = "binding"  # the consumer group and input topic the index serves
     IDENTITY: Final = "identity"  # the index's id and when it was bound to its group

@@ -24,13 +24,25 @@ def run(
     batch: int,
     seal_at: set[int],
     options: EngineOptions,
+    *,
+    ahead: bool = False,
 ) -> list[dict[str, Any]]:
+    """Verdicts of the stream in batches, sealed before the batches starting at
+    `seal_at`; `ahead`: each batch's questions sent before the one before it is
+    decided, as `dedup` does."""
     out: list[dict[str, Any]] = []
     with Deduplicator(path, threshold=0.7, num_perm=64, options=options) as dd:
-        for start in range(0, len(docs), batch):
-            if start and start in seal_at:
+        batches = [docs[s : s + batch] for s in range(0, len(docs), batch)]
+        prepared = dd.preparer.prepare(batches[0])
+        for b in range(len(batches)):
+            if b and b * batch in seal_at:
                 dd.seal()
-            out += [v.to_dict() for v in dd.check_batch(docs[start : start + batch])]
+            following = dd.preparer.prepare(batches[b + 1]) if b + 1 < len(batches) else None
+            if ahead and following is not None:
+                dd.ask_ahead(following)
+            out += [v.to_dict() for v in dd.apply(prepared)]
+            if following is not None:
+                prepared = following
     return out
 
 
@@ -47,6 +59,8 @@ def test_sealed_at_three_points_decides_as_one_index(tmp_path: Path, ttl: int | 
     three = run(tmp_path / "three", docs, 40, {200, 480, 800}, options)
     assert len(one) == len(docs)
     assert three == one
+    ahead = run(tmp_path / "ahead", docs, 40, {200, 480, 800}, options, ahead=True)
+    assert ahead == one
     kinds = {(v["verdict"], v["exact"]) for v in one}
     assert kinds == {("unique", False), ("duplicate", False), ("duplicate", True)}
 
@@ -55,7 +69,7 @@ def test_seal_every_keeps_the_open_segment_small(tmp_path: Path) -> None:
     docs = hostile_stream(900, seed=5)
     one = run(tmp_path / "one", docs, 30, set(), OPTIONS)
     opts = dataclasses.replace(OPTIONS, seal_every=150)
-    every = run(tmp_path / "every", docs, 30, set(), opts)
+    every = run(tmp_path / "every", docs, 30, set(), opts, ahead=True)
     assert every == one
     with Deduplicator(tmp_path / "every", options=opts) as dd:
         assert dd.sealed is not None and len(dd.sealed.readers) >= 5

@@ -1,29 +1,32 @@
-"""The writer with remote sealed segments, next to one index, on the same stream.
+"""The writer with sealed segments, next to one index, on the same stream.
 
-A crawl-like stream (bench/corpus.py) is cut into three equal slices A, B, C.
+A crawl-like stream (bench/corpus.py) is cut into three equal slices A, B, C, and
+three indexes are built before C:
 
-- **segmented**: `dedup A`, `seal --remote` (segment 1), `dedup B`, `seal --remote`
-  (segment 2); two `segment-server` processes, one per segment, answer over the embedded
-  broker.  The writer then holds nothing itself and two remote segments hold 2/3 of
-  the documents.
-- **single**: `dedup A+B` into one index.
+- **single**: `dedup A+B` into one index;
+- **local**: `dedup A`, `seal` (segment 1), `dedup B`, `seal` (segment 2): the writer
+  opens both segments itself;
+- **remote**: the same with `seal --remote`; two `segment-server` processes, one per
+  segment, answer over the broker (the embedded Tansu unless `--bootstrap`).
 
-Each round times `dedup C` on a fresh copy of each index (the order alternating from
-round to round, as this machine's speed drifts): docs/s from dedup's own summary (the
-processing, without the process start), and the wall time of the process.  The
-verdicts of C must be the same, record for record, from both (and the same as one
-`dedup` over the whole stream).  Probe round trips per batch come from the
-segmented runs (`probe_round_trips`, below), p50 and p99 over all rounds.
+Either way the writer then holds nothing itself, and the two segments hold 2/3 of the
+documents.  Each round times `dedup C` on a fresh copy of each index, the order
+rotating from round to round (this machine's speed drifts): docs/s from dedup's own
+summary (its processing, without the process start), and the process's wall time.
+The verdicts of C must be the same, record for record, from all three, and the same as
+one `dedup` over the whole stream.  The remote runs record every probe's round trip
+(`observe`, below): p50 and p99 over all rounds.  At the end, each server's /metrics:
+probes answered, its own time per answer, bytes per probe and answer.
 
 Then the sizes: `dedup` over the whole stream with `--seal-every N` (local segments),
-sampling the open segment's file size as it runs: it stays bounded by what N documents
-need, while the single index grows with the stream; the disk each segment takes (its
-manifest's bytes).  And the segment servers' own memory (RssAnon).
+sampling the open segment's high-water mark as it runs: it stays bounded by what N
+documents need, while one index grows with the stream; and the disk each segment takes.
+And the segment servers' own memory (RssAnon).
 
 Everything -- broker, two servers, the writer -- shares the machine's cores.
 
-    python bench/bench_segments.py --docs 30000            # embedded Tansu
-    python bench/bench_segments.py --docs 60000 --rounds 5
+    python bench/bench_segments.py --docs 60000            # embedded Tansu
+    python bench/bench_segments.py --docs 60000 --rounds 5 --batch-size 500
 """
 
 from __future__ import annotations
@@ -35,11 +38,13 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
@@ -53,6 +58,7 @@ from bench_worker import cluster, rss_anon_mb, save  # noqa: E402
 from corpus import generate  # noqa: E402
 
 CLI = [sys.executable, "-m", "streamdedup.cli"]
+KINDS = ["single", "local", "remote"]
 RATE = re.compile(rb"\(([\d,]+) docs/s\)")
 
 
@@ -138,29 +144,50 @@ def verdict_fields(path: Path) -> list[tuple[Any, ...]]:
 @contextlib.contextmanager
 def servers(
     bootstrap: str, segments: list[Path], logs: Path
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One `segment-server` process per segment, stopped (SIGTERM) at the end."""
+) -> Iterator[list[tuple[subprocess.Popen[bytes], int]]]:
+    """One `segment-server` process per segment (with its metrics port), stopped
+    (SIGTERM) at the end."""
     procs = []
     try:
         for seg in segments:
             log = (logs / f"server-{seg.name}.log").open("wb")
-            procs.append(
-                subprocess.Popen(
-                    [*CLI, "segment-server", str(seg), "--bootstrap-servers", bootstrap],
-                    stdout=subprocess.DEVNULL,
-                    stderr=log,
-                )
-            )
+            port = free_port()
+            argv = [*CLI, "segment-server", str(seg), "--bootstrap-servers", bootstrap]
+            argv += ["--metrics-port", str(port)]
+            procs.append((subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log), port))
         yield procs
     finally:
-        for p in procs:
+        for p, _ in procs:
             p.send_signal(signal.SIGTERM)
-        for p in procs:
+        for p, _ in procs:
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_figures(port: int) -> dict[str, float]:
+    """What a segment server's /metrics says it did: probes answered, its own time
+    per answer (mean), bytes in and out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    got = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    answers = got["streamdedup_segment_answer_seconds_count"]
+    return {
+        "probes": got["streamdedup_segment_probes_total"],
+        "answer_s_mean": got["streamdedup_segment_answer_seconds_sum"] / max(answers, 1),
+        "probe_bytes": got["streamdedup_segment_probe_bytes_total"],
+        "answer_bytes": got["streamdedup_segment_answer_bytes_total"],
+    }
 
 
 def segment_record(path: Path) -> dict[str, Any]:
@@ -262,46 +289,56 @@ def main() -> int:
         ab = write_jsonl(tmp / "ab.jsonl", lines[: 2 * third])
         whole = write_jsonl(tmp / "whole.jsonl", lines)
         remote = ("--bootstrap-servers", bootstrap)
-        # the two indexes before C
-        seg_index, single_index = tmp / "seg-index", tmp / "single-index"
-        segs = [tmp / "segments" / "1", tmp / "segments" / "2"]
-        dedup(a, seg_index, tmp / "a.out", *batch)
-        cli("seal", "--index", str(seg_index), str(segs[0]), "--remote")
-        with servers(bootstrap, segs[:1], tmp) as _:
-            dedup(b, seg_index, tmp / "b.out", *batch, *remote)
-        cli("seal", "--index", str(seg_index), str(segs[1]), "--remote")
-        dedup(ab, single_index, tmp / "ab.out", *batch)
+        # the indexes before C: one index; two local segments; two remote segments
+        indexes = {k: tmp / f"{k}-index" for k in KINDS}
+        segs = {k: [tmp / f"{k}-segments" / "1", tmp / f"{k}-segments" / "2"] for k in KINDS[1:]}
+        dedup(ab, indexes["single"], tmp / "ab.out", *batch)
+        for kind in ("local", "remote"):
+            how = ("--remote",) if kind == "remote" else ()
+            dedup(a, indexes[kind], tmp / "a.out", *batch)
+            cli("seal", "--index", str(indexes[kind]), str(segs[kind][0]), *how)
+            with servers(bootstrap, segs[kind][:1] if how else [], tmp):
+                dedup(b, indexes[kind], tmp / "b.out", *batch, *(remote if how else ()))
+            cli("seal", "--index", str(indexes[kind]), str(segs[kind][1]), *how)
         dedup(whole, tmp / "whole-index", tmp / "whole.out", *batch)
         reference = verdict_fields(tmp / "whole.out")[2 * third :]
-        manifests = [segment_record(s) for s in segs]
+        manifests = [segment_record(s) for s in segs["remote"]]
         results["segments"] = manifests
         print(
-            f"{n:,} documents; C = {n - 2 * third:,} checked against two remote segments "
+            f"{n:,} documents; C = {n - 2 * third:,} checked against two sealed segments "
             f"holding {sum(m['documents'] for m in manifests):,} ({2 * third:,} ids)",
             flush=True,
         )
-        with servers(bootstrap, segs, tmp) as procs:
+        with servers(bootstrap, segs["remote"], tmp) as procs:
             for r in range(args.rounds):
-                results["rounds"].append(
-                    one_round(r, tmp, c, seg_index, single_index, batch, remote, reference)
-                )
-                rnd = results["rounds"][-1]
+                rnd = one_round(r, tmp, c, indexes, batch, remote, reference)
+                results["rounds"].append(rnd)
                 print(
-                    f"round {r + 1}: single {rnd['single']['docs_per_s']:,.0f} docs/s, "
-                    f"two remote segments {rnd['segmented']['docs_per_s']:,.0f} docs/s "
-                    f"({rnd['ratio']:.0%}); wall {rnd['single']['wall_s']:.2f} s / "
-                    f"{rnd['segmented']['wall_s']:.2f} s",
+                    f"round {r + 1} (in the order {', '.join(rnd['order'])}): "
+                    + "; ".join(
+                        f"{k} {rnd[k]['docs_per_s']:,.0f} docs/s ({rnd[k]['wall_s']:.2f} s wall)"
+                        for k in KINDS
+                    )
+                    + f"; remote/single {rnd['ratio']:.0%}, local/single {rnd['local_ratio']:.0%}",
                     flush=True,
                 )
-            results["server_rss_anon_mb"] = [rss_anon_mb(p.pid) for p in procs]
-        ratios = sorted(x["ratio"] for x in results["rounds"])
-        results["ratio_median"] = median(ratios)
-        print(
-            "two remote segments / single index, per round: "
-            + ", ".join(f"{x:.0%}" for x in ratios)
-            + f" (median {median(ratios):.0%})"
-        )
+            results["server_rss_anon_mb"] = [rss_anon_mb(p.pid) for p, _ in procs]
+            results["servers"] = [server_figures(port) for _, port in procs]
+        for key, what in (("ratio", "two remote"), ("local_ratio", "two local")):
+            ratios = sorted(x[key] for x in results["rounds"])
+            results[f"{key}_median"] = median(ratios)
+            print(
+                f"{what} segments / single index, per round: "
+                + ", ".join(f"{x:.0%}" for x in ratios)
+                + f" (median {median(ratios):.0%})"
+            )
         print(f"segment servers' own memory (RssAnon MB): {results['server_rss_anon_mb']}")
+        for i, s in enumerate(results["servers"], 1):
+            print(
+                f"segment server {i}: {s['probes']:.0f} probes, {s['answer_s_mean'] * 1e3:.0f} ms "
+                f"per answer (its own time), {s['probe_bytes'] / max(s['probes'], 1) / 1e6:.2f} MB"
+                f" per probe, {s['answer_bytes'] / max(s['probes'], 1) / 1e6:.2f} MB per answer"
+            )
         trips = [x for rnd in results["rounds"] for x in rnd.pop("round_trips")]
         results["round_trips"] = summary_of_trips(trips)
         for label, s in sorted(results["round_trips"].items()):
@@ -327,28 +364,29 @@ def one_round(
     r: int,
     tmp: Path,
     c: Path,
-    seg_index: Path,
-    single_index: Path,
+    indexes: dict[str, Path],
     batch: tuple[str, ...],
     remote: tuple[str, ...],
     reference: list[tuple[Any, ...]],
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    order = ["single", "segmented"] if r % 2 == 0 else ["segmented", "single"]
+    """`dedup C` on a fresh copy of each index, the order rotating from round to round;
+    every run's verdicts must equal one index's over the whole stream."""
+    order = KINDS[r % 3 :] + KINDS[: r % 3]
+    out: dict[str, Any] = {"order": order}
     for kind in order:
-        src = seg_index if kind == "segmented" else single_index
         index = tmp / f"{kind}-{r}"
-        shutil.copytree(src, index)
-        extra = remote if kind == "segmented" else ()
-        rtt = tmp / f"rtt-{r}.json" if kind == "segmented" else None
+        shutil.copytree(indexes[kind], index)
+        rtt = tmp / f"rtt-{r}.json" if kind == "remote" else None
+        extra = remote if kind == "remote" else ()
         rate, wall, _ = dedup(c, index, tmp / f"{kind}-{r}.out", *batch, *extra, round_trips=rtt)
         if rtt is not None:
             out["round_trips"] = orjson.loads(rtt.read_bytes())
         got = verdict_fields(tmp / f"{kind}-{r}.out")
-        assert got == reference, f"{kind} verdicts differ from one index over the whole stream"
+        assert got == reference, f"{kind}: verdicts differ from one index over the whole stream"
         out[kind] = {"docs_per_s": rate, "wall_s": wall}
         shutil.rmtree(index)
-    out["ratio"] = out["segmented"]["docs_per_s"] / out["single"]["docs_per_s"]
+    out["ratio"] = out["remote"]["docs_per_s"] / out["single"]["docs_per_s"]
+    out["local_ratio"] = out["local"]["docs_per_s"] / out["single"]["docs_per_s"]
     return out
 
 

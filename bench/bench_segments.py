@@ -319,7 +319,8 @@ def main() -> int:
                         f"{k} {rnd[k]['docs_per_s']:,.0f} docs/s ({rnd[k]['wall_s']:.2f} s wall)"
                         for k in KINDS
                     )
-                    + f"; remote/single {rnd['ratio']:.0%}, local/single {rnd['local_ratio']:.0%}",
+                    + f"; remote/single {rnd['ratio']:.0%}, local/single {rnd['local_ratio']:.0%}"
+                    + f" (load average {rnd['load_average']:.1f} on {os.cpu_count()} cores)",
                     flush=True,
                 )
             results["server_rss_anon_mb"] = [rss_anon_mb(p.pid) for p, _ in procs]
@@ -372,7 +373,8 @@ def one_round(
     """`dedup C` on a fresh copy of each index, the order rotating from round to round;
     every run's verdicts must equal one index's over the whole stream."""
     order = KINDS[r % 3 :] + KINDS[: r % 3]
-    out: dict[str, Any] = {"order": order}
+    # the machine's 1-minute load average as the round starts: how shared it was
+    out: dict[str, Any] = {"order": order, "load_average": os.getloadavg()[0]}
     for kind in order:
         index = tmp / f"{kind}-{r}"
         shutil.copytree(indexes[kind], index)

@@ -9,11 +9,13 @@ Exit statuses (documented in the README, "Bad input and exit status"):
 1     finished, but some lines were rejected (error records / dead letters:
       `dedup`, `replay`; `verdicts`: records that are not verdicts)
 2     usage, configuration or index-parameter error, or a topic that does not
-      exist (nothing processed)
+      exist (nothing processed); `seal` refused (nothing to seal, the
+      destination is not empty, the index is mirrored to a changelog)
 3     Kafka: no broker answered, or it refused the connection (auth, TLS)
 4     an input or output file cannot be read or written (missing, a
       directory, no permission, no space, closed pipe)
-5     the index cannot be opened: not an index, another format, damaged
+5     the index cannot be opened: not an index, another format, damaged; or
+      one of its sealed segments: missing, damaged (checksum), other parameters
 6     the index's disk is full (the index is left as it was before the batch)
 7     the worker stopped rather than give wrong verdicts or drop input
       (input topic recreated, group shared with another index, transactions
@@ -88,7 +90,15 @@ class IndexCorruptError(IndexOpenError):
 
 
 class SegmentError(IndexOpenError):
-    """A sealed segment is missing, damaged, or does not belong to this index."""
+    """A sealed segment cannot be used: its directory, manifest or data file is
+    missing or garbled, its checksum does not match, or it was built with other
+    parameters than its index.  An exit like the index's own damage (5): a segment
+    is part of the index, and verdicts without it would be wrong."""
+
+
+class SealRefusedError(StreamDedupError):
+    """`seal` will not run (the open index holds nothing, the destination is not
+    empty, the index is mirrored to a changelog); nothing was changed."""
 
 
 class DiskFullError(StreamDedupError):
@@ -130,3 +140,19 @@ class UnsafeToContinueError(StreamDedupError):
     verdicts; it stops and says what to do instead."""
 
     exit_status = EXIT_UNSAFE
+
+
+class RemoteSegmentError(StreamDedupError):
+    """A remote sealed segment cannot answer a probe: its server reported why (a probe
+    it cannot read, a damaged segment), or the probe cannot be sent at all (larger
+    than the producer or broker accepts).  The writer stops rather than decide a
+    batch without that segment."""
+
+    exit_status = EXIT_UNSAFE
+
+
+class SegmentWaitInterrupted(StreamDedupError):
+    """The writer was stopped (SIGINT, SIGTERM) while it waited for a remote sealed
+    segment's answer; the batch was not decided, nothing of it is committed."""
+
+    exit_status = EXIT_INTERRUPTED

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
+from streamdedup.cli.segment_server import remote_for
 from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
 from streamdedup.config import Fields
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
@@ -48,13 +49,14 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         refuse_same_file(path, output)
     sources: list[IO[bytes]] = []
     sink = None
+    remote = remote_for(values)  # remote sealed segments: connects on the first one
     try:
         for path in inputs:
             sources.append(stdin_or_file(path))
         existed = output == "-" or os.path.lexists(output)
         sink = stdout_or_file(output)
         try:
-            dd = open_new_or_existing(settings)
+            dd = open_new_or_existing(settings, None if remote is None else remote.reader)
         except BaseException:
             if not existed:
                 with contextlib.suppress(OSError):
@@ -76,6 +78,8 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 if progress is not None:
                     progress.close()
     finally:
+        if remote is not None:
+            remote.close()
         for path, source in zip(inputs, sources, strict=False):
             if path != "-":
                 source.close()

@@ -4,7 +4,7 @@ one place every error becomes an exit status.
 `build_parser` and `parse` turn the option table (`table.py`) into argparse parsers
 and resolve each option from the command line, the environment or a TOML file;
 `HANDLERS` names the function that runs each command (their modules: `dedup`, `tune`,
-`reports`, `kafka_tools`, `backup`, `demo`; `worker` and `replay` hand their values to
+`reports`, `kafka_tools`, `backup`, `seal`, `demo`; `worker` and `replay` hand their values to
 the kafka package).  `main` maps each exception to its status -- see `errors.py`: 0
 success; 1 finished, but some input lines were rejected; 2 usage; 3 broker; 4
 input/output file; 5 index; 6 disk full; 7 worker stopped for safety; 130
@@ -30,6 +30,8 @@ from streamdedup.cli.demo import cmd_demo
 from streamdedup.cli.kafka_tools import cmd_broker, cmd_produce
 from streamdedup.cli.options import add_options, load_toml, resolve
 from streamdedup.cli.reports import cmd_inspect, cmd_stats
+from streamdedup.cli.seal import cmd_seal
+from streamdedup.cli.segment_server import cmd_segment_server
 from streamdedup.cli.settings import open_engine, run_without_leaving_empty_index
 from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES
 from streamdedup.cli.tune import cmd_tune
@@ -114,12 +116,21 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 
 def cmd_replay(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.cli.segment_server import remote_for
     from streamdedup.kafka.replay import run_replay
 
-    return run_without_leaving_empty_index(
-        values.get("index"),
-        lambda: run_replay(values, lambda v: open_engine(v, adds_documents=False)),
-    )
+    remote = remote_for(values)
+    factory = None if remote is None else remote.reader
+    try:
+        return run_without_leaving_empty_index(
+            values.get("index"),
+            lambda: run_replay(
+                values, lambda v: open_engine(v, adds_documents=False, remote=factory)
+            ),
+        )
+    finally:
+        if remote is not None:
+            remote.close()
 
 
 def cmd_worker(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -143,6 +154,8 @@ HANDLERS: dict[str, Callable[[argparse.Namespace, dict[str, Any]], int]] = {
     "produce": cmd_produce,
     "verdicts": cmd_verdicts,
     "restore": cmd_restore,
+    "seal": cmd_seal,
+    "segment-server": cmd_segment_server,
 }
 
 

@@ -31,6 +31,7 @@ from streamdedup.config import (
     parse_duration_ms,
 )
 from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.engine.deduplicator import RemoteSegments as RemoteFactory
 from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, StreamDedupError
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
@@ -49,7 +50,8 @@ def require_index(values: dict[str, Any]) -> str:
 def check_at_least_one(values: dict[str, Any]) -> None:
     """`POSITIVE_OPTIONS` (those the command has) are at least 1."""
     for name in POSITIVE_OPTIONS:
-        if (values.get(name) or 1) < 1:
+        value = values.get(name)
+        if value is not None and value < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
 
 
@@ -127,10 +129,14 @@ def engine_settings(values: dict[str, Any]) -> EngineSettings:
 
 
 def open_engine(
-    values: dict[str, Any] | EngineSettings, *, adds_documents: bool = True
+    values: dict[str, Any] | EngineSettings,
+    *,
+    adds_documents: bool = True,
+    remote: RemoteFactory | None = None,
 ) -> Deduplicator:
     """`adds_documents`: refuse at once an index whose changelog this run would not
-    write (`dedup`, `worker`); `replay` is refused only by a batch adding documents."""
+    write (`dedup`, `worker`); `replay` is refused only by a batch adding documents.
+    `remote`: how to reach the index's remote sealed segments (`segment_server.remote_for`)."""
     s = values if isinstance(values, EngineSettings) else engine_settings(values)
     d = s.detection
     dd = Deduplicator(
@@ -146,6 +152,7 @@ def open_engine(
         false_positive_weight=d.fp_weight,
         false_negative_weight=d.fn_weight,
         changelog=s.changelog,
+        remote=remote,
     )
     try:
         if adds_documents:
@@ -156,11 +163,13 @@ def open_engine(
     return dd
 
 
-def open_new_or_existing(settings: EngineSettings) -> Deduplicator:
+def open_new_or_existing(
+    settings: EngineSettings, remote: RemoteFactory | None = None
+) -> Deduplicator:
     """`open_engine`, removing the index directory again if this call created it and
     then failed (a failed start leaves no empty index behind)."""
     with removed_if_failed(settings.index):
-        return open_engine(settings)
+        return open_engine(settings, remote=remote)
 
 
 @contextlib.contextmanager

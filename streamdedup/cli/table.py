@@ -448,10 +448,79 @@ VERDICTS_KAFKA = OptionGroup(
     ),
 )
 
+# Remote sealed segments (issue 24): how the writer and the segment servers reach
+# a segment's probe and answer topics.  The writer's commands add SEGMENT_LINK.
+SEGMENT_PREFIX = Opt(
+    "segment-prefix",
+    "prefix of the segments' Kafka topics ({prefix}.{segment id}.probes, .answers) "
+    "and consumer groups; the writer and its segment servers must agree",
+    str,
+    "streamdedup-segments",
+    metavar="PREFIX",
+)
+SEGMENT_LINK = OptionGroup(
+    "remote segments",
+    (
+        SEGMENT_PREFIX,
+        Opt(
+            "segment-timeout",
+            "seconds without an answer from a remote sealed segment before the writer "
+            "warns, reports not ready and sends the probe again (it keeps waiting: a "
+            "segment is never skipped)",
+            float,
+            10.0,
+            metavar="S",
+        ),
+    ),
+)
+# `dedup` reaches remote sealed segments through Kafka too (only then needs a cluster)
+DEDUP_SEGMENTS = OptionGroup(
+    "remote segments",
+    (
+        Opt(
+            "bootstrap-servers",
+            "Kafka bootstrap servers of the index's remote sealed segments' servers, "
+            "host:port[,host:port] (only for an index that has remote segments)",
+            str,
+            metavar="HOSTS",
+        ),
+        *SEGMENT_LINK.options,
+    ),
+)
+_SEGMENT_SERVER_KAFKA = tuple(
+    o
+    for o in KAFKA.options
+    if o.name in ("bootstrap-servers", "client-id", "consumer-option", "producer-option")
+    or o.name in _CONNECTION
+    or o.name.startswith("ssl-")
+    or o.name == "connect-timeout"
+)
+SEGMENT_SERVER = OptionGroup(
+    "segment server",
+    (
+        SEGMENT_PREFIX,
+        Opt(
+            "max-probe-age",
+            "probes older than this many seconds (by their timestamp) are skipped: their "
+            "writer has sent them again since, or stopped",
+            float,
+            300.0,
+            metavar="S",
+        ),
+        Opt(
+            "log-every",
+            "a log line with rates every N probes answered",
+            int,
+            100,
+            metavar="N",
+        ),
+    ),
+)
+
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
         "check JSON Lines documents or WARC archives against the index, one verdict per document",
-        (INDEX, ENGINE, TUNING, SEGMENTS, INPUT, CRAWL_FILES, OUTPUT),
+        (INDEX, ENGINE, TUNING, SEGMENTS, INPUT, CRAWL_FILES, OUTPUT, DEDUP_SEGMENTS),
     ),
     "worker": (
         "consume documents from Kafka, publish verdicts exactly once",
@@ -465,6 +534,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             INPUT,
             CRAWL_STREAM,
             CHANGELOG,
+            SEGMENT_LINK,
             OBSERVE,
             LOGGING,
         ),
@@ -478,6 +548,26 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         "offsets recorded in it)",
         (INDEX, FORMAT),
     ),
+    "seal": (
+        "move everything the index holds so far into a new sealed segment, atomically "
+        "(also while a worker or dedup writes to it)",
+        (
+            INDEX,
+            OptionGroup(
+                "segment",
+                (
+                    Opt(
+                        "remote",
+                        "the index asks segment servers (`streamdedup segment-server`) "
+                        "for this segment instead of opening SEGMENT_DIR itself; the "
+                        "directory may then move to another host",
+                        flag=True,
+                    ),
+                ),
+            ),
+            FORMAT,
+        ),
+    ),
     "replay": (
         "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
         (
@@ -489,6 +579,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             WINDOW,
             INPUT,
             CRAWL_STREAM,
+            SEGMENT_LINK,
             LOGGING,
         ),
     ),
@@ -531,6 +622,23 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                 ),
             ),
             OptionGroup("input", (INPUT.options[0],)),
+        ),
+    ),
+    "segment-server": (
+        "answer the writer's probes for one sealed segment over Kafka (servers of one "
+        "segment share a consumer group: run two for failover)",
+        (
+            SEGMENT_SERVER,
+            OptionGroup("kafka", _SEGMENT_SERVER_KAFKA),
+            OptionGroup(
+                "metrics and health",
+                tuple(
+                    o
+                    for o in OBSERVE.options
+                    if o.name in ("metrics-port", "metrics-host", "health-stall")
+                ),
+            ),
+            LOGGING,
         ),
     ),
     "tune": ("choose LSH bands x rows for a threshold and print the S-curve", (TUNE, FORMAT)),
@@ -613,7 +721,11 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
+    "seal": (("segment_dir", "SEGMENT_DIR", "new or empty directory for the sealed segment"),),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+    "segment-server": (
+        ("segment_dir", "SEGMENT_DIR", "a sealed segment directory (made by `streamdedup seal`)"),
+    ),
 }
 
 
@@ -626,6 +738,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "backup": ("streamdedup backup --index ./index ./index-backup",),
     "restore": ("streamdedup restore --index ./index ./index-backup",),
+    "seal": ("streamdedup seal --index ./index /disk2/segments/0001",),
     "replay": (
         "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
         "--index ./rebuilt --output verdicts.jsonl",
@@ -637,6 +750,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "broker": ("streamdedup broker --port 9092",),
     "produce": (
         "streamdedup produce pages.jsonl --bootstrap-servers localhost:9092 --topic documents",
+    ),
+    "segment-server": (
+        "streamdedup segment-server ./segments/0003 --bootstrap-servers localhost:9092 "
+        "--metrics-port 9101",
     ),
     "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
     "stats": ("streamdedup stats --index ./index --check",),

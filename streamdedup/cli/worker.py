@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from streamdedup.cli.segment_server import remote_for
 from streamdedup.cli.settings import require_index
 from streamdedup.config import WorkerConfig, connection_settings
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError
+from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, SegmentWaitInterrupted
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.settings import (
     consumer_settings,
@@ -86,9 +87,7 @@ def restore_if_empty(cfg: WorkerConfig, index_path: str, metrics: Metrics | None
         index.close()
 
 
-def run_from_options(
-    values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
-) -> int:
+def run_from_options(values: dict[str, Any], open_engine: Callable[..., Deduplicator]) -> int:
     """The `worker` command."""
     from streamdedup.ops.logs import setup_logging
     from streamdedup.ops.metrics import HealthPolicy
@@ -134,10 +133,22 @@ def run_from_options(
         cfg = dataclasses.replace(cfg, consumer_options=options)
         if cfg.changelog_topic:
             restore_if_empty(cfg, require_index(values), metrics)
-        with open_engine(values) as dd:
-            worker = Worker(cfg, dd, metrics=metrics)
-            install_signal_handlers(worker.stop_event)
-            stats = worker.run()
+        # a stop ends a wait for a remote sealed segment (a dead one would hold it)
+        remote = remote_for(values, metrics=None if metrics is None else metrics.segments)
+        assert remote is not None  # the worker requires --bootstrap-servers
+        try:
+            with open_engine(values, remote=remote.reader) as dd:
+                worker = Worker(cfg, dd, metrics=metrics)
+                install_signal_handlers(worker.stop_event, on=remote.interrupt)
+                try:
+                    stats = worker.run()
+                except SegmentWaitInterrupted as exc:
+                    # stopped (SIGTERM) while a remote segment held the batch: it is
+                    # redelivered to the next worker, as any batch not committed
+                    log.warning("%s", exc)
+                    stats = worker.stats
+        finally:
+            remote.close()
     except BrokerUnavailableError as exc:
         log.error("%s", exc)
         return EXIT_BROKER

@@ -36,7 +36,14 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
-from streamdedup.store.segments import Manifest, SegmentEntry, drop_segment, seal, segments
+from streamdedup.store.segments import (
+    Manifest,
+    SegmentEntry,
+    drop_segment,
+    recover,
+    seal,
+    segments,
+)
 from streamdedup.store.tables import Tables
 
 log = logging.getLogger(__name__)
@@ -182,6 +189,7 @@ class Deduplicator:
 
     def _open_sealed(self) -> None:
         """Open (again) the sealed segments the index registers."""
+        recover(self.index)  # a seal that committed and did not rename (yet) is finished
         entries = self.index.read(segments)
         if self.sealed is not None:
             self.sealed.close()

@@ -129,7 +129,7 @@ class Sealed:
 
     def load_masks(self, t: Tables) -> None:
         for n in self.readers:
-            self.masks[n] = set(t.masked(n))
+            self.masks[n] = set(t.masked(n).tolist())
 
     def close(self) -> None:
         for r in self.readers.values():

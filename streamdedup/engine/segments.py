@@ -241,7 +241,7 @@ class Answerer:
 
     def __init__(self, segment: SealedSegment) -> None:
         self.segment = segment
-        self.params = IndexParams.from_record(segment.manifest.params)
+        self.params = IndexParams.from_record(dict(segment.manifest.params))
         self._shingler = Shingler(self.params.shingle)
 
     def __call__(self, probe: Probe) -> Answer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -15,7 +17,15 @@ from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
-from streamdedup.store.keys import DOCNO_BYTES, MetaKey, docno_of, id_key
+from streamdedup.store.keys import (
+    DOCNO_BYTES,
+    SEGMENT_BYTES,
+    MetaKey,
+    docno_of,
+    id_key,
+    tomb_of,
+)
+from streamdedup.store.segments import MANIFEST, segments
 from streamdedup.store.tables import Tables
 
 
@@ -58,6 +68,7 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     kinds: dict[str, int] = {}
     last_docno = -1
     sig_bytes = 2 * params.num_perm
+    tombs: dict[int, _Tombs] = {}
     for name in t.table_names():
         n = 0
         for key, value in t.items(name):
@@ -76,12 +87,17 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
                 problems.append(f"sigs: signature {docno_of(key)} has {len(value)} bytes")
             elif name == "ids" and len(value) != DOCNO_BYTES:
                 problems.append(f"ids: an entry holds {len(value)} bytes, not a document number")
+            elif name == "tombs":
+                _check_tomb(key, value, tombs, problems)
         stated = t.count(name)
         if n != stated:
             problems.append(f"{name}: {n:,} entries read, LMDB counts {stated:,}")
         entries += n
+    problems += _check_tomb_counts(t, tombs)
     counts = t.meta(MetaKey.COUNTS) or {}
-    for kind in TALLIES:
+    # once sealed segments exist the counters cover their documents too, which
+    # this walk over the open index does not see
+    for kind in () if segments(t) else TALLIES:
         if counts.get(kind, 0) != kinds.get(kind, 0):
             problems.append(
                 f"meta: {counts.get(kind, 0):,} {kind} counted, {kinds.get(kind, 0):,} stored"
@@ -92,6 +108,51 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     if last_docno >= next_docno:
         problems.append(f"meta: next document number {next_docno} is not past {last_docno}")
     return entries, problems
+
+
+@dataclass
+class _Tombs:
+    """What `stats --check` saw of one segment's tombstones (keys come in docno order)."""
+
+    found: int = 0
+    kept: int = 0  # the count stored beside them
+    low: int = -1
+    high: int = -1
+
+
+def _check_tomb(key: bytes, value: bytes, tombs: dict[int, _Tombs], problems: list[str]) -> None:
+    """One `tombs` entry: a segment's count (2-byte key) or a tombstone (7 bytes)."""
+    if len(key) == SEGMENT_BYTES and len(value) == 8:
+        tombs.setdefault(int.from_bytes(key, "big"), _Tombs()).kept = int.from_bytes(value, "big")
+    elif len(key) == SEGMENT_BYTES + DOCNO_BYTES and not value:
+        number, docno = tomb_of(key)
+        seen = tombs.setdefault(number, _Tombs())
+        seen.found += 1
+        seen.low = docno if seen.low < 0 else seen.low
+        seen.high = docno
+    elif len(problems) < 20:
+        problems.append(f"tombs: an entry of {len(key)} + {len(value)} bytes is no tombstone")
+
+
+def _check_tomb_counts(t: Tables, tombs: dict[int, _Tombs]) -> list[str]:
+    """Each segment's tombstones against its kept count, its registry entry and its range."""
+    problems: list[str] = []
+    registered = {e.number: e for e in segments(t)}
+    for number, seen in sorted(tombs.items()):
+        if seen.found != seen.kept:
+            problems.append(
+                f"tombs: segment {number} has {seen.found:,} tombstones, "
+                f"its count says {seen.kept:,}"
+            )
+        entry = registered.get(number)
+        if entry is None:
+            problems.append(f"tombs: tombstones for segment {number}, which is not registered")
+        elif seen.found and not entry.first_docno <= seen.low <= seen.high < entry.next_docno:
+            problems.append(
+                f"tombs: segment {number} masks docnos {seen.low}..{seen.high}, outside its "
+                f"{entry.first_docno}..{entry.next_docno - 1}"
+            )
+    return problems
 
 
 def _structure(index: Index) -> tuple[list[str], str]:
@@ -128,7 +189,8 @@ def check_index(index: Index, params: IndexParams) -> dict[str, Any]:
     entries, problems = index.read(lambda t: check_tables(t, params))  # damage: raises
     if problems:
         raise fail(problems)
-    return {"entries": entries, "structure": status}
+    sealed = bool(index.read(segments))
+    return {"entries": entries, "structure": status, "counters": not sealed}
 
 
 def index_stats(path: str, check: bool = False) -> dict[str, Any]:
@@ -138,7 +200,9 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
 
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta(MetaKey.COUNTS) or {}
-            docs = t.count("docs")
+            sealed = _segments(t)
+            open_docs = t.count("docs")
+            docs = open_docs + sum(e["documents"] - e["masked"] for e in sealed)
             table_bytes = t.table_bytes()
             used = sum(table_bytes.values())
             clusters = counts.get("unique", 0) - counts.get("empty", 0)
@@ -146,6 +210,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "path": path,
                 "parameters": params.to_record(),
                 "documents": docs,
+                "open_documents": open_docs,
                 "indexed": t.count("sigs"),
                 "unique": counts.get("unique", 0),
                 "duplicate": counts.get("duplicate", 0),
@@ -154,13 +219,14 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "clusters": clusters,
                 "duplicate_ratio": counts.get("duplicate", 0) / docs if docs else 0.0,
                 "bytes_used": used,
-                "bytes_per_document": used / docs if docs else 0.0,
+                "bytes_per_document": used / open_docs if open_docs else 0.0,
                 "file_bytes": index.file_bytes(),
                 "table_bytes": table_bytes,
                 "bucket_sizes": bucket_histogram(t),
                 "positions": _positions(t),
                 "clock_ms": t.meta(MetaKey.CLOCK),
                 "oldest_ms": None if (o := t.oldest()) is None else o[0],
+                "segments": sealed,
             }
 
         out = index.read(read)
@@ -169,6 +235,26 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
         return out
     finally:
         index.close()
+
+
+def _segments(t: Tables) -> list[dict[str, Any]]:
+    """The registry's sealed segments, each with its masked documents counted and,
+    for a local one, whether its manifest is where the registry says (a quick look,
+    not a checksum: `SealedSegment.open` does that)."""
+    out: list[dict[str, Any]] = []
+    answers = t.meta(MetaKey.SEGMENT_ANSWERS) or {}
+    for entry in segments(t):
+        found = None if entry.remote else (Path(entry.path) / MANIFEST).is_file()
+        out.append(
+            {
+                **entry.to_record(),
+                "masked": t.mask_count(entry.number),
+                "found": found,
+                # the writer's last answer from it: at_ms, round_trip_ms, waited_ms
+                "last_answer": answers.get(str(entry.number)),
+            }
+        )
+    return out
 
 
 def _positions(t: Tables) -> dict[str, dict[str, int]]:
@@ -192,12 +278,17 @@ def render_stats(s: dict[str, Any]) -> str:
         f"index {s['path']}",
         f"  parameters   threshold {p['threshold']}, K {p['num_perm']}, {p['shingle']}, "
         f"{p['bands']} bands x {p['rows']} rows, verify {p['verify']}, seed {p['seed']}",
-        f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)",
+        f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)"
+        if not s["segments"]
+        else f"  documents    {s['documents']:,}: {s['open_documents']:,} in the open index "
+        f"({s['indexed']:,} in LSH buckets), the rest in {len(s['segments'])} sealed "
+        f"segment{'s' * (len(s['segments']) != 1)}",
         f"  verdicts     unique {s['unique']:,} (empty {s['empty']:,}), duplicate "
         f"{s['duplicate']:,} (exact {s['exact_duplicate']:,}), ratio {s['duplicate_ratio']:.3f}",
         f"  clusters     {s['clusters']:,}",
         f"  size         {s['bytes_used']:,} bytes in use, {s['bytes_per_document']:,.0f} "
-        f"per document (file {s['file_bytes']:,})",
+        f"per document (file {s['file_bytes']:,})"
+        + (" in the open index" if s["segments"] else ""),
         "               " + ", ".join(f"{k} {v:,}" for k, v in s["table_bytes"].items()),
     ]
     for ns, offsets in s["positions"].items():
@@ -209,11 +300,17 @@ def render_stats(s: dict[str, Any]) -> str:
         lines.append(
             f"  time span    {_iso(s['oldest_ms'])} .. {_iso(s['clock_ms'])} (message timestamps)"
         )
+    lines += _render_segments(s["segments"])
     b = s["bucket_sizes"]
     if "check" in s:
         c = s["check"]
+        counters = (
+            "counters agree"
+            if c["counters"]
+            else "counters not compared (they count the sealed segments' documents too)"
+        )
         lines.append(
-            f"  check        ok: {c['entries']:,} entries read, counters agree"
+            f"  check        ok: {c['entries']:,} entries read, {counters}"
             + {
                 "verified": ", file structure verified",
                 "changed": " (file structure not verified: a batch committed meanwhile)",
@@ -229,6 +326,31 @@ def render_stats(s: dict[str, Any]) -> str:
             f"(the largest holds {b['largest_share']:.1%} of postings)"
         )
     return "\n".join(lines)
+
+
+def _render_segments(sealed: list[dict[str, Any]]) -> list[str]:
+    if not sealed:
+        return []
+    lines = [
+        f"  segments     {len(sealed)} sealed, "
+        f"{sum(e['documents'] for e in sealed):,} documents "
+        f"({sum(e['masked'] for e in sealed):,} masked since), "
+        f"{sum(e['bytes'] for e in sealed):,} bytes"
+    ]
+    for e in sealed:
+        where = "remote" if e["remote"] else "local" if e["found"] else "local, MISSING"
+        masked = f" ({e['masked']:,} masked)" if e["masked"] else ""
+        lines.append(
+            f"    #{e['number']:<4} docnos {e['first_docno']:,}..{e['next_docno'] - 1:,}  "
+            f"{e['documents']:,} documents{masked}  {e['bytes']:,} bytes  {where}  {e['path']}"
+        )
+        if e["last_answer"]:
+            a = e["last_answer"]
+            lines.append(
+                f"          last answer {_iso(int(a['at_ms']))}: round trip "
+                f"{a['round_trip_ms']:,.1f} ms, the writer waited {a['waited_ms']:,.1f} ms"
+            )
+    return lines
 
 
 def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any] | None:

@@ -58,7 +58,11 @@ class Index:
         map_size: int = 1 << 30,
         readonly: bool = False,
         durability: str = "process",
+        lock: bool = True,
     ) -> None:
+        """`lock=False` (read-only only): no lock file, no reader table -- for a
+        sealed segment, which no process ever writes, so that its directory holds
+        just its data file and manifest and may sit on a read-only volume."""
         self.path = Path(path)
         if readonly and not (self.path / "data.mdb").exists():
             raise IndexOpenError(f"no index at {self.path} (data.mdb not found)")
@@ -75,6 +79,7 @@ class Index:
                 sync=durability == "full",
                 max_dbs=len(self.TABLES),
                 readonly=readonly,
+                lock=lock or not readonly,
                 max_readers=256,
             )
         except DAMAGE_ERRORS as exc:

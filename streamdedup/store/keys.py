@@ -1,5 +1,5 @@
-"""How the index spells its keys: document numbers, document ids, expiry entries and
-band keys as LMDB keys, and the names of the entries in the `meta` table.  Pure
+"""How the index spells its keys: document numbers, document ids, expiry entries,
+tombstones and band keys as LMDB keys, and the names of the entries in the `meta` table.  Pure
 encodings (no LMDB), shared by the tables and by the layers above that pass keys
 around (the engine, the changelog)."""
 
@@ -14,6 +14,7 @@ import numpy.typing as npt
 from streamdedup.models import DocId
 
 DOCNO_BYTES = 5
+SEGMENT_BYTES = 2  # a sealed segment's number, in a tombstone's key
 _MAX_ID_KEY = 400  # LMDB keys are limited to 511 bytes
 
 
@@ -27,8 +28,11 @@ class MetaKey:
     COUNTS: Final = "counts"  # verdict tallies of the documents indexed
     CLOCK: Final = "clock"  # stream time: the newest trusted timestamp (ms)
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
-    SEGMENTS: Final = "segments"  # the sealed segments, in sealing order (store/segments.py)
-    # per sealed segment, the writer's last answer: when, round trip and time waited (ms)
+    # the store's (store.segments)
+    SEGMENTS: Final = "segments"  # the registry: one entry per sealed segment, in order
+    SEALED: Final = "sealed"  # the number of the last segment sealed (numbers never repeat)
+    # the engine's, per sealed segment: the writer's last answer (when, round trip and
+    # time waited, ms), for `stats`
     SEGMENT_ANSWERS: Final = "segment-answers"
     # the worker's
     BINDING: Final = "binding"  # the consumer group and input topic the index serves
@@ -53,6 +57,17 @@ def docno_of(key: bytes) -> int:
 
 def expiry_key(timestamp_ms: int, docno: int) -> bytes:
     return max(timestamp_ms, 0).to_bytes(8, "big") + docno_key(docno)
+
+
+def tomb_key(number: int, docno: int) -> bytes:
+    """A tombstone: `docno` masked in sealed segment `number` (grouped by segment,
+    docnos in order within one)."""
+    return number.to_bytes(SEGMENT_BYTES, "big") + docno_key(docno)
+
+
+def tomb_of(key: bytes) -> tuple[int, int]:
+    """(segment number, docno) of a tombstone key."""
+    return int.from_bytes(key[:SEGMENT_BYTES], "big"), docno_of(key[SEGMENT_BYTES:])
 
 
 def id_key(doc_id: DocId) -> bytes:

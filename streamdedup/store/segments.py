@@ -1,33 +1,271 @@
-"""TEMPORARY minimal stand-in (lead's engine branch): replaced by helper "store"'s module."""
+"""Sealed segments: the files of one, the registry of them in the open index, and
+`seal`, which moves everything indexed so far into a new one atomically.
+
+An index is one open segment (the LMDB index the writer updates) plus sealed ones.
+A sealed segment is a directory holding `data.mdb`, a compacted LMDB copy of the open
+index at the moment of sealing (the same tables), and `manifest.json`: what the
+segment is (id, number, parameters, document-number range, input offsets covered)
+and the blake2b checksum of `data.mdb`, so that a segment copied to another disk or
+host is verified before it answers a single probe.  Nothing ever writes a sealed
+segment again: it is opened read-only and without a lock file.
+
+The open index keeps the registry (meta `segments`: one `SegmentEntry` per sealed
+segment, in sealing order) and the tombstones masking documents of sealed segments
+that were later replaced or expired (table `tombs`, `Tables.mask`).
+
+`seal` in three steps, so that a crash anywhere leaves the old state or the new one,
+never both and never neither:
+
+1. In ONE write transaction of the open index (the writer lock is held, so no batch
+   of any process commits meanwhile): compact-copy the environment to
+   `SEGMENT_DIR.partial`, write the manifest, fsync both and the directories.
+2. In the same transaction: register the segment (its final path) and empty the
+   document tables.  Commit.
+3. Rename `SEGMENT_DIR.partial` to `SEGMENT_DIR`, fsync the parent, sync the index.
+
+Killed before the commit, the index still holds every document and no registry
+entry; the `.partial` left behind is not a segment (nothing names it) and the next
+seal to that directory removes it.  Killed after the commit, the registry names the
+segment and the open index is empty; `recover` (run by `seal`, and to be run by
+whatever opens the index's segments: another process may be between the commit and
+the rename) finishes the rename, recognising the `.partial` by the id in its
+manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
+(streamdedup.failpoints) let the tests kill the process at each step.
+"""
 
 from __future__ import annotations
 
-import json
+import builtins
+import contextlib
+import datetime as dt
+import hashlib
+import os
+import re
+import shutil
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamdedup.errors import SegmentError
+import msgpack
+import orjson
+
+from streamdedup import failpoints
+from streamdedup.errors import IndexOpenError, SealRefusedError, SegmentError
 from streamdedup.store.index import Index
-from streamdedup.store.keys import MetaKey
+from streamdedup.store.keys import SEGMENT_BYTES, MetaKey
 from streamdedup.store.tables import Tables
 
-DATA_TABLES = ("ids", "docs", "sigs", "texts", "content", "copies", "expiry", "postings")
+KIND = "streamdedup-segment"
+FORMAT = 1
+MANIFEST = "manifest.json"
+DATA = "data.mdb"
+PARTIAL = ".partial"  # suffix of a segment directory still being sealed
+CHECKSUM_ALGORITHM = "blake2b-256"
+CHECKSUM_BLOCK = 1 << 20  # data.mdb is read in blocks of this size, never whole
+MAX_NUMBER = (1 << 8 * SEGMENT_BYTES) - 1  # a tombstone's key holds the number in 2 bytes
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def checksum(path: Path) -> str:
+    """`blake2b-256:<hex>` of a file, read in 1 MiB blocks (a segment's data file is
+    many gigabytes; memory stays flat)."""
+    digest = hashlib.blake2b(digest_size=32)
+    block = bytearray(CHECKSUM_BLOCK)
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(block):
+            digest.update(view[:n])
+    return f"{CHECKSUM_ALGORITHM}:{digest.hexdigest()}"
+
+
+def partial_path(dest: Path) -> Path:
+    """Where a segment is built before it is renamed into place."""
+    return dest.with_name(dest.name + PARTIAL)
+
+
+# ---------------------------------------------------------------------- manifest
+
+# Each field of the manifest and the JSON types it must have (bool is an int in
+# Python: refused separately for the numbers).
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "kind": str,
+    "format": int,
+    "id": str,
+    "number": int,
+    "index": (str, type(None)),
+    "params": dict,
+    "first_docno": int,
+    "next_docno": int,
+    "documents": int,
+    "offsets": dict,
+    "created": str,
+    "bytes": int,
+    "checksum": str,
+}
 
 
 @dataclass(frozen=True)
 class Manifest:
+    """What a sealed segment is: `manifest.json` in its directory, written last.
+
+    `params` is the index's `IndexParams.to_record()` (the engine compares it with
+    the open index's); `offsets` the worker's applied input offsets at sealing,
+    {"group/topic": {"partition": next offset}} ({} when `dedup` built it)."""
+
     id: str
     number: int
+    index: str | None
     params: dict[str, Any]
     first_docno: int
     next_docno: int
     documents: int
+    offsets: dict[str, dict[str, int]]
+    created: str
+    bytes: int
+    checksum: str
+    kind: str = field(default=KIND)
+    format: int = field(default=FORMAT)
+
+    def to_record(self) -> dict[str, Any]:
+        rec = asdict(self)
+        return {name: rec[name] for name in _FIELDS}  # the documented order
+
+    def to_json(self) -> builtins.bytes:
+        return orjson.dumps(self.to_record(), option=orjson.OPT_INDENT_2) + b"\n"
+
+    @classmethod
+    def from_record(cls, rec: Any, where: Path) -> Manifest:
+        """Check a parsed manifest field by field; `SegmentError` names `where` and
+        the first thing wrong."""
+        if not isinstance(rec, dict):
+            raise SegmentError(f"{where / MANIFEST} is not a segment manifest (not an object)")
+        if rec.get("kind") != KIND:
+            raise SegmentError(
+                f"{where / MANIFEST} is not a streamdedup segment manifest "
+                f"(kind {rec.get('kind')!r}, expected {KIND!r})"
+            )
+        if rec.get("format") != FORMAT:
+            raise SegmentError(
+                f"the segment at {where} has format {rec.get('format')!r}; this streamdedup "
+                f"reads format {FORMAT} (a newer version sealed it?)"
+            )
+        for name, types in _FIELDS.items():
+            value = rec.get(name)
+            if name not in rec or not isinstance(value, types) or isinstance(value, bool):
+                raise SegmentError(
+                    f"{where / MANIFEST}: field {name!r} is missing or malformed ({value!r})"
+                )
+        if not rec["checksum"].startswith(CHECKSUM_ALGORITHM + ":"):
+            raise SegmentError(
+                f"{where / MANIFEST}: checksum {rec['checksum']!r} is not {CHECKSUM_ALGORITHM}"
+            )
+        if not 0 <= rec["first_docno"] < rec["next_docno"] or not (
+            1 <= rec["documents"] <= rec["next_docno"] - rec["first_docno"]
+        ):
+            raise SegmentError(
+                f"{where / MANIFEST}: document numbers {rec['first_docno']}.."
+                f"{rec['next_docno']} for {rec['documents']} documents make no sense"
+            )
+        if not 1 <= rec["number"] <= MAX_NUMBER or rec["bytes"] < 0:
+            raise SegmentError(
+                f"{where / MANIFEST}: number {rec['number']} or size {rec['bytes']} out of range"
+            )
+        if not _HEX32.fullmatch(rec["id"]):  # it names Kafka topics
+            raise SegmentError(f"{where / MANIFEST}: id {rec['id']!r} is not 32 hex digits")
+        return cls(**{name: rec[name] for name in _FIELDS})
+
+    @classmethod
+    def read(cls, directory: str | os.PathLike[str]) -> Manifest:
+        where = Path(directory)
+        try:
+            raw = (where / MANIFEST).read_bytes()
+        except FileNotFoundError:
+            raise SegmentError(
+                f"{where} is not a sealed segment: it has no {MANIFEST}"
+                + ("" if where.is_dir() else " (no such directory)")
+            ) from None
+        except OSError as exc:
+            raise SegmentError(f"cannot read {where / MANIFEST}: {exc}") from exc
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise SegmentError(f"{where / MANIFEST} is not valid JSON ({exc})") from exc
+        return cls.from_record(rec, where)
+
+
+# ---------------------------------------------------------------------- a sealed segment
+
+
+class SealedSegment:
+    """A sealed segment opened for reading: `.manifest`, `.index` (read-only), `.path`."""
+
+    def __init__(self, path: Path, manifest: Manifest, index: Index) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.index = index
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, verify: bool = True) -> SealedSegment:
+        """Read and check the manifest, verify the data file's checksum (`verify`:
+        reads the whole file once, about 0.3 s per 60 MiB here; a server does it at
+        start, a writer opening its local segments may skip it after the first time),
+        open it read-only and hold its parameters and document count to the manifest."""
+        where = Path(path).absolute()
+        manifest = Manifest.read(where)
+        data = where / DATA
+        try:
+            size = data.stat().st_size
+        except FileNotFoundError:
+            raise SegmentError(f"the segment at {where} has no {DATA}") from None
+        if size != manifest.bytes:
+            raise SegmentError(
+                f"the segment at {where} is damaged: {DATA} holds {size:,} bytes, its "
+                f"manifest says {manifest.bytes:,} (truncated or replaced?); copy it "
+                "again from where it was sealed"
+            )
+        if verify:
+            found = checksum(data)
+            if found != manifest.checksum:
+                raise SegmentError(
+                    f"the segment at {where} is damaged: {DATA} has checksum {found}, its "
+                    f"manifest expects {manifest.checksum}; copy it again from where it "
+                    "was sealed"
+                )
+        try:
+            index = Index(where, readonly=True, lock=False)
+            held = index.read(lambda t: (t.meta(MetaKey.PARAMS), t.count("docs")))
+        except IndexOpenError as exc:
+            raise SegmentError(f"the segment at {where} cannot be opened: {exc}") from exc
+        if held != (manifest.params, manifest.documents):
+            index.close()
+            raise SegmentError(
+                f"the segment at {where} does not match its manifest: its data holds "
+                f"{held[1]:,} documents with parameters {held[0]}, the manifest says "
+                f"{manifest.documents:,} with {dict(manifest.params)} (a manifest of another "
+                "segment?)"
+            )
+        return cls(where, manifest, index)
+
+    def close(self) -> None:
+        self.index.close()
+
+    def __enter__(self) -> SealedSegment:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- the registry
 
 
 @dataclass(frozen=True)
 class SegmentEntry:
+    """One sealed segment as the open index knows it (meta `segments`).  `path` is
+    absolute; `remote`: the writer asks segment servers, never opens `path`."""
+
     number: int
     id: str
     path: str
@@ -37,64 +275,201 @@ class SegmentEntry:
     documents: int
     bytes: int
 
-
-class SealedSegment:
-    def __init__(self, path: Path, manifest: Manifest, index: Index) -> None:
-        self.path, self.manifest, self.index = path, manifest, index
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
-    def open(cls, path: str | Path, *, verify: bool = True) -> SealedSegment:
-        p = Path(path)
-        try:
-            m = Manifest(**json.loads((p / "manifest.json").read_text()))
-        except (OSError, ValueError, TypeError) as exc:
-            raise SegmentError(f"no sealed segment at {p}: {exc}") from exc
-        return cls(p, m, Index(p, readonly=True))
-
-    def close(self) -> None:
-        self.index.close()
+    def from_record(cls, rec: Mapping[str, Any]) -> SegmentEntry:
+        return cls(**rec)
 
 
 def segments(t: Tables) -> list[SegmentEntry]:
-    return [SegmentEntry(**e) for e in (t.meta(MetaKey.SEGMENTS) or [])]
+    """The sealed segments of the index, in sealing order."""
+    return [SegmentEntry.from_record(rec) for rec in t.meta(MetaKey.SEGMENTS) or ()]
 
 
 def set_segments(t: Tables, entries: list[SegmentEntry]) -> None:
-    t.set_meta(MetaKey.SEGMENTS, [asdict(e) for e in entries])
+    t.set_meta(MetaKey.SEGMENTS, [e.to_record() for e in entries])
 
 
-def drop_segment(t: Tables, number: int) -> None:
-    set_segments(t, [e for e in segments(t) if e.number != number])
+def next_number(t: Tables) -> int:
+    """The number the next sealed segment gets: past every segment sealed so far,
+    dropped ones included (meta `sealed`), so that a number, and a directory named
+    after it, is never used twice."""
+    return max([int(t.meta(MetaKey.SEALED) or 0), *(e.number for e in segments(t))]) + 1
+
+
+def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
+    """Forget a sealed segment whose documents have all expired: its registry entry
+    and its tombstones (its directory is left for the operator to delete).  Returns
+    the entry dropped, None if no segment has that number."""
+    entries = segments(t)
+    kept = [e for e in entries if e.number != number]
+    if len(kept) == len(entries):
+        return None
+    set_segments(t, kept)
     t.clear_masks(number)
+    return next(e for e in entries if e.number == number)
 
 
-def seal(index: Index, dest: Path, *, remote: bool = False) -> Manifest:
-    def run(t: Tables) -> Manifest:
-        from streamdedup.store.keys import docno_of
+# ---------------------------------------------------------------------- seal
 
-        docs = [docno_of(k) for k, _ in t.items("docs")]
-        entries = segments(t)
-        number = max((e.number for e in entries), default=0) + 1
-        params = t.meta(MetaKey.PARAMS)
-        m = Manifest(uuid.uuid4().hex, number, params, min(docs), max(docs) + 1, len(docs))
-        dest.mkdir(parents=True)
-        index.env.copy(str(dest), compact=True)
-        (dest / "manifest.json").write_text(json.dumps(asdict(m)))
-        entries.append(
-            SegmentEntry(
-                number,
-                m.id,
-                str(dest.resolve()),
-                remote,
-                m.first_docno,
-                m.next_docno,
-                m.documents,
-                (dest / "data.mdb").stat().st_size,
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _applied_offsets(t: Tables) -> dict[str, dict[str, int]]:
+    """The worker's applied input offsets per consumer, as meta `applied/NS` has them."""
+    prefix = MetaKey.APPLIED.encode()
+    return {
+        key[len(prefix) :].decode(): {str(p): int(o) for p, o in msgpack.unpackb(raw).items()}
+        for key, raw in t.meta_entries(prefix)
+    }
+
+
+def _is_empty_dir(path: Path) -> bool:
+    return path.is_dir() and next(path.iterdir(), None) is None
+
+
+def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) -> Manifest:
+    """Move every document of the open index into a new sealed segment at `dest` (a
+    new or empty directory), atomically; returns its manifest.
+
+    Refused (`SealRefusedError`, nothing changed) when the open index holds no
+    documents, when `dest` is not empty or already names a segment, and when the
+    index is mirrored to a changelog.  Safe while other processes write the same
+    index: their batches wait for the writer lock this holds from the copy to the
+    commit, and the copy is exactly the last committed state.
+
+    The copy runs inside our own write transaction.  LMDB's compacting copy
+    (`mdb_env_copy2` with MDB_CP_COMPACT, py-lmdb `Environment.copy(compact=True)`)
+    walks the tree in a read transaction of its own and never takes the writer
+    mutex, and py-lmdb opens every environment with MDB_NOTLS, so that read
+    transaction can begin in the thread that holds the write transaction.  Since
+    that thread holds the writer lock and has written nothing yet, the snapshot is
+    exactly the state this transaction started from and then empties.  (The plain,
+    non-compacting copy takes the writer mutex to snapshot the meta pages: called
+    here it would wait for ourselves forever.)
+    """
+    target = Path(dest).absolute()
+    partial = partial_path(target)
+    recover(index)
+
+    def build(t: Tables) -> Manifest:
+        # Index.write runs this again after growing the map: it starts from scratch.
+        if t.meta(MetaKey.CHANGELOG) is not None:
+            raise SealRefusedError(
+                f"the index at {index.path} is mirrored to a changelog; sealing an index "
+                "mirrored to a changelog is not supported yet"
             )
+        params = t.meta(MetaKey.PARAMS)
+        if params is None:
+            raise SealRefusedError(f"{index.path} is not a streamdedup index (no parameters)")
+        entries = segments(t)
+        if any(Path(e.path) == target for e in entries):
+            raise SealRefusedError(f"a sealed segment of this index is already at {target}")
+        span = t.docno_range()
+        if span is None:
+            n = len(entries)
+            held = f" (what it indexed is in its {n} sealed segment{'s' * (n != 1)})" if n else ""
+            raise SealRefusedError(f"nothing to seal: the index at {index.path} is empty{held}")
+        if target.exists() and not _is_empty_dir(target):
+            raise SealRefusedError(
+                f"{target} exists and is not empty; give a new or empty directory"
+            )
+        number = next_number(t)
+        if number > MAX_NUMBER:
+            raise SealRefusedError(
+                f"the index at {index.path} has sealed {MAX_NUMBER:,} segments, as many as "
+                "an index can number (a tombstone keeps the number in two bytes)"
+            )
+        if partial.is_dir() and not partial.is_symlink():  # a seal that did not commit
+            shutil.rmtree(partial)
+        elif partial.exists() or partial.is_symlink():
+            partial.unlink()
+        index.copy_to(partial)
+        failpoints.reach("seal-copied")
+        data = partial / DATA
+        identity = t.meta(MetaKey.IDENTITY)
+        manifest = Manifest(
+            id=uuid.uuid4().hex,
+            number=number,
+            index=identity.get("id") if isinstance(identity, dict) else None,
+            params=params,
+            first_docno=span[0],
+            next_docno=span[1],
+            documents=t.count("docs"),
+            offsets=_applied_offsets(t),
+            created=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            bytes=data.stat().st_size,
+            checksum=checksum(data),
         )
-        set_segments(t, entries)
-        for name in DATA_TABLES:
-            t.txn.drop(t.db[name], delete=False)
-        return m
+        with open(partial / MANIFEST, "wb") as f:
+            f.write(manifest.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync(data)
+        _fsync(partial)
+        _fsync(partial.parent)  # the .partial must outlive a crash once it is registered
+        failpoints.reach("seal-written")
+        entry = SegmentEntry(
+            number=number,
+            id=manifest.id,
+            path=str(target),
+            remote=remote,
+            first_docno=manifest.first_docno,
+            next_docno=manifest.next_docno,
+            documents=manifest.documents,
+            bytes=manifest.bytes,
+        )
+        set_segments(t, [*entries, entry])
+        t.set_meta(MetaKey.SEALED, number)
+        t.clear_documents()
+        return manifest
 
-    return index.write(run)
+    manifest = index.write(build)
+    failpoints.reach("seal-committed")
+    # At once: from the commit on, the registry names `target`, and another process
+    # writing this index opens its segments at its next batch (it may do this rename
+    # itself: `recover`, which is why a missing .partial is no error here).
+    with contextlib.suppress(FileNotFoundError):
+        os.replace(partial, target)
+    _fsync(target.parent)
+    # With durability "process" the commit may still be in the page cache only (with
+    # "full" it is on disk already): sync it now.  A power loss before this line can
+    # lose the commit and keep the renamed directory: the old state, beside a
+    # directory nothing registers (which a seal to the same place refuses to reuse).
+    index.env.sync(True)
+    return manifest
+
+
+def recover(index: Index) -> list[Path]:
+    """Finish the rename of a seal that committed and was then interrupted: for each
+    registered segment whose directory is missing (or empty) while its `.partial`
+    holds a manifest with the registered id, rename it into place.  Returns the
+    directories renamed.  Call it before opening the registered segments: after a
+    crash, and whenever a seal by another process may be between its commit and its
+    rename (safe to run concurrently: whoever renames first wins)."""
+    done: list[Path] = []
+    for entry in index.read(segments):
+        target = Path(entry.path)
+        partial = partial_path(target)
+        if not partial.is_dir() or (target.exists() and not _is_empty_dir(target)):
+            continue
+        try:
+            if Manifest.read(partial).id != entry.id:
+                continue
+        except SegmentError:
+            continue
+        try:
+            os.replace(partial, target)  # onto a missing or empty directory: atomic
+        except FileNotFoundError:  # another process recovering the same index won
+            continue
+        _fsync(target.parent)
+        done.append(target)
+    return done

@@ -16,9 +16,17 @@ content     normalised-content hash    docno of the document owning that content
 copies      content hash + docno       empty: the other live documents with it
 postings    partition + level          a sorted run of band postings (postings.py)
 expiry      timestamp (8) + docno      empty: documents in time order, for --ttl
+tombs       segment (2) + docno        empty: a sealed segment's document masked
+            segment (2)                the number of that segment's tombstones
 ==========  =========================  ============================================
 
 The keys are spelled in `keys.py` (the names in `meta` too: `MetaKey`).
+
+`seal` (segments.py) moves every document into a sealed segment: the tables up to
+`postings` (`DATA_TABLES`) are emptied, `meta` and `tombs` stay.  A document of a
+sealed segment that is later replaced or expired is masked by a tombstone here, in
+the open index, since the segment itself never changes.  An index made before
+segments has no `tombs` table: read-only, it simply has no tombstones.
 
 A content hash is owned by one document, the one indexed (signature, postings,
 text); its exact copies are stored without those and listed in `copies`.  When
@@ -39,16 +47,19 @@ from typing import Any
 import lmdb
 import msgpack
 import numpy as np
+import numpy.typing as npt
 
 from streamdedup.models import Record
 from streamdedup.store.batch import NONE, BatchPostings
 from streamdedup.store.keys import (
     DOCNO_BYTES,
+    SEGMENT_BYTES,
     docno_key,
     docno_of,
     expiry_key,
     native_keys,
     raw_keys,
+    tomb_key,
 )
 from streamdedup.store.postings import Postings
 
@@ -66,6 +77,8 @@ TABLES = (
     "postings",
     "tombs",
 )
+# The tables that hold documents: what `seal` moves out of the open index.
+DATA_TABLES = ("ids", "docs", "sigs", "texts", "content", "copies", "expiry", "postings")
 
 
 class Tables:
@@ -332,28 +345,6 @@ class Tables:
         self.txn.delete(content_hash + dk, db=self.db["copies"])
         self.txn.put(content_hash, dk, db=self.db["content"])
 
-    # -- tombstones: documents of sealed segments replaced or expired since sealing
-    def mask(self, segment: int, docno: int) -> None:
-        self.txn.put(segment.to_bytes(2, "big") + docno_key(docno), b"", db=self.db["tombs"])
-
-    def masked(self, segment: int) -> list[int]:
-        """The docnos tombstoned in one sealed segment, ascending."""
-        if "tombs" not in self.db:  # an index from before segments
-            return []
-        prefix = segment.to_bytes(2, "big")
-        out: list[int] = []
-        for key, _ in self.items("tombs", prefix):
-            if key[:2] != prefix:
-                break
-            out.append(docno_of(key[2:]))
-        return out
-
-    def clear_masks(self, segment: int) -> None:
-        prefix = segment.to_bytes(2, "big")
-        cur = self.txn.cursor(db=self.db["tombs"])
-        while cur.set_range(prefix) and bytes(cur.key())[:2] == prefix:
-            cur.delete()
-
     def expiry_entries(self, after: bytes | None, limit: int) -> tuple[list[tuple[int, int]], bool]:
         """Up to `limit` entries of the expiry order after key `after` (from the
         start if None): (timestamp, docno); and whether more follow."""
@@ -485,6 +476,78 @@ class Tables:
             for d in newest:
                 found[d] = get(d, 0) + 1
         return found
+
+    # -- documents as a whole (seal)
+    def docno_range(self) -> tuple[int, int] | None:
+        """(first, last + 1) of the stored document numbers; None when there are none."""
+        cur = self.txn.cursor(db=self.db["docs"])
+        if not cur.first():
+            return None
+        first = docno_of(bytes(cur.key()))
+        cur.last()
+        return first, docno_of(bytes(cur.key())) + 1
+
+    def clear_documents(self) -> None:
+        """Empty every table that holds documents (`DATA_TABLES`): `seal` has copied
+        them into a sealed segment.  `meta` (parameters, counters, offsets, the
+        segment registry) and `tombs` stay.  The pages go to LMDB's free list, so the
+        open index's file stops growing once it has held one segment's worth."""
+        for name in DATA_TABLES:
+            self.txn.drop(self.db[name], delete=False)
+
+    # -- tombstones: documents of sealed segments masked by the open index
+    def mask(self, number: int, docno: int) -> bool:
+        """Mask `docno` in sealed segment `number` only; False if it was masked already.
+
+        Each segment's count of tombstones sits under its bare number (a key shorter
+        than its tombstones', so it sorts first among them), updated with them, so
+        that `mask_count` is one read rather than a walk over them all."""
+        db = self.db["tombs"]
+        if not self.txn.put(tomb_key(number, docno), b"", db=db, overwrite=False):
+            return False
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        self.txn.put(head, (self.mask_count(number) + 1).to_bytes(8, "big"), db=db)
+        return True
+
+    def mask_count(self, number: int) -> int:
+        """How many documents of sealed segment `number` are masked."""
+        db = self.db.get("tombs")
+        raw = None if db is None else self.txn.get(number.to_bytes(SEGMENT_BYTES, "big"), db=db)
+        return 0 if raw is None else int.from_bytes(bytes(raw), "big")
+
+    def masked(self, number: int) -> npt.NDArray[np.uint64]:
+        """The masked docnos of sealed segment `number`, ascending (the key order)."""
+        db = self.db.get("tombs")
+        if db is None:
+            return np.empty(0, dtype=np.uint64)
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        cur = self.txn.cursor(db=db)
+        keys: list[bytes] = []
+        if cur.set_range(tomb_key(number, 0)):
+            for key in cur.iternext(values=False):
+                if bytes(key[:SEGMENT_BYTES]) != head:
+                    break
+                keys.append(bytes(key))
+        # 7-byte keys: the 5 docno bytes, zero-padded to big-endian uint64s
+        rows = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(
+            -1, SEGMENT_BYTES + DOCNO_BYTES
+        )
+        padded = np.zeros((len(keys), 8), dtype=np.uint8)
+        padded[:, 8 - DOCNO_BYTES :] = rows[:, SEGMENT_BYTES:]
+        return padded.view(">u8").ravel().astype(np.uint64)
+
+    def clear_masks(self, number: int) -> int:
+        """Remove every tombstone of sealed segment `number` (and its count); returns
+        how many there were."""
+        db = self.db.get("tombs")
+        if db is None:
+            return 0
+        head = number.to_bytes(SEGMENT_BYTES, "big")
+        removed = self.mask_count(number)
+        cur = self.txn.cursor(db=db)
+        while cur.set_range(head) and bytes(cur.key()).startswith(head):
+            cur.delete()
+        return removed
 
     def bucket_sizes(self) -> Iterator[int]:
         return self.postings.sizes()

@@ -7,8 +7,10 @@ from pathlib import Path
 from streamdedup.store.index import Index
 
 
-def dump(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
-    index = Index(path, readonly=True)
+def dump(source: Path | Index) -> dict[str, list[tuple[bytes, bytes]]]:
+    """By path (opened read-only here) or through an index this process has open
+    (py-lmdb refuses a second environment on the same directory in one process)."""
+    index = source if isinstance(source, Index) else Index(source, readonly=True)
     try:
 
         def read(t):
@@ -23,4 +25,5 @@ def dump(path: Path) -> dict[str, list[tuple[bytes, bytes]]]:
 
         return index.read(read)
     finally:
-        index.close()
+        if index is not source:
+            index.close()

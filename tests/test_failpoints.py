@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
+from streamdedup import failpoints
 from streamdedup.errors import ConfigError
-from streamdedup.ops import failpoints
 
 SCRIPT = """
-from streamdedup.ops import failpoints
+from streamdedup import failpoints
 for i in range(1, 4):
     failpoints.reach("verdicts-sent")
     failpoints.reach("committed", before=lambda: print("flushed", flush=True))

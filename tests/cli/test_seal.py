@@ -1,0 +1,174 @@
+"""`streamdedup seal` and the segments in `stats`: what they print, how they refuse,
+and a seal while `dedup` writes the same index in another process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streamdedup.errors import IndexOpenError
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.segments import Manifest, SealedSegment, segments
+from tests.support.cli import corpus, lines, run
+
+
+def dedup(src: Path, index: Path, out: Path) -> None:
+    r = run("dedup", str(src), "--index", str(index), "--output", str(out))
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def error_line(stderr: bytes) -> str:
+    return stderr.decode().strip().splitlines()[-1]
+
+
+def test_seal_says_what_it_sealed_and_stats_lists_the_segments(tmp_path: Path) -> None:
+    index, seg1, seg2 = tmp_path / "idx", tmp_path / "seg1", tmp_path / "seg2"
+    corpus(tmp_path / "a.jsonl", 300, seed=1)
+    later = corpus(tmp_path / "b.jsonl", 200, seed=2)  # ids of their own: nothing replaced
+    (tmp_path / "b.jsonl").write_bytes(
+        b"".join(orjson.dumps({**d, "id": f"b-{d['id']}"}) + b"\n" for d in later)
+    )
+    dedup(tmp_path / "a.jsonl", index, tmp_path / "a.out")
+
+    r = run("seal", "--index", str(index), str(seg1))
+    assert r.returncode == 0, r.stderr.decode()
+    m = Manifest.read(seg1)
+    text = r.stdout.decode()
+    assert text.startswith("sealed segment 1: 300 documents (docnos 0..299), ")
+    assert f"{m.bytes:,} bytes, {m.checksum}" in text and f"at {seg1} (local;" in text
+
+    dedup(tmp_path / "b.jsonl", index, tmp_path / "b.out")
+    r = run("seal", "--index", str(index), str(seg2), "--remote", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    out = orjson.loads(r.stdout)
+    assert out["remote"] is True and out["path"] == str(seg2)
+    assert {k: out[k] for k in Manifest.read(seg2).to_record()} == Manifest.read(seg2).to_record()
+    assert (out["number"], out["first_docno"], out["next_docno"]) == (2, 300, 500)
+
+    stats = orjson.loads(run("stats", "--index", str(index), "--json").stdout)
+    assert stats["documents"] == 500 and stats["open_documents"] == 0
+    assert [
+        (s["number"], s["path"], s["remote"], s["documents"], s["found"]) for s in stats["segments"]
+    ] == [
+        (1, str(seg1), False, 300, True),
+        (2, str(seg2), True, 200, None),
+    ]
+    text = run("stats", "--index", str(index)).stdout.decode()
+    assert "documents    500: 0 in the open index" in text
+    assert "segments     2 sealed, 500 documents" in text
+    assert f"#1    docnos 0..299  300 documents  {m.bytes:,} bytes  local  {seg1}" in text
+    assert f"remote  {seg2}" in text
+
+    # a local segment gone from its place is flagged, not hidden
+    seg1.rename(tmp_path / "elsewhere")
+    text = run("stats", "--index", str(index)).stdout.decode()
+    assert f"local, MISSING  {seg1}" in text
+
+
+def test_seal_refuses_clearly(tmp_path: Path) -> None:
+    index, dest = tmp_path / "idx", tmp_path / "seg"
+    r = run("seal", "--index", str(index), str(dest))
+    assert r.returncode == 5 and f"no index at {index}" in error_line(r.stderr)
+    assert not index.exists() and not dest.exists()
+
+    r = run("seal", str(dest))
+    assert r.returncode == 2 and "--index DIR is required" in error_line(r.stderr)
+
+    (tmp_path / "empty.jsonl").write_text("")
+    dedup(tmp_path / "empty.jsonl", index, tmp_path / "out")
+    r = run("seal", "--index", str(index), str(dest))
+    assert r.returncode == 2 and "nothing to seal" in error_line(r.stderr)
+
+    corpus(tmp_path / "a.jsonl", 50)
+    dedup(tmp_path / "a.jsonl", index, tmp_path / "out")
+    dest.mkdir()
+    (dest / "x").write_text("taken")
+    r = run("seal", "--index", str(index), str(dest))
+    assert r.returncode == 2 and f"{dest} exists and is not empty" in error_line(r.stderr)
+
+    idx = Index(index)
+    idx.write(lambda t: t.set_meta(MetaKey.CHANGELOG, {"topic": "changes"}))
+    idx.close()
+    r = run("seal", "--index", str(index), str(tmp_path / "other"))
+    assert r.returncode == 2
+    assert "sealing an index mirrored to a changelog is not supported yet" in error_line(r.stderr)
+    assert not (tmp_path / "other").exists()
+
+
+def open_documents(index: Path) -> int:
+    """Documents in the open index, read from this process while another writes."""
+    try:
+        idx = Index(index, readonly=True)
+    except IndexOpenError:  # not made yet, or its tables not yet
+        return 0
+    try:
+        return int(idx.read(lambda t: t.count("docs")))
+    finally:
+        idx.close()
+
+
+@pytest.mark.slow
+def test_seal_while_dedup_writes_the_same_index(tmp_path: Path) -> None:
+    """`dedup` runs in its own process, in small batches; `seal` runs twice meanwhile,
+    each time once the open index holds 1,500 documents.  Every document ends up in
+    exactly one place (a segment or the open index), under its own number, and the
+    segments' ranges follow one another."""
+    n = 8000
+    docs = corpus(tmp_path / "in.jsonl", n, seed=5)
+    index, out = tmp_path / "idx", tmp_path / "out.jsonl"
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "dedup",
+            str(tmp_path / "in.jsonl"),
+            "--index",
+            str(index),
+            "--output",
+            str(out),
+            "--batch-size",
+            "100",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    sealed_meanwhile = 0
+    try:
+        for k in (1, 2):
+            while writer.poll() is None and open_documents(index) < 1500:
+                time.sleep(0.05)
+            r = run("seal", "--index", str(index), str(tmp_path / f"seg{k}"))
+            assert r.returncode == 0, r.stderr.decode()
+            sealed_meanwhile += writer.poll() is None
+    finally:
+        _, err = writer.communicate(timeout=300)
+    assert writer.returncode == 0, err.decode()
+    assert len(lines(out)) == n
+    assert sealed_meanwhile >= 1, "dedup finished before a seal could overlap it"
+
+    idx = Index(index, readonly=True)
+    try:
+        entries = idx.read(segments)
+        open_ids = idx.read(lambda t: [(d, r.doc_id) for d, r in t.records()])
+    finally:
+        idx.close()
+    placed: list[tuple[int, object]] = []
+    previous_end = 0
+    for entry in entries:
+        assert entry.first_docno >= previous_end
+        previous_end = entry.next_docno
+        with SealedSegment.open(entry.path) as segment:
+            held = segment.index.read(lambda t: [(d, r.doc_id) for d, r in t.records()])
+        assert len(held) == entry.documents
+        assert all(entry.first_docno <= d < entry.next_docno for d, _ in held)
+        placed += held
+    assert all(d >= previous_end for d, _ in open_ids)
+    placed += open_ids
+    assert sorted(doc_id for _, doc_id in placed) == sorted(str(d["id"]) for d in docs)
+    assert len({d for d, _ in placed}) == n  # one number each

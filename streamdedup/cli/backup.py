@@ -50,4 +50,13 @@ def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -
             f"{what}: {stats['documents']:,} documents, {stats['file_bytes']:,} bytes "
             f"in {dest} ({seconds:.1f}s)"
         )
+        sealed = stats.get("segments") or []
+        if sealed:
+            # A sealed segment never changes after `seal`: one copy of it is enough,
+            # and a backup of the open index refers to it by its path.
+            print(
+                f"  not in the copy: {len(sealed)} sealed segment{'s' * (len(sealed) != 1)} "
+                "(a sealed segment never changes: copy each once, keeping its path, or "
+                "serve it remotely): " + ", ".join(f"{s['number']}: {s['path']}" for s in sealed)
+            )
     return EXIT_OK

@@ -87,6 +87,15 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
             with contextlib.suppress(OSError):  # a write error was reported already
                 sink.close()
     say(summary.text())
+    c = dd.counters
+    if c.bucket_capped or c.exact_capped:
+        say(
+            f"caps: {c.bucket_capped:,} documents read a bucket cut at "
+            f"--max-bucket-candidates {settings.options.max_bucket_candidates}, "
+            f"{c.exact_capped:,} stopped at --max-exact-checks "
+            f"{settings.options.max_exact_checks} with candidates left near the threshold "
+            "(near duplicates may have been missed: raise them if recall matters more)"
+        )
     return EXIT_REJECTED if summary.rejected else EXIT_OK
 
 

@@ -40,6 +40,7 @@ from streamdedup.store.segments import (
     Manifest,
     SegmentEntry,
     drop_segment,
+    next_number,
     recover,
     seal,
     segments,
@@ -64,6 +65,11 @@ class Counters:
     candidates: int = 0  # distinct candidate documents read from buckets
     most_candidates: int = 0  # the most any one document read
     exact_checks: int = 0
+    # documents whose search a cap cut short: a bucket held more postings than
+    # --max-bucket-candidates, or candidates near enough were left unchecked at
+    # --max-exact-checks (a true near duplicate may have been missed)
+    bucket_capped: int = 0
+    exact_capped: int = 0
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
@@ -73,6 +79,8 @@ class Counters:
         self.candidates += other.candidates
         self.most_candidates = max(self.most_candidates, other.most_candidates)
         self.exact_checks += other.exact_checks
+        self.bucket_capped += other.bucket_capped
+        self.exact_capped += other.exact_capped
         self.replayed += other.replayed
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
@@ -188,19 +196,25 @@ class Deduplicator:
     # ------------------------------------------------------------------ segments
 
     def _open_sealed(self) -> None:
-        """Open (again) the sealed segments the index registers."""
+        """Open (again) the sealed segments the index registers; those open already
+        stay open (a local segment's checksum is verified once per process)."""
         recover(self.index)  # a seal that committed and did not rename (yet) is finished
         entries = self.index.read(segments)
-        if self.sealed is not None:
-            self.sealed.close()
-            self.sealed = None
+        old = {} if self.sealed is None else dict(self.sealed.readers)
+        self.sealed = None
         self._seen_segments = [e.number for e in entries]
+        keep = {e.number for e in entries if e.number in old and old[e.number].entry == e}
+        for n, r in old.items():
+            if n not in keep:
+                r.close()
         if not entries:
             return
         readers: list[SegmentReader] = []
         try:
             for e in entries:
-                if not e.remote:
+                if e.number in keep:
+                    readers.append(old.pop(e.number))
+                elif not e.remote:
                     readers.append(LocalReader(e, self.params))
                 elif self._remote is None:
                     raise ConfigError(
@@ -222,8 +236,7 @@ class Deduplicator:
         default the next number under `EngineOptions.segments_dir`, else
         INDEX/segments)."""
         if dest is None:
-            entries = self.index.read(segments)
-            number = max((e.number for e in entries), default=0) + 1
+            number = self.index.read(next_number)
             base = self.options.segments_dir or os.path.join(self.index.path, "segments")
             dest = os.path.join(base, f"{number:06d}")
         manifest = seal(self.index, Path(dest), remote=remote)
@@ -440,6 +453,12 @@ class Deduplicator:
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
         t.set_meta(MetaKey.COUNTS, self._counts)
         t.set_meta(MetaKey.CLOCK, clock)
+        b = self._batch
+        if b.bucket_capped or b.exact_capped:  # kept for `stats`
+            caps = dict(t.meta(MetaKey.CAPS) or {})
+            caps["bucket"] = caps.get("bucket", 0) + b.bucket_capped
+            caps["exact"] = caps.get("exact", 0) + b.exact_capped
+            t.set_meta(MetaKey.CAPS, caps)
         return out
 
     def _expire(self, t: Store, cutoff: int) -> None:
@@ -515,6 +534,8 @@ class Deduplicator:
     ) -> tuple[float, Record] | None:
         found = t.candidates(p.band_keys[i], self.options.max_bucket_candidates)
         c = self._batch
+        if t.capped:
+            c.bucket_capped += 1
         c.candidates += len(found)
         c.most_candidates = max(c.most_candidates, len(found))
         if not found:
@@ -559,6 +580,10 @@ class Deduplicator:
             None if sealed is None else (lambda d: sealed.exact(p, i, d)),
         )
         c.exact_checks += checks
+        if checks < len(order) and checks >= self.options.max_exact_checks:
+            floor = threshold if best is None else best[0]
+            if est[order[checks]] >= floor - self._margin:  # the cap stopped the search
+                c.exact_capped += 1
         if best is None:
             return None
         rec = t.record(best[1])

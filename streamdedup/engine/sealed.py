@@ -54,6 +54,10 @@ class Store(Protocol):
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
     def flush_postings(self) -> None: ...
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]: ...
+
+    # whether the last `candidates` call left postings out of a bucket (the cap)
+    capped: bool
+
     def put_document(
         self,
         docno: int,
@@ -119,6 +123,7 @@ class Sealed:
         # per segment, seconds: from sending the last probe to having its answer
         # (with questions sent ahead, partly spent deciding the batch before), and
         # the time this process blocked waiting for answers since `waited` was reset
+        self.capped = False  # the last merged bucket left postings out (the cap)
         self.round_trips: dict[int, float] = {}
         self.waited: dict[int, float] = {}
         self.follow_ups = 0
@@ -229,7 +234,7 @@ class Sealed:
             for n in self.numbers:
                 leaving += [d for _, d in self._expiry[n][:expire] if self.live(n, d)]
         self._settle(leaving, cap)
-        self._index_buckets(self._asked_keys)
+        self._index_buckets()
 
     def _settle(self, docnos: list[int], cap: int) -> None:
         """Ask at once what deciding the batch would otherwise ask one question at a
@@ -419,19 +424,26 @@ class Sealed:
             out += live[:count]
         return sorted(out)[:count]
 
-    def _index_buckets(self, keys: Iterable[int]) -> None:
-        """Band key (as the engine spells it) -> the sealed segments' postings."""
+    def _index_buckets(self, keys: Iterable[int] | None = None) -> None:
+        """Band key (as the engine spells it) -> the sealed segments' postings, for
+        the keys some segment holds (`keys`: only those, after a follow-up)."""
+        if keys is None:
+            keys = {k for a in self.answers.values() for k, v in a.buckets.items() if v}
         for k in keys:
-            self._by_key[k.to_bytes(8, "big")] = [
-                (n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)
-            ]
+            raw = k.to_bytes(8, "big")
+            hits = [(n, a.buckets[k]) for n, a in self.answers.items() if a.buckets.get(k)]
+            if hits:
+                self._by_key[raw] = hits
+            else:
+                self._by_key.pop(raw, None)
 
     def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
         """A bucket's newest `cap` postings: the open segment's `newest` merged with
         the sealed segments' live ones."""
-        hits = self._by_key.get(key)
-        if hits is not None and not hits:  # most keys: nothing sealed
-            return newest
+        if key not in self._by_key:
+            k = int.from_bytes(key, "big")
+            if k in self._asked_keys:  # most keys: nothing sealed
+                return newest
         k = int.from_bytes(key, "big")
         if k not in self._asked_keys:
             self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)
@@ -448,9 +460,13 @@ class Sealed:
                 a = self.answers[n]
                 got = a.buckets.get(k, [])
                 live = [d for d in got if self.live(n, d)]
+            if len(live) > cap or k in a.cut:
+                self.capped = True
             merged += live[:cap]
         if len(merged) == len(newest):
             return newest
+        if len(merged) > cap:
+            self.capped = True
         merged.sort(reverse=True)
         return merged[:cap]
 
@@ -519,6 +535,7 @@ class View:
     def __init__(self, open_tables: Tables, sealed: Sealed) -> None:
         self.open = open_tables
         self.sealed = sealed
+        self.capped = False
 
     def meta(self, name: str) -> Any:
         return self.open.meta(name)
@@ -589,7 +606,10 @@ class View:
         self.open.flush_postings()
 
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
-        return self.open.candidates(band_keys, cap, older=self.sealed.newest)
+        self.sealed.capped = False
+        found = self.open.candidates(band_keys, cap, older=self.sealed.newest)
+        self.capped = self.open.capped or self.sealed.capped
+        return found
 
     def put_document(
         self,

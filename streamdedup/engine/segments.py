@@ -318,7 +318,9 @@ class Answerer:
                 out.exact[(j, d)] = exact(j, d)
         if not out.buckets or not len(probe.doc_keys):
             return
-        for j in range(len(probe.doc_keys)):
+        held = np.fromiter(out.buckets, dtype=np.uint64, count=len(out.buckets))
+        hit = np.isin(probe.doc_keys, held).any(axis=1)  # most documents: no candidate
+        for j in np.flatnonzero(hit).tolist():
             if not probe.texts[j]:
                 continue
             cands = sorted(

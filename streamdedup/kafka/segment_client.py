@@ -146,7 +146,15 @@ class RemoteSegments:
             return known
         self._start()
         topics = self.link.topics(entry.id)
-        ensure_topics(self.link, topics)
+        from kafka.errors import KafkaError
+
+        try:
+            ensure_topics(self.link, topics)
+        except KafkaError as exc:  # refused: authentication, no right to create topics
+            raise BrokerUnavailableError(
+                f"cannot create or find the topics of segment {entry.number} ({entry.id}) "
+                f"on {self.link.bootstrap_servers}: {exc}"
+            ) from exc
         segment = _Segment(entry, topics, str(entry.number), f"segment {entry.number} ({entry.id})")
         with self._lock:
             self._segments[topics.answers] = segment
@@ -318,6 +326,7 @@ class RemoteSegments:
             from kafka.errors import (
                 KafkaConfigurationError,
                 KafkaConnectionError,
+                KafkaError,
                 KafkaTimeoutError,
             )
 
@@ -337,6 +346,10 @@ class RemoteSegments:
                 ) from exc
             except (KafkaConfigurationError, TypeError, ValueError, AssertionError) as exc:
                 raise ConfigError(f"Kafka client settings rejected: {exc}") from exc
+            except KafkaError as exc:  # refused: authentication, TLS
+                raise BrokerUnavailableError(
+                    refusals.explain(self.link.bootstrap_servers, exc)
+                ) from exc
             self._thread = threading.Thread(
                 target=self._poll_loop, name="streamdedup-segment-answers", daemon=True
             )

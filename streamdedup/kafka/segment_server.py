@@ -5,7 +5,9 @@ the segment joins the same group: the one holding the single partition answers, 
 others stand by and take over when it leaves or dies), and for each probe:
 
 1. skips it if it is older than `max_age_s` by its timestamp (the writer sent it
-   again since, or gave up: answering would only spend time);
+   again since, or gave up: answering would only spend time), or if this server has
+   answered its request id already (the writer re-sends a probe it waits for too
+   long: a slow server must not answer each batch twice);
 2. computes the answer with `handler` (bytes -> bytes: `engine.segments.answer_bytes`
    bound to the open segment; the transport does not look inside);
 3. produces it to the answer topic, keyed by the probe's request id;
@@ -25,6 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +58,9 @@ MAX_PROBE_AGE_S = 300.0
 # the consumer's max_poll_interval.
 MAX_POLL_PROBES = 8
 ACK_TIMEOUT_S = 60.0
+# Re-sent probes are recognised by request id among this many last answered: a
+# writer re-sends each --segment-timeout, a few per waiting batch.
+ANSWERED_KEPT = 4096
 
 
 @dataclass
@@ -100,12 +106,20 @@ class SegmentServer:
         self.consumer: Any = None
         self.producer: Any = None
         self._logged = (time.monotonic(), 0, 0, 0, 0.0)  # time, probes, in, out, answer_s
+        # request ids of the last probes answered and acknowledged, oldest first
+        self._answered: OrderedDict[bytes, None] = OrderedDict()
+        self._in_batch: set[bytes] = set()  # and those of the poll batch in hand
 
     # ------------------------------------------------------------------ setup
 
     def connect(self) -> None:
         from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer
-        from kafka.errors import KafkaConfigurationError, KafkaConnectionError, KafkaTimeoutError
+        from kafka.errors import (
+            KafkaConfigurationError,
+            KafkaConnectionError,
+            KafkaError,
+            KafkaTimeoutError,
+        )
 
         link = self.link
         wait_for_broker(link.bootstrap_servers, link.connect_timeout_s)
@@ -130,6 +144,8 @@ class SegmentServer:
             raise BrokerUnavailableError(refusals.explain(link.bootstrap_servers, exc)) from exc
         except (KafkaConfigurationError, TypeError, ValueError, AssertionError) as exc:
             raise ConfigError(f"Kafka client settings rejected: {exc}") from exc
+        except KafkaError as exc:  # refused: authentication, no right to create topics
+            raise BrokerUnavailableError(refusals.explain(link.bootstrap_servers, exc)) from exc
         metrics, name, group = self.metrics, self.name, self.topics.group
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -188,11 +204,12 @@ class SegmentServer:
         from kafka import OffsetAndMetadata
         from kafka.errors import CommitFailedError, KafkaError
 
-        futures = [f for f in (self._answer(m) for m in batch) if f is not None]
+        self._in_batch.clear()
+        sent = [a for a in (self._answer(m) for m in batch) if a is not None]
         try:
             self.producer.flush(timeout=ACK_TIMEOUT_S)
-            for f in futures:
-                f.get(timeout=ACK_TIMEOUT_S)
+            for _, future in sent:
+                future.get(timeout=ACK_TIMEOUT_S)
         except KafkaError as exc:
             log.warning(
                 "%s: answers not acknowledged (%s); answering from offset %d again",
@@ -203,6 +220,10 @@ class SegmentServer:
             self.consumer.seek(tp, batch[0].offset)
             self.stop_event.wait(1.0)
             return
+        for request, _ in sent:  # acknowledged: a copy sent again needs no answer
+            self._answered[request] = None
+            if len(self._answered) > ANSWERED_KEPT:
+                self._answered.popitem(last=False)
         try:
             self.consumer.commit({tp: OffsetAndMetadata(batch[-1].offset + 1, "", -1)})
         except CommitFailedError as exc:
@@ -211,8 +232,9 @@ class SegmentServer:
         except KafkaError as exc:
             log.warning("%s: commit failed (%s); the probes may be answered again", self.name, exc)
 
-    def _answer(self, message: Any) -> Any:
-        """Produce the answer to one probe; the send's future, or None if skipped."""
+    def _answer(self, message: Any) -> tuple[bytes, Any] | None:
+        """Produce the answer to one probe: its request id and the send's future, or
+        None if skipped."""
         m, s = self.metrics, self.stats
         if message.key is None:
             log.warning(
@@ -231,6 +253,15 @@ class SegmentServer:
                 m.skipped.labels("stale").inc()
             log.debug("%s: probe %r is %.0fs old: skipped", self.name, message.key, age)
             return None
+        if message.key in self._answered or message.key in self._in_batch:
+            # the writer sent it again (no answer within its --segment-timeout: this
+            # server was slow, or the answer is on its way): answering again would
+            # only add work to a server already behind
+            s.skipped += 1
+            if m is not None:
+                m.skipped.labels("answered").inc()
+            return None
+        self._in_batch.add(message.key)
         payload: bytes = message.value or b""
         started = time.perf_counter()
         headers: list[tuple[str, bytes]] = []
@@ -258,9 +289,10 @@ class SegmentServer:
             m.answer_seconds.observe(seconds)
             m.probe_bytes.inc(len(payload))
             m.answer_bytes.inc(len(answer))
-        return self.producer.send(
+        future = self.producer.send(
             self.topics.answers, key=message.key, value=answer, headers=headers
         )
+        return message.key, future
 
     def _report(self) -> None:
         """A log line every `log_every` probes, with the rates since the last one; the

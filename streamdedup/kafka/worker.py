@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from streamdedup import failpoints
 from streamdedup.config import WorkerConfig
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
@@ -60,7 +61,6 @@ from streamdedup.kafka.settings import (
     wait_for_broker,
 )
 from streamdedup.models import Change, Rejected, Verdict
-from streamdedup.ops import failpoints
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics
 from streamdedup.store.keys import MetaKey
@@ -421,6 +421,8 @@ class Worker:
             m.dead_letters.inc(rejected)
             m.republished.inc(again)
             m.expired.inc(self.dd.last_batch.expired)
+            m.capped.labels("bucket").inc(self.dd.last_batch.bucket_capped)
+            m.capped.labels("exact").inc(self.dd.last_batch.exact_capped)
 
     def _warn_outliers(self, found: list[tuple[int, int, int]]) -> None:
         """Counts the documents the index just took with timestamps too far in the

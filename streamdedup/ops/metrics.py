@@ -171,6 +171,14 @@ class Metrics(Endpoints):
         self.expired = Counter(
             "streamdedup_expired", "Documents forgotten by the time window (--ttl)", registry=r
         )
+        self.capped = Counter(
+            "streamdedup_capped",
+            "Documents whose search a cap cut short (cap: bucket = a bucket held more than "
+            "--max-bucket-candidates postings; exact = candidates near the threshold left "
+            "unchecked at --max-exact-checks): near duplicates may be missed",
+            ["cap"],
+            registry=r,
+        )
         self.clock_outliers = Counter(
             "streamdedup_clock_outliers",
             "Messages timestamped further ahead of the wall clock than --max-clock-skew "
@@ -322,7 +330,8 @@ class SegmentServerMetrics(Endpoints):
         )
         self.skipped = Counter(
             "streamdedup_segment_probes_skipped",
-            "Probes not answered: older than --max-probe-age (stale), or without a request id",
+            "Probes not answered: older than --max-probe-age (stale), answered already "
+            "(a re-sent copy), or without a request id",
             ["reason"],
             registry=r,
         )

@@ -217,6 +217,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
                 "exact_duplicate": counts.get("exact", 0),
                 "empty": counts.get("empty", 0),
                 "clusters": clusters,
+                "capped": {"bucket": 0, "exact": 0, **(t.meta(MetaKey.CAPS) or {})},
                 "duplicate_ratio": counts.get("duplicate", 0) / docs if docs else 0.0,
                 "bytes_used": used,
                 "bytes_per_document": used / open_docs if open_docs else 0.0,
@@ -272,6 +273,17 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _caps_line(capped: dict[str, int]) -> list[str]:
+    """Said only when a cap cut a search short: near duplicates may have been missed."""
+    if not capped["bucket"] and not capped["exact"]:
+        return []
+    return [
+        f"  caps         {capped['bucket']:,} documents read a bucket cut at "
+        f"--max-bucket-candidates, {capped['exact']:,} stopped at --max-exact-checks "
+        "with candidates left near the threshold (raise them if recall matters more)"
+    ]
+
+
 def render_stats(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
@@ -286,6 +298,7 @@ def render_stats(s: dict[str, Any]) -> str:
         f"  verdicts     unique {s['unique']:,} (empty {s['empty']:,}), duplicate "
         f"{s['duplicate']:,} (exact {s['exact_duplicate']:,}), ratio {s['duplicate_ratio']:.3f}",
         f"  clusters     {s['clusters']:,}",
+        *_caps_line(s["capped"]),
         f"  size         {s['bytes_used']:,} bytes in use, {s['bytes_per_document']:,.0f} "
         f"per document (file {s['file_bytes']:,})"
         + (" in the open index" if s["segments"] else ""),

@@ -31,6 +31,7 @@ class BatchPostings:
     added: dict[bytes, list[int]]  # buffered docnos, oldest first, of tracked keys
     rows: set[bytes]  # each document's keys, joined: the rows read ahead
     quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
+    hot: set[bytes] = field(default_factory=set)  # stored keys holding more than the cap
     docs: list[tuple[int, bytes]] = field(default_factory=list)  # docno, joined keys
     buffered: set[int] = field(default_factory=set)
     dropped: set[int] = field(default_factory=set)  # buffered, then removed

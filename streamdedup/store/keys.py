@@ -27,6 +27,7 @@ class MetaKey:
     NEXT_DOCNO: Final = "next_docno"  # the number the next document gets
     COUNTS: Final = "counts"  # verdict tallies of the documents indexed
     CLOCK: Final = "clock"  # stream time: the newest trusted timestamp (ms)
+    CAPS: Final = "caps"  # documents whose search a cap cut short: {"bucket": n, "exact": n}
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
     # the store's (store.segments)
     SEGMENTS: Final = "segments"  # the registry: one entry per sealed segment, in order

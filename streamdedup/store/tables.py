@@ -90,6 +90,8 @@ class Tables:
         self.db = dbs
         self.postings = Postings(txn, dbs["postings"])
         self._postings: BatchPostings | None = None
+        # whether the last `candidates` call left postings out of a bucket (the cap)
+        self.capped = False
 
     def finish(self) -> None:
         """Before the transaction commits: record (and maybe purge) removed postings."""
@@ -394,7 +396,10 @@ class Tables:
             return
         flat = native_keys(b"".join(band_keys))
         unique, counts = np.unique(flat, return_counts=True)
-        stored = self.postings.lookup(unique, cap)
+        stored = self.postings.lookup(unique, cap + 1)  # one more: is the cap reached?
+        hot = {k for k, v in stored.items() if len(v) > cap}
+        for k in hot:
+            del stored[k][cap:]
         shared = unique[counts > 1]
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in one numpy pass.
@@ -405,6 +410,7 @@ class Tables:
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
         self._postings = BatchPostings(
             read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
+            hot={k.to_bytes(8, "big") for k in hot},
             added={bk: [] for bk in raw_keys(shared)},
             rows=set(band_keys),
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
@@ -428,9 +434,14 @@ class Tables:
         self.postings.add(flat, docnos)  # docnos ascending
 
     def _newest(self, bk: bytes, cap: int) -> list[int]:
-        """A bucket's stored postings, newest first, at most `cap` of them."""
+        """A bucket's stored postings, newest first, at most `cap` of them (and
+        `capped` set if there are more)."""
         key = int.from_bytes(bk, "big")
-        return self.postings.lookup(np.array([key], dtype=np.uint64), cap).get(key, [])
+        got = self.postings.lookup(np.array([key], dtype=np.uint64), cap + 1).get(key, [])
+        if len(got) > cap:
+            self.capped = True
+            del got[cap:]
+        return got
 
     def candidates(
         self,
@@ -445,6 +456,7 @@ class Tables:
         found: dict[int, int] = {}
         get = found.get
         p = self._postings
+        self.capped = False
         row = b"".join(band_keys) if p is not None else b""
         if p is not None and row in p.quiet:
             return found
@@ -463,14 +475,19 @@ class Tables:
                     if read_ahead and not p.dropped
                     else p.added_to(bk, read_ahead)
                 )
+                if p.hot and bk in p.hot:
+                    self.capped = True
                 if not added:
                     newest = stored
-                elif p.adopted:  # a copy older than stored postings took over an owner's
-                    newest = sorted(added + stored, reverse=True)[:cap]
-                elif len(added) >= cap:
-                    newest = added[-cap:]
                 else:
-                    newest = added + stored[: cap - len(added)]
+                    if len(added) + len(stored) > cap:
+                        self.capped = True
+                    if p.adopted:  # a copy older than stored postings took over an owner's
+                        newest = sorted(added + stored, reverse=True)[:cap]
+                    elif len(added) >= cap:
+                        newest = added[-cap:]
+                    else:
+                        newest = added + stored[: cap - len(added)]
             if older is not None:
                 newest = older(bk, cap, newest)
             for d in newest:

@@ -275,3 +275,25 @@ def test_a_worker_waits_for_a_remote_segment_and_says_so_on_readyz(
     got = verdicts_by_offset(t.read(t.output, expect=100))
     _, single = dedup(tmp_path, "single", docs, "--index", str(tmp_path / "single"))
     assert [got[(0, i)] for i in range(100)] == single[100:]
+
+
+def test_a_writers_client_options_stay_out_of_its_probe_clients() -> None:
+    """`--producer-option transactional_id=...` is the worker's transactional
+    producer's; given to the probe producer it would make every probe wait for a
+    transaction.  The segment server's own options do reach its clients."""
+    from streamdedup.cli.main import parse
+    from streamdedup.cli.segment_server import link_from_options, remote_for
+
+    common = ["--bootstrap-servers", "b:9092", "--segment-prefix", "pre"]
+    pairs = ["--producer-option", "transactional_id=t", "--consumer-option", "fetch_min_bytes=2"]
+    _, _, worker = parse(["worker", "--index", "i", "--segment-timeout", "4", *common, *pairs])
+    remote = remote_for(worker)
+    assert remote is not None and remote.timeout_s == 4
+    assert remote.link.prefix == "pre" and remote.link.bootstrap_servers == "b:9092"
+    assert remote.link.producer_options == {} and remote.link.consumer_options == {}
+    _, _, server = parse(["segment-server", "seg", *common, *pairs])
+    link = link_from_options(server)
+    assert link.producer_options == {"transactional_id": "t"}
+    assert link.consumer_options == {"fetch_min_bytes": 2}
+    _, _, plain = parse(["dedup", "in.jsonl", "--index", "i"])
+    assert remote_for(plain) is None  # dedup of an index without remote segments

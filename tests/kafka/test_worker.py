@@ -161,7 +161,7 @@ def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_p
 
 @pytest.mark.parametrize("point", ["index-written", "verdicts-sent", "offsets-sent", "committed"])
 def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, point: str) -> None:
-    """The worker SIGKILLs itself at one step of its third batch (streamdedup.ops.failpoints)
+    """The worker SIGKILLs itself at one step of its third batch (streamdedup.failpoints)
     and is restarted: the read_committed verdict topic holds exactly one verdict per
     document, equal to an uninterrupted run's, and the committed changelog holds the
     index's state of every document."""

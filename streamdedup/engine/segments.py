@@ -69,13 +69,20 @@ class Probe:
     expiry_after: bytes | None = None  # the expiry order from after this key
     expiry_count: int = 0
     newest_at_most: int | None = None  # the newest timestamp at most this
+    _body: bytes | None = field(default=None, repr=False, compare=False)
 
     def pack(self) -> bytes:
+        """[request, segment, body]: the body is packed once and kept, so one probe
+        sent to several segments (only `request` and `segment` differ) is packed once;
+        change no other field after packing."""
+        if self._body is None:
+            self._body = self._pack_body()
+        return bytes(msgpack.packb([self.request, self.segment, self._body]))
+
+    def _pack_body(self) -> bytes:
         return bytes(
             msgpack.packb(
                 {
-                    "r": self.request,
-                    "s": self.segment,
                     "t": self.threshold,
                     "m": self.margin,
                     "d": self.depth,
@@ -101,10 +108,11 @@ class Probe:
     @classmethod
     def unpack(cls, raw: bytes) -> Probe:
         try:
-            m = msgpack.unpackb(raw)
+            request, segment, body = msgpack.unpackb(raw)
+            m = msgpack.unpackb(body)
             return cls(
-                request=m["r"],
-                segment=m["s"],
+                request=request,
+                segment=segment,
                 threshold=m["t"],
                 margin=m["m"],
                 depth=m["d"],
@@ -148,11 +156,9 @@ class Answer:
 
     def pack(self) -> bytes:
         pairs = list(self.exact.items())
-        return bytes(
+        body = bytes(
             msgpack.packb(
                 {
-                    "r": self.request,
-                    "s": self.segment,
                     "b": [[k, v] for k, v in self.buckets.items()],
                     "u": list(self.cut),
                     "rc": [[k, v] for k, v in self.records.items()],
@@ -168,14 +174,16 @@ class Answer:
                 }
             )
         )
+        return bytes(msgpack.packb([self.request, self.segment, body]))
 
     @classmethod
     def unpack(cls, raw: bytes) -> Answer:
         try:
-            m = msgpack.unpackb(raw)
+            request, segment, body = msgpack.unpackb(raw)
+            m = msgpack.unpackb(body)
             return cls(
-                request=m["r"],
-                segment=m["s"],
+                request=request,
+                segment=segment,
                 buckets={int(k): v for k, v in m["b"]},
                 cut=set(m["u"]),
                 records={int(k): v for k, v in m["rc"]},
@@ -215,9 +223,13 @@ def _arr(a: npt.NDArray[Any]) -> bytes:
 
 
 def request_of(payload: bytes) -> tuple[str, str]:
-    """A packed probe's or answer's request id and segment id (for the transport)."""
-    m = msgpack.unpackb(payload)
-    return str(m["r"]), str(m["s"])
+    """A packed probe's or answer's request id and segment id (for the transport):
+    the first two of its three parts (the body stays packed)."""
+    try:
+        request, segment, _ = msgpack.unpackb(payload)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise SegmentError(f"not a segment probe or answer ({exc})") from exc
+    return str(request), str(segment)
 
 
 # ---------------------------------------------------------------- the segment side

@@ -18,11 +18,14 @@ from typing import Any
 import orjson
 import pytest
 
+from streamdedup.kafka.broker import free_port
 from tests.support.kafka import Topics, file_mode
+from tests.support.metrics import scrape
 from tests.support.segments import (
     Servers,
     assert_same_verdicts,
     cli,
+    cli_args,
     crafted_stream,
     dedup,
     dedup_in_slices,
@@ -34,6 +37,7 @@ from tests.support.segments import (
     wait_for,
     write_jsonl,
 )
+from tests.support.txnlog import committed
 
 EXIT_INDEX = 5  # streamdedup.errors: the index or one of its segments cannot be used
 
@@ -59,8 +63,8 @@ def test_seal_killed_at_each_step_leaves_the_old_state_or_the_new(
     the index is as it was (every document, no segment) and `seal` run again works;
     after it, the segment is registered and the open index empty, and the next writer
     (`dedup`) finishes the rename before it opens the segment.  Either way the rest of
-    the stream gets the single index's verdicts, and the segment opens with its checksum
-    verified."""
+    the stream gets the single index's verdicts, and the segment opens with its
+    checksum verified."""
     from streamdedup.store.segments import SealedSegment
 
     c = crafted_stream()
@@ -111,54 +115,53 @@ def sealed_index(tmp_path: Path, *params: str) -> tuple[Path, Path, list[dict[st
     return tmp_path / "index", run.segments[0], c.docs[c.cuts[1] :]
 
 
-def test_a_damaged_local_segment_is_refused_naming_it(tmp_path: Path) -> None:
-    index, segment, rest = sealed_index(tmp_path)
-    flip_bytes(segment / "data.mdb")
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    err = r.stderr.decode()
-    assert str(segment) in err and "checksum" in err, err
-
-
-def test_a_missing_local_segment_is_refused_naming_it(tmp_path: Path) -> None:
-    index, segment, rest = sealed_index(tmp_path)
-    shutil.move(segment, tmp_path / "elsewhere")
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    assert str(segment) in r.stderr.decode(), r.stderr.decode()
-
-
-def test_a_segment_with_other_parameters_is_refused_naming_it(tmp_path: Path) -> None:
-    """The registered directory holds a segment sealed from an index with other
-    parameters (--num-perm 64: the wrong volume mounted there): refused, naming the
-    segment, before any document is checked."""
-    index, segment, rest = sealed_index(tmp_path / "ours")
+def test_damaged_missing_or_foreign_segments_are_refused_naming_them(tmp_path: Path) -> None:
+    """One local sealed segment, spoilt in turn: bytes flipped in data.mdb (checksum),
+    the directory moved away, replaced by a segment sealed from an index with other
+    parameters (--num-perm 64: the wrong volume mounted there), its own manifest
+    saying other parameters.  Each time `dedup` exits 5 naming the segment, before
+    checking any document, and leaves the index as it was: with the segment put back,
+    the rest of the stream gets the single index's verdicts."""
+    c = crafted_stream()
+    ref = file_mode(tmp_path, c.docs)
+    index, segment, _ = sealed_index(tmp_path / "ours")
     _, foreign, _ = sealed_index(tmp_path / "theirs", "--num-perm", "64")
-    shutil.rmtree(segment)
-    shutil.copytree(foreign, segment)
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    out = tmp_path / "x.jsonl"
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(out))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    assert str(segment) in r.stderr.decode(), r.stderr.decode()
-    assert not out.exists() or out.read_bytes() == b""
-
-
-def test_a_segment_whose_manifest_says_other_parameters_is_refused(tmp_path: Path) -> None:
-    """The registered segment itself (same id, data intact) but its manifest's
-    parameters differ from the index's: refused, naming the segment and the
-    parameter."""
-    index, segment, rest = sealed_index(tmp_path)
+    rest = write_jsonl(tmp_path / "rest.jsonl", c.docs[c.cuts[1] :])
+    kept = tmp_path / "kept"
+    shutil.copytree(segment, kept)
     manifest = orjson.loads((segment / "manifest.json").read_bytes())
     manifest["params"]["num_perm"] = 64
-    (segment / "manifest.json").write_bytes(orjson.dumps(manifest))
-    src = write_jsonl(tmp_path / "rest.jsonl", rest)
-    r = cli("dedup", str(src), "--index", str(index), "--output", str(tmp_path / "x.jsonl"))
-    assert r.returncode == EXIT_INDEX, r.stderr.decode()[-2000:]
-    err = r.stderr.decode()
-    assert str(segment) in err and "num_perm" in err.replace("num-perm", "num_perm"), err
+
+    def flipped() -> None:
+        flip_bytes(segment / "data.mdb")
+
+    def moved() -> None:
+        shutil.move(segment, tmp_path / "elsewhere")
+
+    def replaced() -> None:
+        shutil.rmtree(segment)
+        shutil.copytree(foreign, segment)
+
+    def misdescribed() -> None:
+        (segment / "manifest.json").write_bytes(orjson.dumps(manifest))
+
+    cases = [(flipped, "checksum"), (moved, ""), (replaced, ""), (misdescribed, "num_perm")]
+    held = open_documents(index)
+    for spoil, says in cases:
+        spoil()
+        out = tmp_path / f"{spoil.__name__}.jsonl"
+        r = cli("dedup", str(rest), "--index", str(index), "--output", str(out))
+        err = r.stderr.decode()
+        assert r.returncode == EXIT_INDEX, (spoil.__name__, r.returncode, err[-2000:])
+        assert str(segment) in err and says in err.replace("num-perm", "num_perm"), err
+        assert not out.exists() or out.read_bytes() == b"", spoil.__name__
+        assert open_documents(index) == held, spoil.__name__
+        shutil.rmtree(segment, ignore_errors=True)
+        shutil.copytree(kept, segment)
+    dedup(rest, index, tmp_path / "rest.out")
+    got = read_jsonl(tmp_path / "ours" / "slice-0.verdicts.jsonl")
+    got += read_jsonl(tmp_path / "ours" / "slice-1.verdicts.jsonl")
+    assert_same_verdicts(got + read_jsonl(tmp_path / "rest.out"), ref)
 
 
 @pytest.mark.integration
@@ -222,7 +225,7 @@ def test_every_probe_answered_twice_changes_nothing(kafka_bootstrap: str, tmp_pa
     echoes: list[Echo] = []
     with Servers(kafka_bootstrap) as servers:
 
-        def serve(segment: Path) -> None:
+        def serve(segment: Path, _: object) -> None:
             servers.start(segment)
             if not echoes:
                 from streamdedup.kafka.settings import create_topics
@@ -324,25 +327,36 @@ def test_segment_servers_killed_mid_stream(kafka_bootstrap: str, tmp_path: Path)
     with Servers(kafka_bootstrap) as servers:
         segments = worker_on_segments(t, index, docs, [500, 1000], servers, [2, 1])
         count = published(kafka_bootstrap, t.output)
-        worker = subprocess.Popen(
-            t.worker_args(index, "--max-poll-records", "40", "--idle-exit", "6"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        log = tmp_path / "worker.log"
+        with open(log, "wb") as sink:
+            worker = subprocess.Popen(
+                t.worker_args(
+                    index,
+                    "--max-poll-records",
+                    "40",
+                    "--idle-exit",
+                    "6",
+                    "--segment-timeout",
+                    "2",
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        second = orjson.loads((segments[1] / "manifest.json").read_bytes())["id"]
         try:
             wait_for(lambda: count() >= 150, 120, "the worker's first verdicts")
             servers.kill(servers.procs[0])  # a replica of segment 1
             wait_for(lambda: count() >= 400, 120, "verdicts after the replica died")
             servers.kill(servers.procs[2])  # segment 2's only server
+            wait_for(lambda: second in log.read_text(), 60, "the worker stalled on segment 2")
             stalled = count()
-            time.sleep(2)
             servers.start(segments[1])
-            _, err = worker.communicate(timeout=240)
+            worker.wait(timeout=240)
         finally:
             if worker.poll() is None:
                 worker.kill()
             count.close()
-        assert worker.returncode == 0, err.decode()[-3000:]
+        assert worker.returncode == 0, log.read_text()[-3000:]
         assert stalled < len(docs) - 1000, "the kills came after the end of the stream"
         servers.alive()
     got = exactly_once(t, len(docs))
@@ -354,25 +368,41 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """The only server of a segment is stopped (SIGSTOP): the worker's first batch waits
-    for its answer and nothing is published; the worker is killed -9 there, the server
-    resumes, the worker is started again: one verdict per document, the single
-    index's."""
+    for its answer, warns naming the segment, fails /readyz and publishes nothing; the
+    worker is killed -9 there, the server resumes, the worker is started again: one
+    verdict per document, the single index's."""
     docs = mixed_stream(900, seed=32)
     t = Topics(kafka_bootstrap)
     index = tmp_path / "index"
     with Servers(kafka_bootstrap) as servers:
-        worker_on_segments(t, index, docs, [500], servers, [1])
+        (segment,) = worker_on_segments(t, index, docs, [500], servers, [1])
+        decided = len(t.read_to_end(t.output))  # the first part's verdicts
         server = servers.procs[0]
         server.send_signal(signal.SIGSTOP)
+        log = tmp_path / "stalled-worker.log"
+        port = free_port()
         try:
-            worker = subprocess.Popen(
-                t.worker_args(index, "--max-poll-records", "100"),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(12)  # joined, polled, probed: waiting
+            with open(log, "wb") as sink:
+                worker = subprocess.Popen(
+                    t.worker_args(
+                        index,
+                        "--max-poll-records",
+                        "100",
+                        "--segment-timeout",
+                        "2",
+                        "--metrics-port",
+                        str(port),
+                    ),
+                    stdout=subprocess.DEVNULL,
+                    stderr=sink,
+                )
+            seg_id = orjson.loads((segment / "manifest.json").read_bytes())["id"]
+            wait_for(lambda: seg_id in log.read_text(), 60, "a warning naming the silent segment")
+            time.sleep(3)  # and a re-sent probe, still unanswered
             assert worker.poll() is None
-            assert t.read(t.output, timeout=1) == [], "a batch was decided without an answer"
+            status, body = scrape(port, "/readyz")
+            assert status == 503, (status, body)
+            assert len(t.read_to_end(t.output)) == decided, "decided without an answer"
             worker.send_signal(signal.SIGKILL)
             worker.wait(timeout=30)
         finally:
@@ -415,3 +445,101 @@ def test_the_worker_killed_during_an_automatic_seal(
         SealedSegment.open(e.path).close()
     got = exactly_once(t, len(docs))
     assert_same_verdicts(got, file_mode(tmp_path, docs))
+
+
+@pytest.mark.integration
+def test_seal_while_the_worker_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """`seal` run by hand while a worker consumes (the way a deployment grows): once
+    locally, once `--remote` with a `segment-server` started right after.  The worker
+    picks up each new segment between batches: one verdict per document, the single
+    index's."""
+    docs = mixed_stream(1500, seed=34)
+    t = Topics(kafka_bootstrap)
+    t.produce([orjson.dumps(d) for d in docs])
+    index = tmp_path / "index"
+    count = published(kafka_bootstrap, t.output)
+    log = tmp_path / "worker.log"
+    with Servers(kafka_bootstrap) as servers:
+        with open(log, "wb") as sink:
+            worker = subprocess.Popen(
+                t.worker_args(index, "--max-poll-records", "30", "--idle-exit", "5"),
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        try:
+            wait_for(lambda: count() >= 300, 120, "the worker's first verdicts")
+            ok(seal(index, tmp_path / "segment-1"))
+            wait_for(lambda: count() >= 700, 120, "verdicts after the first seal")
+            ok(seal(index, tmp_path / "segment-2", "--remote"))
+            servers.start(tmp_path / "segment-2")
+            at_second = count()
+            worker.wait(timeout=240)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+            count.close()
+        assert worker.returncode == 0, log.read_text()[-3000:]
+        servers.alive()
+    assert at_second < len(docs), "the second seal came after the end of the stream"
+    assert [e.remote for e in registry(index)] == [False, True]
+    got = exactly_once(t, len(docs))
+    assert_same_verdicts(got, file_mode(tmp_path, docs))
+
+
+@pytest.mark.integration
+def test_a_stopped_replica_and_its_partner_both_answer(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Two servers of one segment.  The one answering is stopped (SIGSTOP) while
+    `dedup` runs: the writer re-sends the unanswered probe, the partner takes the
+    partition over and answers it; the stopped one then resumes and answers what it
+    held as well.  The answers topic shows probes answered twice; the verdicts are
+    the single index's."""
+    docs = mixed_stream(1600, seed=35)
+    ref = file_mode(tmp_path, docs)
+    index = tmp_path / "index"
+    dedup(write_jsonl(tmp_path / "a.jsonl", docs[:600]), index, tmp_path / "a.out")
+    segment = tmp_path / "segment-1"
+    ok(seal(index, segment, "--remote"))
+    with Servers(kafka_bootstrap, "--log-every", "5") as servers:
+        for _ in range(2):
+            servers.start(segment)
+
+        def answering() -> list[int]:
+            return [
+                k for k, log in enumerate(servers.logs) if "answering probes" in log.read_text()
+            ]
+
+        wait_for(lambda: len(answering()) == 1, 60, "one of the two servers answering")
+        (first,) = answering()
+        log = tmp_path / "dedup.log"
+        with open(log, "wb") as sink:
+            writer = subprocess.Popen(
+                [
+                    *cli_args("dedup", str(write_jsonl(tmp_path / "b.jsonl", docs[600:]))),
+                    *("--index", str(index), "--output", str(tmp_path / "b.out")),
+                    *("--bootstrap-servers", kafka_bootstrap, "--batch-size", "10"),
+                    *("--segment-timeout", "1", "--progress", "never"),
+                ],
+                stderr=sink,
+            )
+        try:
+            wait_for(
+                lambda: "probes answered" in servers.logs[first].read_text(),
+                60,
+                "the first server's answers",
+            )
+            servers.procs[first].send_signal(signal.SIGSTOP)
+            wait_for(lambda: len(answering()) == 2, 60, "the partner taking over")
+            servers.procs[first].send_signal(signal.SIGCONT)
+            writer.wait(timeout=300)
+        finally:
+            servers.procs[first].send_signal(signal.SIGCONT)
+            if writer.poll() is None:
+                writer.kill()
+        assert writer.returncode == 0, log.read_text()[-3000:]
+        servers.alive()
+    keys = [r.key for r in committed(kafka_bootstrap, answers_topic(segment))]
+    assert len(keys) > len(set(keys)), "no probe was answered twice"
+    got = read_jsonl(tmp_path / "a.out") + read_jsonl(tmp_path / "b.out")
+    assert_same_verdicts(got, ref)

@@ -4,6 +4,7 @@ real network boundary.  Skipped, with the reason, where namespaces cannot be mad
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -118,9 +119,10 @@ def test_the_namespaces_are_removed_when_the_test_fails() -> None:
 
 @needs_netns
 def test_segment_servers_on_other_hosts_give_the_single_index_verdicts(tmp_path: Path) -> None:
-    """Three sealed segments, each served by a `segment-server` in its own namespace
-    (the third shares the first's: two hosts), the writer (`dedup`) here: probes and
-    answers cross the veth links, and the verdicts are the single index's."""
+    """Three sealed segments, each moved to a directory of its host and served there
+    by a `segment-server` in that host's namespace (the third shares the first's: two
+    hosts), the writer (`dedup`) here: probes and answers cross the veth links, and
+    the verdicts are the single index's."""
     c = crafted_stream()
     ref = file_mode(tmp_path, c.docs)
     made = netns.Hosts(2)
@@ -130,8 +132,13 @@ def test_segment_servers_on_other_hosts_give_the_single_index_verdicts(tmp_path:
         Servers(bootstrap) as servers,
     ):
 
-        def serve(segment: Path) -> None:
-            servers.start(segment, wrap=hosts[len(servers.procs) % 2].run)
+        def serve(segment: Path, _: object) -> None:
+            # moved to the host that serves it: the writer never opens it again
+            host = hosts[len(servers.procs) % 2]
+            there = tmp_path / host.name / segment.name
+            there.parent.mkdir(exist_ok=True)
+            shutil.move(segment, there)
+            servers.start(there, wrap=host.run)
 
         run = dedup_in_slices(
             c.docs,

@@ -36,8 +36,9 @@ def unavailable() -> str | None:
     """Why namespaces cannot be made here (the reason a test is skipped with), or None."""
     if sys.platform != "linux":
         return f"network namespaces are Linux only (this is {sys.platform})"
-    if shutil.which("ip") is None:
-        return "the `ip` command (iproute2) is not installed"
+    missing = [tool for tool in ("ip", "ss") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} (iproute2) not installed"
     if os.geteuid() != 0:
         return "making network namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)"
     name = f"sdchk{uuid.uuid4().hex[:8]}"

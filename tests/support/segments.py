@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -198,10 +198,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- commands
 
 
+def cli_args(*args: str) -> list[str]:
+    """The command line of `streamdedup ARGS`."""
+    return [sys.executable, "-m", "streamdedup.cli", *args]
+
+
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     """`streamdedup ARGS` to its end."""
     return subprocess.run(
-        [sys.executable, "-m", "streamdedup.cli", *args],
+        cli_args(*args),
         capture_output=True,
         env={**os.environ, **(env or {})},
         timeout=600,
@@ -249,13 +254,15 @@ def dedup_in_slices(
     work: Path,
     cuts: Sequence[int],
     *extra: str,
-    seal_args: Sequence[str] = (),
-    between: Any = None,
+    seal_args: Sequence[str] | Callable[[int], Sequence[str]] = (),
+    slice_args: Callable[[int], Sequence[str]] | None = None,
+    between: Callable[[Path, Sequence[str]], None] | None = None,
 ) -> SealedRun:
     """`dedup` over docs[0:cuts[0]], `seal`, docs[cuts[0]:cuts[1]], `seal`, ..., the
-    rest, into one index under `work`; `extra` goes to every `dedup`, `seal_args` to
-    every `seal`; `between(segment_path)` runs after each seal (e.g. to start its
-    server)."""
+    rest, into one index under `work`.  `extra` goes to every `dedup`, and
+    `slice_args(k)` too to the k-th; `seal_args` (or `seal_args(k)`) to the seal
+    before slice k; `between(segment_path, its seal_args)` runs after each seal (e.g.
+    to start the segment's server)."""
     work.mkdir(parents=True, exist_ok=True)
     index = work / "index"
     bounds = [0, *cuts, len(docs)]
@@ -263,13 +270,14 @@ def dedup_in_slices(
     for k in range(len(bounds) - 1):
         if k > 0:
             segment = work / f"segment-{k}"
-            ok(seal(index, segment, *seal_args))
+            args = seal_args(k) if callable(seal_args) else seal_args
+            ok(seal(index, segment, *args))
             run.segments.append(segment)
             if between is not None:
-                between(segment)
+                between(segment, args)
         src = write_jsonl(work / f"slice-{k}.jsonl", docs[bounds[k] : bounds[k + 1]])
         out = work / f"slice-{k}.verdicts.jsonl"
-        dedup(src, index, out, *extra)
+        dedup(src, index, out, *extra, *(slice_args(k) if slice_args is not None else ()))
         run.verdicts.extend(read_jsonl(out))
     return run
 

@@ -33,7 +33,11 @@ def flags(command: str) -> set[str]:
 
 
 def metric_families() -> set[str]:
-    return {m.name for m in Metrics().registry.collect()}
+    """Every metric a worker or a segment server exposes."""
+    from streamdedup.ops.metrics import SegmentServerMetrics
+
+    registries = (Metrics().registry, SegmentServerMetrics().registry)
+    return {m.name for r in registries for m in r.collect()}
 
 
 def check_invocation(argv: list[str]) -> None:
@@ -205,9 +209,17 @@ def test_monitoring_profile_scrapes_real_metrics() -> None:
         for volume in s[name]["volumes"]:
             assert (ROOT / volume.split(":")[0]).exists(), volume
     prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    targets = prom["scrape_configs"][0]["static_configs"][0]["targets"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prom["scrape_configs"]}
     port = s["worker"]["environment"]["STREAMDEDUP_METRICS_PORT"]
-    assert targets == [f"worker:{port}"]
+    assert jobs.pop("streamdedup") == [f"worker:{port}"]
+    # the "segments" profile's processes, each at its own metrics port
+    scraped = {t for targets in jobs.values() for t in targets}
+    served = {
+        f"{name}:{svc['environment']['STREAMDEDUP_METRICS_PORT']}"
+        for name, svc in s.items()
+        if svc.get("profiles") == ["segments"]
+    }
+    assert scraped == served
     dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "streamdedup.json").read_text())
     used = set()
     for panel in dashboard["panels"]:
@@ -275,3 +287,150 @@ def test_kubernetes_manifests_match_the_cli() -> None:
     kustomization = yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())
     listed = set(kustomization["resources"])
     assert listed == {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
+
+
+# ---------------------------------------------------------------- segments
+
+
+SEGMENTED = DEPLOY / "k8s-segmented"
+WAIT = re.compile(r"\[ -f (\S+)/manifest\.json \]")
+
+
+def segment_server_invocation(script: str) -> list[str]:
+    """The `streamdedup segment-server DIR ...` a wrapper script ends by exec'ing."""
+    return shlex.split(script.split("exec streamdedup ", 1)[1])
+
+
+def test_compose_segments_profile_matches_the_cli() -> None:
+    c = compose()
+    s = c["services"]
+    worker, writer = s["worker"], s["segmented-worker"]
+    env = writer["environment"]
+    check_env("worker", env)
+    check_invocation(writer["command"])
+    assert writer["profiles"] == ["segments"]
+    # a second writer on the same input: its own group, verdicts, index; no changelog
+    assert env["STREAMDEDUP_INPUT_TOPIC"] == worker["environment"]["STREAMDEDUP_INPUT_TOPIC"]
+    for var in ("GROUP_ID", "OUTPUT_TOPIC"):
+        assert env[f"STREAMDEDUP_{var}"] != worker["environment"][f"STREAMDEDUP_{var}"], var
+    assert "STREAMDEDUP_CHANGELOG_TOPIC" not in env  # seal refuses an index bound to one
+    assert f"--topic {env['STREAMDEDUP_OUTPUT_TOPIC']} " in s["topics"]["command"][0]
+    (mount,) = writer["volumes"]
+    assert under(env["STREAMDEDUP_INDEX"], mount.split(":")[1])
+    servers = {name: svc for name, svc in s.items() if "segment-server" in str(svc.get("command"))}
+    assert len(servers) >= 2
+    volumes = set()
+    for name, svc in servers.items():
+        assert svc["profiles"] == ["segments"], name
+        check_env("segment-server", svc["environment"])
+        script = svc["command"][0]
+        argv = segment_server_invocation(script)
+        check_invocation(argv)
+        segment = argv[1]
+        (waits_for,) = WAIT.findall(script)
+        assert waits_for == segment, name  # it waits for the directory it then serves
+        ((volume, target),) = [v.split(":") for v in svc["volumes"]]
+        assert under(segment, target) and volume in c["volumes"], name
+        volumes.add(volume)
+        assert svc["environment"]["STREAMDEDUP_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert len(volumes) == len(servers), "one segment per volume"
+    assert mount.split(":")[0] not in volumes
+    host_ports = [p.split(":")[0] for svc in s.values() for p in svc.get("ports", [])]
+    assert len(host_ports) == len(set(host_ports))
+
+
+def overlay() -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted(SEGMENTED.glob("*.yaml")):
+        if path.name in ("kustomization.yaml", "writer.yaml"):
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                out[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return out
+
+
+def test_segmented_kubernetes_overlay_matches_the_cli() -> None:
+    base, m = manifests(), overlay()
+    kustomization = yaml.safe_load((SEGMENTED / "kustomization.yaml").read_text())
+    assert kustomization["resources"] == ["../k8s", "segments.yaml"]
+    # the patch takes the changelog off the writer's ConfigMap, and only that
+    (patch,) = [
+        yaml.safe_load((SEGMENTED / p["path"]).read_text()) for p in kustomization["patches"]
+    ]
+    assert f"{patch['kind']}/{patch['metadata']['name']}" in base
+    assert patch["data"] == {"STREAMDEDUP_CHANGELOG_TOPIC": None}
+    assert "STREAMDEDUP_CHANGELOG_TOPIC" in base["ConfigMap/streamdedup"]["data"]
+    config = m["ConfigMap/streamdedup-segments"]["data"]
+    check_env("segment-server", config)
+    check_env("segment-server", base["Secret/streamdedup"]["stringData"])
+    sts = m["StatefulSet/streamdedup-segments"]
+    pod = sts["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    check_invocation(c["args"])
+    segment = c["args"][1]
+    refs = {e.get("configMapRef", e.get("secretRef"))["name"] for e in c["envFrom"]}
+    assert refs == {"streamdedup-segments", "streamdedup"}
+    mounts = {v["name"]: v["mountPath"] for v in c["volumeMounts"]}
+    assert under(segment, mounts["segment"])
+    assert [t["metadata"]["name"] for t in sts["spec"]["volumeClaimTemplates"]] == ["segment"]
+    # the init container waits for the manifest of the directory the server is given
+    (init,) = pod["spec"]["initContainers"]
+    assert f'"{segment}/manifest.json"' in init["command"][-1]
+    assert {v["name"]: v["mountPath"] for v in init["volumeMounts"]} == {
+        "segment": mounts["segment"]
+    }
+    assert init["image"] == c["image"]
+    port = int(config["STREAMDEDUP_METRICS_PORT"])
+    assert c["ports"] == [{"name": "metrics", "containerPort": port}]
+    assert config["STREAMDEDUP_METRICS_HOST"] == "0.0.0.0"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert under(config["STREAMDEDUP_SSL_CAFILE"], mounts["tls"])
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    labels = pod["metadata"]["labels"]
+    assert labels != base["StatefulSet/streamdedup"]["spec"]["template"]["metadata"]["labels"]
+    assert sts["spec"]["serviceName"] == "streamdedup-segments"
+    for name in ("Service/streamdedup-segments", "Service/streamdedup-segments-metrics"):
+        svc = m[name]["spec"]
+        assert svc["selector"] == labels
+        assert svc["ports"][0]["targetPort"] == "metrics" and svc["ports"][0]["port"] == port
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_segmented_overlay_builds_with_kustomize() -> None:
+    """kubectl's own kustomize builds the overlay: the base plus the segment servers,
+    the writer's ConfigMap without the changelog."""
+    r = subprocess.run(
+        ["kubectl", "kustomize", str(SEGMENTED)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    built = {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(r.stdout) if d}
+    assert set(built) == set(manifests()) | set(overlay())
+    writer = built["ConfigMap/streamdedup"]["data"]
+    assert "STREAMDEDUP_CHANGELOG_TOPIC" not in writer
+    assert {k: v for k, v in manifests()["ConfigMap/streamdedup"]["data"].items()} == {
+        **writer,
+        "STREAMDEDUP_CHANGELOG_TOPIC": "documents-changelog",
+    }
+
+
+def test_alerts_name_real_metrics() -> None:
+    """deploy/prometheus/alerts.yml is loaded by Prometheus and every metric its
+    expressions use exists; a stalled segment is among them."""
+    prom = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    assert prom["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    mounted = dict(v.split(":")[:2] for v in compose()["services"]["prometheus"]["volumes"])
+    assert mounted["./deploy/prometheus/alerts.yml"] == "/etc/prometheus/alerts.yml"
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    families = metric_families()
+    alerts = [r for g in rules["groups"] for r in g["rules"]]
+    assert "StreamdedupSegmentStalled" in {r["alert"] for r in alerts}
+    jobs = {j["job_name"] for j in prom["scrape_configs"]}
+    for rule in alerts:
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["for"], rule["alert"]
+        for name in re.findall(r"streamdedup_[a-z_]+", rule["expr"]):
+            assert re.sub(r"_(total|bucket|count|sum)$", "", name) in families, name
+        for job in re.findall(r'job="([^"]+)"', rule["expr"]):
+            assert job in jobs, job

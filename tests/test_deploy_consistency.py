@@ -96,3 +96,47 @@ def test_the_embedded_broker_is_an_optional_extra() -> None:
     assert any(m and "embedded" in m.group(1).split(",") for m in own), extras["test"]
     installs = re.findall(r"pip install[^\n&]*", (DEPLOY / "Dockerfile").read_text())
     assert installs and not any("embedded" in line or "calfkit" in line for line in installs)
+
+
+def segmented_docs() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted((DEPLOY / "k8s-segmented").glob("*.yaml")):
+        if path.name not in ("kustomization.yaml", "writer.yaml"):
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def test_segment_servers_connect_as_the_writer_does() -> None:
+    """The segment servers' ConfigMap repeats the writer's connection settings: one
+    cluster, one set of credentials (the writer's Secret), one segment prefix."""
+    (writer,) = of_kind("ConfigMap")
+    (servers,) = [d for d in segmented_docs() if d["kind"] == "ConfigMap"]
+
+    def connection(env: dict[str, str]) -> dict[str, str]:
+        return {k: str(v) for k, v in env.items() if CONNECTION.fullmatch(k)}
+
+    assert connection(servers["data"]) == connection(writer["data"])
+    prefix = servers["data"]["STREAMDEDUP_SEGMENT_PREFIX"]
+    assert writer["data"].get("STREAMDEDUP_SEGMENT_PREFIX", prefix) == prefix
+    compose_prefixes = {
+        svc["environment"].get("STREAMDEDUP_SEGMENT_PREFIX", prefix)
+        for svc in compose()["services"].values()
+        if "environment" in svc
+    }
+    assert compose_prefixes == {prefix}
+
+
+def test_segment_servers_run_the_same_image_and_are_scraped_once() -> None:
+    tag = f"streamdedup:{__version__}"
+    (sts,) = [d for d in segmented_docs() if d["kind"] == "StatefulSet"]
+    spec = sts["spec"]["template"]["spec"]
+    assert {c["image"] for c in spec["containers"] + spec["initContainers"]} == {tag}
+    assert "prometheus.io/scrape" not in (
+        sts["spec"]["template"]["metadata"].get("annotations") or {}
+    )
+    annotated = [
+        d["metadata"]["name"]
+        for d in segmented_docs()
+        if "prometheus.io/scrape" in (d["metadata"].get("annotations") or {})
+    ]
+    assert annotated == ["streamdedup-segments-metrics"]

@@ -43,6 +43,7 @@ GUIDE = (
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",
+    "docs/segments.md",
 )
 RUN = ("bash", "sh", "console", "python")
 # Every block that is not run: its page and the reason its marker gives.
@@ -54,6 +55,7 @@ NOT_RUN = [
     ("docs/guide/getting-started.md", "installs into a fresh venv (the tests run in one)"),
     ("docs/guide/reading-verdicts.md", "kcat needs a real Apache Kafka broker"),
     ("docs/guide/reading-verdicts.md", "needs the Apache Kafka distribution and a cluster"),
+    ("docs/segments.md", "needs a Kubernetes cluster"),
 ]
 BLOCK_TIMEOUT = 240  # seconds; the slowest block runs a worker
 

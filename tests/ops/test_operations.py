@@ -318,6 +318,9 @@ def test_readme_operations_walkthrough(kafka_bootstrap: str, tmp_path: Path) -> 
         )
         assert r.returncode == 0, (line, r.stderr.decode()[-2000:])
         ran.append(args[1] if args[0] == "streamdedup" else args[0])
-    assert ran == ["python", "produce", "worker", "stats", "replay", "replay", "backup", "restore"]
+    assert ran == [
+        *("python", "produce", "worker", "stats", "replay", "replay", "backup", "restore"),
+        *("seal", "stats"),
+    ]
     rebuilt = (tmp_path / "rebuilt.jsonl").read_bytes().splitlines()
     assert len(rebuilt) == 2000

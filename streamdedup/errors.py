@@ -71,11 +71,6 @@ class ConfigError(StreamDedupError):
     """Invalid options or configuration file."""
 
 
-class BackfillRefusedError(ConfigError):
-    """An input on which `backfill` cannot promise the verdicts `dedup` would give
-    (it names the rule); nothing is written."""
-
-
 class BackfillFailedError(StreamDedupError):
     """The backfill's Spark job failed (a task failed more often than Spark retries
     it, an executor was lost, ...); no verdicts were written."""

@@ -46,7 +46,6 @@ from streamdedup.engine.prepare import exact_shingles
 from streamdedup.engine.verify import exact_margin
 from streamdedup.errors import (
     BackfillFailedError,
-    BackfillRefusedError,
     InputOutputError,
     StreamDedupError,
 )
@@ -125,11 +124,8 @@ def _bucket_stage(
     kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
 ) -> Iterator[tuple[int, Any]]:
     failpoints.reach("backfill-bucket")
-    try:
-        for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
-            yield d, (c, est, cid)
-    except rules.Refused:
-        yield -1, ("refused", kv[0].hex())
+    for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
+        yield d, (c, est, cid)
 
 
 def _decide_signature(
@@ -299,17 +295,6 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         .flatMap(functools.partial(_bucket_stage, cap=options.max_bucket_candidates, floor=floor))
         .persist(keep)
     )
-    refused = pairs.filter(lambda kv: kv[0] < 0).take(1)
-    if refused:
-        raise BackfillRefusedError(
-            f"band bucket {refused[0][1][1]} holds a copy that took over the postings of "
-            "a document replaced under its id (same id, changed text) and more than "
-            f"`max_bucket_candidates` ({options.max_bucket_candidates}) postings: there "
-            "the stream's candidates depend on where its batches end, so the backfill "
-            "cannot promise `dedup`'s verdicts. Run `streamdedup dedup` on this input, "
-            "or raise `max_bucket_candidates` for both.",
-            params=("max_bucket_candidates",),
-        )
     grouped = pairs.groupByKey(width).mapValues(list)
     if exact_mode:
         need = grouped.mapValues(

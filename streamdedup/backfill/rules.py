@@ -25,11 +25,11 @@ Why the groups are independent:
 * **Clusters**: the root of the `duplicate_of` chain, found by pointer jumping
   (job.py); a record's cluster is fixed when it is stored, i.e. its parent's.
 
-One rule is not reproduced: within one `dedup` batch, a copy that takes over the
-postings of its forgotten owner counts among the newest of a bucket whatever its
-document number, until the batch is written.  Where such a bucket holds more than
-`cap` postings the stream's answer depends on its batch boundaries, so the
-backfill refuses the input (`BackfillRefusedError`) rather than guess.
+A copy that takes over the postings of its forgotten owner ranks among a bucket's
+postings by its own document number, from the position where it took them over, in
+the stream as here (the engine once counted it among the newest until its batch was
+written, so the stream's answer depended on where its batches ended; the engine was
+fixed, and this rule followed).
 """
 
 from __future__ import annotations
@@ -112,10 +112,6 @@ def content_rule(
     return owners, postings
 
 
-class Refused(Exception):
-    """A bucket where the stream's answer depends on its batch boundaries."""
-
-
 def bucket_pairs(
     postings: list[Posting],
     cap: int,
@@ -123,18 +119,13 @@ def bucket_pairs(
 ) -> Iterator[tuple[int, int, float, Any]]:
     """One bucket's postings (payload: (signature bytes, id)) -> (query docno,
     candidate docno, estimate, candidate id) for every query and each of the newest
-    `cap` postings live at its position whose estimate passes `keep`.
-
-    Raises `Refused` where the stream's answer depends on batch boundaries (see the
-    module's docstring)."""
+    `cap` postings live at its position whose estimate passes `keep`."""
     if len(postings) < 2:  # most buckets: nothing to pair
         return
     postings = sorted(postings, key=lambda p: p[0])
     if not any(p[3] for p in postings):
         return
     plain = all(p[3] and p[2] == NEVER for p in postings)
-    if not plain and len(postings) > cap and not all(p[3] for p in postings):
-        raise Refused
     docnos = np.fromiter((p[0] for p in postings), dtype=np.int64, count=len(postings))
     sigs = np.frombuffer(b"".join(p[4][0] for p in postings), dtype="<u2").reshape(
         len(postings), -1

@@ -224,11 +224,6 @@ class Sealed:
         self._by_key = {}
         for n, a in self.answers.items():
             self._keep(n, a)
-            kept = self._kept[n]
-            a.contents.update(kept.contents)
-            a.more_copies |= kept.more_copies
-            a.records.update(kept.records)
-            a.sigs.update(kept.sigs)
         leaving = [d for a in self.answers.values() for d in a.ids.values()]
         if expire:
             for n in self.numbers:
@@ -355,10 +350,15 @@ class Sealed:
 
     # -------------------------------------------------------------- lookups
 
+    def _raw(self, n: int, docno: int) -> bytes | None:
+        """A document's packed record from this batch's answers or those kept."""
+        got = self.answers[n].records.get(docno)
+        return got if got is not None else self._kept[n].records.get(docno)
+
     def holder(self, docno: int) -> int | None:
         """The sealed segment where `docno` lives, if any (asking if unknown)."""
-        for n, a in self.answers.items():
-            if docno in a.records and self.live(n, docno):
+        for n in self.answers:
+            if self._raw(n, docno) is not None and self.live(n, docno):
                 return n
         maybe = [
             n
@@ -379,12 +379,17 @@ class Sealed:
             return None
         got = self._records.get((n, docno))
         if got is None:
-            got = self._records[(n, docno)] = Record.unpack(self.answers[n].records[docno])
+            raw = self._raw(n, docno)
+            assert raw is not None  # `holder` found it
+            got = self._records[(n, docno)] = Record.unpack(raw)
         return n, got
 
     def signature(self, docno: int) -> bytes | None:
         n = self.holder(docno)
-        return None if n is None else self.answers[n].sigs.get(docno)
+        if n is None:
+            return None
+        got = self.answers[n].sigs.get(docno)
+        return got if got is not None else self._kept[n].sigs.get(docno)
 
     def text(self, docno: int) -> bytes:
         n = self.holder(docno)
@@ -411,16 +416,13 @@ class Sealed:
             self._asked_contents.add(content_hash)
         out: list[int] = []
         for n in self.numbers:
-            a = self.answers.get(n)
-            if a is None:
-                continue
+            kept = self._kept[n]  # every answer's contents pass through `_keep`
             while True:
-                have = a.contents.get(content_hash, [])
+                have = kept.contents.get(content_hash, [])
                 live = [d for d in have if self.live(n, d)]
-                if len(live) >= count or content_hash not in a.more_copies:
+                if len(live) >= count or content_hash not in kept.more_copies:
                     break
                 self.follow_up([n], contents=[content_hash], after=have[-1])
-                a = self.answers[n]
             out += live[:count]
         return sorted(out)[:count]
 

@@ -334,7 +334,7 @@ class RemoteSegments:
             refusals = KafkaRefusals.install()
             refusals.reset()
             try:
-                self._producer = KafkaProducer(**producer_settings(self.link))
+                self._producer = KafkaProducer(**producer_settings(self.link, compress=False))
                 self._consumer = KafkaConsumer(
                     **consumer_settings(self.link),
                     group_id=None,

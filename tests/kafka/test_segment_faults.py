@@ -407,6 +407,9 @@ def test_the_worker_killed_while_a_batch_waits_for_answers(
             worker.wait(timeout=30)
         finally:
             server.send_signal(signal.SIGCONT)
+            if "worker" in locals() and worker.poll() is None:  # a failed check: no leak
+                worker.kill()
+                worker.wait(timeout=30)
         r = t.run_worker(index, "--max-poll-records", "100", idle=4)
         assert r.returncode == 0, r.stderr.decode()[-3000:]
         servers.alive()

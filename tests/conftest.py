@@ -25,6 +25,9 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+# Hundreds of small indexes: 4 MiB allocated ahead of each instead of 64 (inherited by
+# the commands the tests run; a test of the disk reserve sets its own).
+os.environ.setdefault("STREAMDEDUP_DISK_HEADROOM", str(4 << 20))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

@@ -155,6 +155,8 @@ def _ahead(
     before it is decided (`Deduplicator.ask_ahead`): the answers travel meanwhile."""
     it = iter(groups)
     current = next(it, None)
+    if current is not None:  # the first batch's answers travel while the second is prepared
+        dedup.ask_ahead([p for _, p in current])
     while current is not None:
         following = next(it, None)
         if following is not None:

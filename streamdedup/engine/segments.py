@@ -286,6 +286,9 @@ class Answerer:
                     docnos = docnos[: probe.depth]
                 out.buckets[k] = docnos
                 wanted.update(docnos)
+        if probe.expiry_count:  # the entries' records too: the writer may forget them
+            out.expiry, out.more_expiry = t.expiry_entries(probe.expiry_after, probe.expiry_count)
+            wanted.update(d for _, d in out.expiry)
         for d in wanted:
             rec = t.record_bytes(d)
             if rec is None:
@@ -297,15 +300,6 @@ class Answerer:
         self._exact(t, probe, out)
         for d in probe.text_docnos:
             out.texts[d] = t.text(d)
-        if probe.expiry_count:
-            out.expiry, out.more_expiry = t.expiry_entries(probe.expiry_after, probe.expiry_count)
-            for _, d in out.expiry:
-                rec = t.record_bytes(d)
-                if rec is not None:
-                    out.records[d] = rec
-                    sig = t.signature(d)
-                    if sig is not None:
-                        out.sigs[d] = sig
         if probe.newest_at_most is not None:
             out.newest = t.newest_timestamp(probe.newest_at_most)
         return out

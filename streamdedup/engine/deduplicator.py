@@ -414,7 +414,10 @@ class Deduplicator:
             clock = t.newest_timestamp(ahead)
         self.outliers = []
         position = 0
-        self._expiry = _Expiry(t.oldest(), self.options.max_expire_per_batch)
+        # only a window needs the oldest document (with sealed segments, asking for it
+        # is a round trip)
+        oldest = t.oldest() if ttl is not None else None
+        self._expiry = _Expiry(oldest, self.options.max_expire_per_batch)
         t.batch_postings(
             [
                 b"".join(keys)
@@ -562,7 +565,6 @@ class Deduplicator:
                 return None
             rec = t.record(docnos[j])
             return None if rec is None else (float(est[j]), rec)
-        sealed = self.sealed
         best, checks = best_exact(
             t,
             self._memory,
@@ -574,7 +576,6 @@ class Deduplicator:
             threshold,
             self._margin,
             self.options.max_exact_checks,
-            None if sealed is None else (lambda d: sealed.exact(p, i, d)),
         )
         c.exact_checks += checks
         if checks < len(order) and checks >= self.options.max_exact_checks:

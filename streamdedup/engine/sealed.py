@@ -87,7 +87,6 @@ class Sent:
     """A batch's questions, sent (`Sealed.send`), its answers not yet received."""
 
     waiting: list[Waiting]
-    probe_docs: dict[tuple[int, int], int]
     asked_keys: set[int]
     asked_ids: set[bytes]
     contents: set[bytes]
@@ -104,13 +103,13 @@ class Sealed:
     def __init__(self, readers: Sequence[SegmentReader], params: IndexParams) -> None:
         self.readers: dict[int, SegmentReader] = {r.entry.number: r for r in readers}
         self.params = params
+        self.numbers: list[int] = list(self.readers)  # the segments never change
         self.masks: dict[int, set[int]] = {n: set() for n in self.readers}
         self.pending: dict[int, set[int]] = {n: set() for n in self.readers}
         self.answers: dict[int, Answer] = {}
         self._asked_keys: set[int] = set()
         self._asked_ids: set[bytes] = set()
         self._asked_contents: set[bytes] = set()
-        self._probe_docs: dict[tuple[int, int], int] = {}
         self._by_key: dict[bytes, list[tuple[int, list[int]]]] = {}
         self._records: dict[tuple[int, int], Record] = {}
         self._expiry: dict[int, list[tuple[int, int]]] = {n: [] for n in self.readers}
@@ -127,10 +126,6 @@ class Sealed:
         self.round_trips: dict[int, float] = {}
         self.waited: dict[int, float] = {}
         self.follow_ups = 0
-
-    @property
-    def numbers(self) -> list[int]:
-        return list(self.readers)
 
     def load_masks(self, t: Tables) -> None:
         for n in self.readers:
@@ -165,12 +160,9 @@ class Sealed:
     ) -> Sent:
         """The first half of `ask`: send the questions now (a writer sends the next
         batch's while it decides this one)."""
-        probe_docs: dict[tuple[int, int], int] = {}
         looking: list[tuple[Prepared, int]] = [
             (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.light
         ]
-        for j, (p, i) in enumerate(looking):
-            probe_docs[(id(p), i)] = j
         bands = self.params.bands
         if looking:
             flat = b"".join(b"".join(p.band_keys[i]) for p, i in looking)
@@ -180,7 +172,6 @@ class Sealed:
             doc_keys = np.empty((0, bands), dtype=np.uint64)
             sigs = np.empty((0, self.params.num_perm), dtype=np.uint16)
         keys = np.unique(doc_keys)
-        texts = [p.texts[i] if p.texts is not None else b"" for p, i in looking]
         ids = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]
         if len(self._asked_contents) > KEPT_CONTENTS:
@@ -193,17 +184,16 @@ class Sealed:
             segment="",
             threshold=threshold,
             margin=margin,
+            exact=self.params.verify == "exact",
             depth=cap,
             keys=keys,
             doc_keys=doc_keys,
             sigs=sigs,
-            texts=texts,
             ids=ids,
             contents=contents,
         )
         return Sent(
             self._submit(probe, self.numbers),
-            probe_docs,
             set(keys.tolist()),
             set(ids),
             set(contents),
@@ -215,7 +205,6 @@ class Sealed:
     def receive(self, sent: Sent) -> None:
         """The second half of `ask`: wait for the answers and make them the batch's."""
         self._records = {}
-        self._probe_docs = sent.probe_docs
         self._asked_keys = sent.asked_keys
         self._asked_ids = sent.asked_ids
         cap, expire = sent.cap, sent.expire
@@ -417,6 +406,8 @@ class Sealed:
         out: list[int] = []
         for n in self.numbers:
             kept = self._kept[n]  # every answer's contents pass through `_keep`
+            if content_hash not in kept.contents:  # most contents: held nowhere sealed
+                continue
             while True:
                 have = kept.contents.get(content_hash, [])
                 live = [d for d in have if self.live(n, d)]
@@ -478,18 +469,6 @@ class Sealed:
         for a in self.answers.values():
             out.update(k for k, v in a.buckets.items() if v)
         return out
-
-    def exact(self, p: Prepared, i: int, docno: int) -> float | None:
-        """The exact similarity a sealed segment measured for a batch document and
-        one of its candidates, if it did."""
-        j = self._probe_docs.get((id(p), i))
-        if j is None:
-            return None
-        for n, a in self.answers.items():
-            s = a.exact.get((j, docno))
-            if s is not None and self.live(n, docno):
-                return s
-        return None
 
     def oldest(self) -> tuple[int, int] | None:
         """The oldest live timestamped sealed document: (timestamp, docno)."""

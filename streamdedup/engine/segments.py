@@ -5,16 +5,19 @@ processes over Kafka (kafka/segments.py carries the packed bytes).
 
 A sealed segment never changes, so it can answer everything about a batch before the
 batch is decided: which of the batch's ids and contents it holds, the newest postings
-of the batch's band keys, the records and signatures of those documents, and, for
-every pair of a batch document and a candidate whose signature estimate is near the
-threshold, their exact Jaccard similarity (from the batch document's compressed text,
-which the probe carries, and the candidate's stored text, shingled again by the same
-functions the writer uses).  What changes as the batch is decided -- documents
-replaced or expired after sealing (tombstones), this batch's own documents -- stays
-with the writer, which merges the answers with its open segment (engine/sealed.py).
-Asking for the exact similarity rather than the candidates' shingle sets keeps the
-answer small: a page's compressed text (about 1 KB) goes once, where a near-threshold
-candidate's set (about 5 KB) would come back once per pair.
+of the batch's band keys, the records and signatures of those documents, and the
+stored texts (compressed: they are the exact shingle sets, about 1.4 KB a page) of
+every candidate whose signature estimate is near the threshold for some batch
+document, so the writer verifies exactly as it does against its own documents.  What
+changes as the batch is decided -- documents replaced or expired after sealing
+(tombstones), this batch's own documents -- stays with the writer, which merges the
+answers with its open segment (engine/sealed.py).
+
+Why candidates' texts come back rather than the probe carrying the batch's texts to be
+measured by the segment (the first design): on a crawl-like stream most documents have
+no near candidate, so the batch's texts were three quarters of every probe (2.8 of
+3.65 MB for 2,000 pages, sent once per segment) and each segment shingled again what
+the writer had already shingled; the near candidates' texts are a few hundred KB.
 
 When the writer needs more than the first answer gave (a bucket whose newest
 postings were tombstoned, a replaced document's copies, the expiry order), it sends
@@ -34,10 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.prepare import exact_shingles
 from streamdedup.errors import SegmentError
-from streamdedup.sketch.jaccard import exact_jaccard
-from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.segments import SealedSegment, SegmentEntry
 from streamdedup.store.tables import Tables
@@ -55,17 +55,16 @@ class Probe:
     segment: str
     threshold: float = 1.0
     margin: float = 0.0
+    exact: bool = True  # the writer verifies exactly: send near candidates' texts
     depth: int = 0  # newest postings wanted per band key
     keys: U64 = field(default_factory=lambda: np.empty(0, np.uint64))  # sorted, unique
     doc_keys: U64 = field(default_factory=lambda: np.empty((0, 0), np.uint64))
     sigs: npt.NDArray[np.uint16] = field(default_factory=lambda: np.empty((0, 0), np.uint16))
-    texts: list[bytes] = field(default_factory=list)  # compressed; b"": no exact check
     ids: list[bytes] = field(default_factory=list)
     contents: list[bytes] = field(default_factory=list)
     after: int = -1  # contents: only documents numbered above this
     docnos: list[int] = field(default_factory=list)  # records and signatures wanted
     text_docnos: list[int] = field(default_factory=list)  # stored texts wanted
-    pairs: list[tuple[int, int]] = field(default_factory=list)  # (probe doc, docno)
     expiry_after: bytes | None = None  # the expiry order from after this key
     expiry_count: int = 0
     newest_at_most: int | None = None  # the newest timestamp at most this
@@ -85,19 +84,18 @@ class Probe:
                 {
                     "t": self.threshold,
                     "m": self.margin,
+                    "v": self.exact,
                     "d": self.depth,
                     "k": _arr(self.keys),
                     "dk": _arr(self.doc_keys),
                     "ds": list(self.doc_keys.shape),
                     "g": _arr(self.sigs.astype("<u2")),
                     "gs": list(self.sigs.shape),
-                    "x": self.texts,
                     "i": self.ids,
                     "c": self.contents,
                     "a": self.after,
                     "n": self.docnos,
                     "tn": self.text_docnos,
-                    "p": [list(p) for p in self.pairs],
                     "ea": self.expiry_after,
                     "ec": self.expiry_count,
                     "nm": self.newest_at_most,
@@ -115,17 +113,16 @@ class Probe:
                 segment=segment,
                 threshold=m["t"],
                 margin=m["m"],
+                exact=bool(m["v"]),
                 depth=m["d"],
                 keys=np.frombuffer(m["k"], "<u8").astype(np.uint64),
                 doc_keys=np.frombuffer(m["dk"], "<u8").astype(np.uint64).reshape(m["ds"]),
                 sigs=np.frombuffer(m["g"], "<u2").astype(np.uint16).reshape(m["gs"]),
-                texts=m["x"],
                 ids=m["i"],
                 contents=m["c"],
                 after=m["a"],
                 docnos=m["n"],
                 text_docnos=m["tn"],
-                pairs=[(int(a), int(b)) for a, b in m["p"]],
                 expiry_after=m["ea"],
                 expiry_count=m["ec"],
                 newest_at_most=m["nm"],
@@ -148,14 +145,12 @@ class Answer:
     ids: dict[bytes, int] = field(default_factory=dict)
     contents: dict[bytes, list[int]] = field(default_factory=dict)  # ascending
     more_copies: set[bytes] = field(default_factory=set)
-    exact: dict[tuple[int, int], float] = field(default_factory=dict)
-    texts: dict[int, bytes] = field(default_factory=dict)
+    texts: dict[int, bytes] = field(default_factory=dict)  # docno -> compressed text
     expiry: list[tuple[int, int]] = field(default_factory=list)  # (timestamp, docno)
     more_expiry: bool = False
     newest: int = 0
 
     def pack(self) -> bytes:
-        pairs = list(self.exact.items())
         body = bytes(
             msgpack.packb(
                 {
@@ -166,7 +161,6 @@ class Answer:
                     "i": [[k, v] for k, v in self.ids.items()],
                     "c": [[k, v] for k, v in self.contents.items()],
                     "mc": list(self.more_copies),
-                    "e": [[a, b, s] for (a, b), s in pairs],
                     "x": [[k, v] for k, v in self.texts.items()],
                     "ex": [list(e) for e in self.expiry],
                     "me": self.more_expiry,
@@ -191,7 +185,6 @@ class Answer:
                 ids={k: int(v) for k, v in m["i"]},
                 contents={k: v for k, v in m["c"]},
                 more_copies=set(m["mc"]),
-                exact={(int(a), int(b)): float(s) for a, b, s in m["e"]},
                 texts={int(k): v for k, v in m["x"]},
                 expiry=[(int(a), int(b)) for a, b in m["ex"]],
                 more_expiry=bool(m["me"]),
@@ -214,7 +207,6 @@ class Answer:
             self.contents[c] = sorted(set(have) | set(docnos))
         self.more_copies -= set(other.contents)
         self.more_copies |= other.more_copies
-        self.exact.update(other.exact)
         self.texts.update(other.texts)
 
 
@@ -254,7 +246,6 @@ class Answerer:
     def __init__(self, segment: SealedSegment) -> None:
         self.segment = segment
         self.params = IndexParams.from_record(dict(segment.manifest.params))
-        self._shingler = Shingler(self.params.shingle)
 
     def __call__(self, probe: Probe) -> Answer:
         return self.segment.index.read(lambda t: self._answer(t, probe))
@@ -297,38 +288,24 @@ class Answerer:
             sig = t.signature(d)
             if sig is not None:
                 out.sigs[d] = sig
-        self._exact(t, probe, out)
-        for d in probe.text_docnos:
-            out.texts[d] = t.text(d)
+        for d in [*self._near(probe, out), *probe.text_docnos]:
+            if d not in out.texts:
+                out.texts[d] = t.text(d)
         if probe.newest_at_most is not None:
             out.newest = t.newest_timestamp(probe.newest_at_most)
         return out
 
-    def _exact(self, t: Tables, probe: Probe, out: Answer) -> None:
-        """Exact similarity of every probe document and candidate whose estimate is
-        within the margin of the threshold (the only ones the writer may check), and
-        of the pairs asked for by name."""
+    def _near(self, probe: Probe, out: Answer) -> list[int]:
+        """The candidates (of the postings answered) whose signature estimate is within
+        the margin of the threshold for some probe document: the only ones the writer
+        may verify exactly, so the ones whose texts it will want."""
+        if not probe.exact or not out.buckets or not len(probe.doc_keys):
+            return []
         bar = probe.threshold - probe.margin
-        sets: dict[int, U64] = {}
-        mine: dict[int, U64] = {}
-
-        def exact(j: int, d: int) -> float:
-            if j not in mine:
-                mine[j] = exact_shingles(self._shingler, probe.texts[j])
-            if d not in sets:
-                sets[d] = exact_shingles(self._shingler, t.text(d))
-            return exact_jaccard(mine[j], sets[d])
-
-        for j, d in probe.pairs:
-            if probe.texts[j] and t.record_bytes(d) is not None:
-                out.exact[(j, d)] = exact(j, d)
-        if not out.buckets or not len(probe.doc_keys):
-            return
         held = np.fromiter(out.buckets, dtype=np.uint64, count=len(out.buckets))
         hit = np.isin(probe.doc_keys, held).any(axis=1)  # most documents: no candidate
+        near: set[int] = set()
         for j in np.flatnonzero(hit).tolist():
-            if not probe.texts[j]:
-                continue
             cands = sorted(
                 set(
                     itertools.chain.from_iterable(
@@ -336,14 +313,13 @@ class Answerer:
                     )
                 )
             )
-            cands = [d for d in cands if d in out.sigs]
+            cands = [d for d in cands if d in out.sigs and d not in near]
             if not cands:
                 continue
             others = np.frombuffer(b"".join(out.sigs[d] for d in cands), dtype="<u2")
             est = estimate_jaccard(probe.sigs[j], others.reshape(len(cands), -1))
-            for d, e in zip(cands, est.tolist(), strict=True):
-                if e >= bar:
-                    out.exact[(j, d)] = exact(j, d)
+            near.update(d for d, e in zip(cands, est.tolist(), strict=True) if e >= bar)
+        return sorted(near)
 
 
 # ---------------------------------------------------------------- the writer side

@@ -96,12 +96,10 @@ def best_exact(
     threshold: float,
     margin: float,
     max_checks: int,
-    measured: Callable[[int], float | None] | None = None,
 ) -> tuple[tuple[float, int] | None, int]:
     """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
     similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
-    (similarity, docno); and the number of exact checks made.  `measured(docno)`:
-    the similarity a sealed segment already measured, if it did."""
+    (similarity, docno); and the number of exact checks made."""
     return choose_exact(
         lambda: own_shingles(p, i),
         lambda d: memory.exact_shingles(t, d),
@@ -111,7 +109,6 @@ def best_exact(
         threshold,
         margin,
         max_checks,
-        measured,
     )
 
 
@@ -124,12 +121,10 @@ def choose_exact(
     threshold: float,
     margin: float,
     max_checks: int,
-    measured: Callable[[int], float | None] | None = None,
 ) -> tuple[tuple[float, int] | None, int]:
     """`best_exact`'s rule, given where the exact sets come from (`mine_of()`: the
     document's own, computed once a candidate is close enough; `theirs(docno)`: a
-    candidate's; `measured(docno)`: a similarity measured elsewhere, if any), so that
-    the backfill's executors apply the very same rule."""
+    candidate's), so that the backfill's executors apply the very same rule."""
     mine: npt.NDArray[np.uint64] | None = None  # once a candidate is close enough
     best: tuple[float, int] | None = None
     for checks, j in enumerate(order):
@@ -137,11 +132,9 @@ def choose_exact(
         if checks >= max_checks or est[j] < floor - margin:
             return best, checks
         d = docnos[j]
-        sim = None if measured is None else measured(d)
-        if sim is None:
-            if mine is None:
-                mine = mine_of()
-            sim = exact_jaccard(mine, theirs(d))
+        if mine is None:
+            mine = mine_of()
+        sim = exact_jaccard(mine, theirs(d))
         if sim >= threshold and (best is None or sim > best[0]):
             best = (sim, d)
     return best, len(order)

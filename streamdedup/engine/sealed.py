@@ -186,7 +186,6 @@ class Sealed:
             margin=margin,
             exact=self.params.verify == "exact",
             depth=cap,
-            keys=keys,
             doc_keys=doc_keys,
             sigs=sigs,
             ids=ids,

@@ -57,7 +57,9 @@ class Probe:
     margin: float = 0.0
     exact: bool = True  # the writer verifies exactly: send near candidates' texts
     depth: int = 0  # newest postings wanted per band key
-    keys: U64 = field(default_factory=lambda: np.empty(0, np.uint64))  # sorted, unique
+    # band keys asked about besides the probe documents' own (`doc_keys`, which the
+    # segment reads from there: not sent twice)
+    keys: U64 = field(default_factory=lambda: np.empty(0, np.uint64))
     doc_keys: U64 = field(default_factory=lambda: np.empty((0, 0), np.uint64))
     sigs: npt.NDArray[np.uint16] = field(default_factory=lambda: np.empty((0, 0), np.uint16))
     ids: list[bytes] = field(default_factory=list)
@@ -269,8 +271,9 @@ class Answerer:
             if docnos:
                 out.contents[c] = docnos
                 wanted.update(docnos)
-        if len(probe.keys) and probe.depth > 0:
-            found = t.postings.lookup(probe.keys, probe.depth + 1)
+        keys = np.union1d(probe.keys, probe.doc_keys.ravel()).astype(np.uint64)
+        if len(keys) and probe.depth > 0:
+            found = t.postings.lookup(keys, probe.depth + 1)
             for k, docnos in found.items():
                 if len(docnos) > probe.depth:
                     out.cut.add(k)

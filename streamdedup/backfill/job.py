@@ -40,6 +40,7 @@ import orjson
 from streamdedup import failpoints
 from streamdedup.backfill import rules
 from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, read_split, splits
+from streamdedup.backfill.segment import build_segment
 from streamdedup.config import EngineOptions, Fields, IndexParams
 from streamdedup.engine.files import Summary
 from streamdedup.engine.prepare import exact_shingles
@@ -51,6 +52,7 @@ from streamdedup.errors import (
 )
 from streamdedup.models import Verdict, output_record
 from streamdedup.sketch.shingle import Shingler
+from streamdedup.store.segments import SegmentBuilder
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -67,6 +69,7 @@ class Backfill:
     options: EngineOptions = field(default_factory=EngineOptions)
     fields: Fields = field(default_factory=Fields)
     split_bytes: int = SPLIT_BYTES
+    segment: str | None = None  # also write the index as a sealed segment there
 
 
 PARTITION_BYTES = 64 << 20
@@ -95,9 +98,17 @@ def _id_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any
             yield ("stored", pos, gone, content, shingles, doc_id, sig, keys)
 
 
-def _content_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+def _content_stage(
+    kv: tuple[bytes, Iterable[tuple[Any, ...]]], live: bool = False
+) -> Iterator[tuple[Any, ...]]:
     members = {m[0]: m for m in kv[1]}  # pos -> (pos, gone, doc_id, sig, keys)
     owners, postings = rules.content_rule((p, m[1]) for p, m in members.items())
+    if live:  # for a segment: who holds the content at the end
+        owner, copies = rules.live_content((p, m[1]) for p, m in members.items())
+        if owner >= 0:
+            yield ("live", owner, True)
+        for pos in copies:
+            yield ("live", pos, False)
     for pos, owner in owners:
         if owner < 0:
             yield ("query", pos, members[pos][2])
@@ -184,7 +195,7 @@ def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]
     return (child, (parent, False)) if grand is None else (child, (grand, True))
 
 
-def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[bytes, str]]:
+def _verdict(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[Verdict, str]]:
     pos, ((doc_id, kind, dup_id, sim), root_id) = kv
     cluster = doc_id if root_id is None else root_id  # None: a root, its own cluster
     if kind == "exact":
@@ -195,6 +206,11 @@ def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tup
         v = Verdict(doc_id, "unique", None, doc_id, None, False, reason="empty")
     else:
         v = Verdict(doc_id, "unique", None, doc_id, None, False)
+    return pos, (v, kind)
+
+
+def _verdict_line(kv: tuple[int, tuple[Verdict, str]]) -> tuple[int, tuple[bytes, str]]:
+    pos, (v, kind) = kv
     return pos, (orjson.dumps(output_record(v)), kind)
 
 
@@ -275,7 +291,7 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         stored.filter(lambda t: t[4] > 0)
         .map(lambda t: (t[3], (t[1], t[2], t[5], t[6], t[7])))
         .groupByKey(width)
-        .flatMap(_content_stage)
+        .flatMap(functools.partial(_content_stage, live=job.segment is not None))
         .persist(keep)
     )
     exact = contents.filter(lambda t: t[0] == "exact").map(
@@ -347,14 +363,49 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
             break
     ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))
     cluster = up.map(lambda kv: (kv[1], kv[0])).join(ids, width).map(lambda kv: kv[1])
-    lines = (
-        nodes.mapValues(lambda v: v[0])
-        .leftOuterJoin(cluster, width)
-        .map(_verdict_line)
-        .persist(keep)
-    )
+    verdicts = nodes.mapValues(lambda v: v[0]).leftOuterJoin(cluster, width).map(_verdict)
+    verdicts.persist(keep)
+    lines = verdicts.map(_verdict_line).persist(keep)
     stages.done("clusters", f"{rounds} rounds of pointer jumping")
 
+    builder = None
+    try:
+        if job.segment is not None:
+            builder = SegmentBuilder(job.segment)
+            build_segment(
+                builder,
+                params,
+                stored,
+                contents.filter(lambda t: t[0] == "live"),
+                verdicts,
+                docs.map(lambda kv: (kv[0], kv[1][7])),
+                total - n_rejected - n_replays,
+                width,
+                lambda text: stages.done("segment", text),
+            )
+        summary = _write_verdicts(job, lines, replays, rejected, total, width, stages, spark)
+        if builder is not None:
+            builder.commit()
+    except BaseException:
+        if builder is not None:
+            builder.abort()
+        raise
+    for rdd in (rows, ided, contents, pairs, near, nodes, up, verdicts, lines):
+        rdd.unpersist()
+    return summary
+
+
+def _write_verdicts(
+    job: Backfill,
+    lines: RDD[tuple[int, tuple[bytes, str]]],
+    replays: RDD[tuple[int, int]],
+    rejected: RDD[tuple[int, tuple[bytes, str]]],
+    total: int,
+    width: int,
+    stages: Stages,
+    spark: SparkSession,
+) -> Summary:
+    """The verdict file: every record in input order, renamed into place whole."""
     repeated = replays.join(lines, width).map(lambda kv: kv[1])
     everything: RDD[tuple[int, tuple[bytes, str]]] = (
         lines.union(repeated).union(rejected).sortByKey(numPartitions=width)
@@ -364,8 +415,6 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     shuffled = shuffle_bytes(spark)
     note = "" if shuffled is None else f", {shuffled / 1e6:,.1f} MB shuffled in all"
     stages.done("write", f"{summary.lines:,} records to {job.output}{note}")
-    for rdd in (rows, ided, contents, pairs, near, nodes, up, lines):
-        rdd.unpersist()
     return summary
 
 

@@ -217,3 +217,14 @@ def roots(parents: dict[int, int]) -> dict[int, int]:
         if nxt == up:
             return up
         up = nxt
+
+
+def live_content(members: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
+    """One content's stored documents (position, forgotten_at) -> what the index
+    holds of it once every document has come: (its owner, -1 if no document with it
+    lives; the live copies, ascending).  The owner is the oldest live one: the first
+    owner, or after it was forgotten the oldest live copy (`Tables.adopt`), which an
+    owner's forgetting never changes -- `content_rule`'s last stretch, without the
+    history."""
+    live = sorted(pos for pos, gone in members if gone == NEVER)
+    return (live[0], live[1:]) if live else (-1, [])

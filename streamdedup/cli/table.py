@@ -532,7 +532,8 @@ BACKFILL = OptionGroup(
         ),
         Opt(
             "segment",
-            "also write the index as a sealed segment here (not yet: refused)",
+            "also write the index a `dedup` run would leave as a sealed segment here (a new "
+            "or empty directory), which `dedup`/`worker --base-segment` continue from",
             str,
             metavar="SEGMENT_DIR",
         ),

@@ -30,7 +30,7 @@ from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError
-from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
+from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
@@ -607,19 +607,7 @@ class Deduplicator:
         self, t: Store, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
     ) -> None:
         self._count(v, +1)
-        doc = p.docs[i]
-        record = Record(
-            doc_id=doc.id,
-            verdict=DUPLICATE if v.is_duplicate else UNIQUE,
-            duplicate_of=v.duplicate_of,
-            cluster=v.cluster,
-            similarity=v.similarity,
-            exact=v.exact,
-            content_hash=p.content[i],
-            timestamp_ms=self._ts,
-            reason=v.reason,
-            shingles=p.shingles[i],
-        )
+        record = Record.of(v, p.content[i], self._ts, p.shingles[i])
         text = p.texts[i] if index_it and p.texts is not None else None
         owns = t.put_document(
             docno,

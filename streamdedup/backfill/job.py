@@ -134,16 +134,21 @@ def _keep(floor: float, est: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
 def _bucket_stage(
     kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
 ) -> Iterator[tuple[int, Any]]:
+    """(query, (candidate, estimate, id)) pairs, and (query, None) for each query
+    whose bucket held more than `cap` live postings (the stream's cap cut it)."""
     failpoints.reach("backfill-bucket")
-    for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
+    cut: list[int] = []
+    pairs = rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor), cut.append)
+    for d, c, est, cid in pairs:
         yield d, (c, est, cid)
+    for d in cut:
+        yield d, None
 
 
 def _decide_signature(
     kv: tuple[int, Iterable[tuple[int, float, Any]]], threshold: float
 ) -> tuple[int, Any]:
-    pick = rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
-    return kv[0], pick
+    return kv[0], rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
 
 
 def _none() -> npt.NDArray[np.uint64]:
@@ -176,7 +181,7 @@ def _decide_exact(
         else:
             texts[pos] = text
     shingler = Shingler(params.shingle)
-    pick = rules.choose(
+    return d, rules.choose(
         candidates,
         params.threshold,
         True,
@@ -185,7 +190,6 @@ def _decide_exact(
         lambda: exact_shingles(shingler, own_text),
         lambda c: exact_shingles(shingler, texts[c]),
     )
-    return d, pick
 
 
 def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]]:
@@ -311,7 +315,8 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         .flatMap(functools.partial(_bucket_stage, cap=options.max_bucket_candidates, floor=floor))
         .persist(keep)
     )
-    grouped = pairs.groupByKey(width).mapValues(list)
+    n_bucket_capped = pairs.filter(lambda kv: kv[1] is None).keys().distinct().count()
+    grouped = pairs.filter(lambda kv: kv[1] is not None).groupByKey(width).mapValues(list)
     if exact_mode:
         need = grouped.mapValues(
             functools.partial(
@@ -334,8 +339,13 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         )
     else:
         picks = grouped.map(functools.partial(_decide_signature, threshold=params.threshold))
+    # (document, (pick or None, whether --max-exact-checks left a near candidate))
+    picks.persist(keep)
+    n_exact_capped = picks.filter(lambda kv: kv[1][1]).count()
     near = (
-        queries.leftOuterJoin(picks.filter(lambda kv: kv[1] is not None), width)
+        queries.leftOuterJoin(
+            picks.filter(lambda kv: kv[1][0] is not None).mapValues(lambda v: v[0]), width
+        )
         .map(
             lambda kv: (
                 kv[0],
@@ -347,7 +357,15 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         .persist(keep)
     )
     n_near = near.filter(lambda kv: kv[1][0][1] == "near").count()
-    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked")
+    picks.unpersist()
+    caps = {"bucket": n_bucket_capped, "exact": n_exact_capped}
+    capped = (
+        ""
+        if not any(caps.values())
+        else f" ({n_bucket_capped:,} searches cut by --max-bucket-candidates, "
+        f"{n_exact_capped:,} by --max-exact-checks)"
+    )
+    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked{capped}")
 
     nodes = near.union(exact).union(empty.map(lambda kv: (kv[0], (kv[1], -1)))).persist(keep)
     # pointer jumping over the duplicates only (x -> parent); a unique document is a root
@@ -380,6 +398,7 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
                 verdicts,
                 docs.map(lambda kv: (kv[0], kv[1][7])),
                 total - n_rejected - n_replays,
+                caps,
                 width,
                 lambda text: stages.done("segment", text),
             )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from streamdedup import failpoints
 from streamdedup.backfill import rules
 from streamdedup.config import IndexParams
 from streamdedup.models import Record, Verdict
@@ -79,6 +80,7 @@ def _owner_postings(kv: tuple[int, Any]) -> Iterator[tuple[int, bytes]]:
 def _by_partition(docs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, tuple[bytes, bytes]]]:
     """A Spark partition's (docno, band keys) as (key partition, (keys, docnos)):
     one numpy pass, one element per key partition present."""
+    failpoints.reach("backfill-segment")
     got = list(docs)
     if not got:
         return
@@ -117,11 +119,14 @@ def build_segment(
     verdicts: RDD[tuple[int, tuple[Verdict, str]]],
     texts: RDD[tuple[int, bytes | None]],
     n_stored: int,
+    caps: dict[str, int],
     width: int,
     report: Callable[[str], None],
 ) -> dict[str, int]:
     """Write every table into `builder` and finish it (the caller commits it once
-    the verdicts are in place, or aborts it); returns rows written per table."""
+    the verdicts are in place, or aborts it); returns rows written per table.
+    `n_stored`: the documents stored (the next document number); `caps`: how many
+    searches each cap cut short ({"bucket": n, "exact": n})."""
     from pyspark import StorageLevel
 
     docnos = stored.map(lambda t: t[1]).sortBy(lambda p: p, numPartitions=width).zipWithIndex()
@@ -159,14 +164,15 @@ def build_segment(
         joined.unpersist()
     # `dedup` leaves a tally at 0 once its last document is replaced; a fresh index
     # never had one: tallies compare as counts, zeros left out
-    builder.set_meta(
-        {
-            MetaKey.PARAMS: params.to_record(),
-            MetaKey.NEXT_DOCNO: n_stored,
-            MetaKey.COUNTS: {k: v for k, v in counts.items() if v},
-            MetaKey.CLOCK: 0,
-        }
-    )
+    meta: dict[str, Any] = {
+        MetaKey.PARAMS: params.to_record(),
+        MetaKey.NEXT_DOCNO: n_stored,
+        MetaKey.COUNTS: {k: v for k, v in counts.items() if v},
+        MetaKey.CLOCK: 0,
+    }
+    if any(caps.values()):  # documents whose search a cap cut short, as `dedup` keeps them
+        meta[MetaKey.CAPS] = caps
+    builder.set_meta(meta)
     manifest = builder.finish()
     report(
         f"{manifest.documents:,} documents ({written.get('copies', 0):,} exact copies), "

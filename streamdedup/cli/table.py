@@ -347,6 +347,14 @@ SEGMENTS = OptionGroup(
             str,
             metavar="DIR",
         ),
+        Opt(
+            "base-segment",
+            "start a NEW index from this sealed segment (`backfill --segment` writes one): "
+            "the index takes its parameters and continues after its documents; given "
+            "again for that index, nothing changes",
+            str,
+            metavar="SEGMENT_DIR",
+        ),
     ),
 )
 CHANGELOG = OptionGroup(

@@ -19,17 +19,18 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.config import EngineOptions, ShingleSpec, Verify
-from streamdedup.engine.params import check_changelog, open_params
+from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
+from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
-from streamdedup.errors import ConfigError
+from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
@@ -38,6 +39,7 @@ from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import (
     Manifest,
     SegmentEntry,
+    attach,
     drop_segment,
     next_number,
     recover,
@@ -118,9 +120,16 @@ class Deduplicator:
         false_negative_weight: float = 0.98,
         changelog: str | None = None,
         remote: RemoteSegments | None = None,
+        base_segment: str | os.PathLike[str] | None = None,
     ) -> None:
         """`remote`: how to reach sealed segments registered as remote (the Kafka
         layer's `RemoteSegments.reader`); an index with remote segments needs it.
+
+        `base_segment`: a sealed segment a NEW index starts from (`backfill
+        --segment` writes one): the index takes its parameters (explicit ones must
+        match them) and holds its documents as its local sealed segment 1
+        (`store.segments.attach`).  Given again for the index that started from it,
+        nothing changes; any other index holding documents is refused.
 
         `changelog`: the changelog topic this engine's changes go to.  An index a
         worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
@@ -131,6 +140,17 @@ class Deduplicator:
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
+            if base_segment is not None:
+                self._start_from(
+                    base_segment,
+                    threshold=threshold,
+                    num_perm=num_perm,
+                    shingle=shingle,
+                    bands=bands,
+                    rows=rows,
+                    verify=verify,
+                    seed=seed,
+                )
             self.params = open_params(
                 self.index,
                 threshold=threshold,
@@ -227,6 +247,18 @@ class Deduplicator:
             raise
         self.sealed = Sealed(readers, self.params)
         self.index.read(self.sealed.load_masks)
+
+    def _start_from(self, segment: str | os.PathLike[str], **asked: Any) -> None:
+        """Attach `segment` as the base of this (new) index, after checking the
+        explicit detection options against its parameters."""
+        manifest = Manifest.read(segment)
+        try:
+            resolve_params(IndexParams.from_record(manifest.params), **asked)
+        except ParameterMismatchError as exc:
+            raise ParameterMismatchError(
+                f"the base segment {segment}: {exc}", params=exc.params
+            ) from exc
+        attach(self.index, segment)
 
     def seal(self, dest: str | os.PathLike[str] | None = None, *, remote: bool = False) -> Manifest:
         """Move every document indexed so far into a new sealed segment (`dest`, by

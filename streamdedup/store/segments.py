@@ -645,8 +645,9 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
     takes the segment's parameters, counters and next document number, and
     registers it as its local sealed segment number 1, exactly as `seal` leaves an
     index it emptied into that segment -- from then on the sealed-segment machinery
-    answers for it.  Attaching the segment an index already starts from is a no-op
-    (a restarted worker gives the same option again); any other index that holds
+    answers for it.  Attaching the segment an index already starts from (its first
+    registered one: attached before, or sealed by this index) is a no-op, since a
+    restarted worker gives the same option again; any other index that holds
     anything is refused (`ConfigError`), and so is a segment that does not open
     (`SegmentError`: manifest, checksum).  The caller checks explicit detection
     options against `Manifest.read(segment_dir).params` first."""
@@ -671,16 +672,16 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
             return entries[0]  # this index started from that segment already
         if _holds_anything(t):
             raise ConfigError(
-                f"--base-segment starts a NEW index from a sealed segment, and the index at "
-                f"{index.path} already holds documents or segments; give a new or empty "
-                "--index directory",
+                f"`base_segment` starts a NEW index from the sealed segment {where}, and the "
+                f"index at {index.path} already holds documents or segments; give a new or "
+                "empty index directory",
                 params=("base_segment",),
             )
         stored = t.meta(MetaKey.PARAMS)
         if stored is not None and stored != manifest.params:
             raise ConfigError(
                 f"the index at {index.path} was created with parameters {stored}, the base "
-                f"segment {where} has {manifest.params}; give a new --index directory",
+                f"segment {where} has {manifest.params}; give a new index directory",
                 params=("base_segment",),
             )
         for name, value in carried.items():

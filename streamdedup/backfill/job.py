@@ -17,6 +17,9 @@ with the package's own functions):
 5. verify: grouped by document -> its pick (`rules.choose`, exact Jaccard on the
    stored texts of the few candidates it may check).
 6. clusters: the root of each `duplicate_of` chain by pointer jumping.
+   (segment, with `--segment`: every table of the index `dedup` would leave, as
+   sorted runs, into a sealed segment's `.partial` (segment.py); renamed into place
+   after the verdicts.)
 7. write: sorted by position, streamed to a temporary file beside the output,
    renamed over it at the end: a failed job (or task retried by Spark) leaves no
    partial output.

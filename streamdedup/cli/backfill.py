@@ -47,7 +47,7 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
         raise ConfigError("--output FILE is required (backfill writes the verdicts whole)")
     segment = values.get("segment") or None
     if segment is not None:
-        _check_segment(segment)
+        _check_segment(segment, output)
     if values["split_bytes"] < 1:
         raise ConfigError("--split-bytes must be at least 1")
     check_at_least_one(values)
@@ -80,9 +80,11 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
     )
 
 
-def _check_segment(path: str) -> None:
-    """--segment: a new or empty directory (as `seal`'s SEGMENT_DIR), checked before
-    Spark starts."""
+def _check_segment(path: str, output: str) -> None:
+    """--segment: a new or empty directory (as `seal`'s SEGMENT_DIR), not the
+    output, checked before Spark starts."""
+    if os.path.abspath(path) == os.path.abspath(output):
+        raise ConfigError(f"--segment {path} is the --output file: give another directory")
     if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
         raise ConfigError(
             f"--segment {path} exists and is not empty; give a new or empty directory"

@@ -47,6 +47,7 @@ def test_the_job_carries_dedup_s_options(tmp_path: Path) -> None:
         (["IN", "--output", "-"], ConfigError, "--output FILE is required"),
         (["IN", "--output", "OUT", "--segment", "FULL"], ConfigError, "--segment .* not empty"),
         (["IN", "--output", "OUT", "--segment", "IN"], ConfigError, "--segment .* not empty"),
+        (["IN", "--output", "OUT", "--segment", "OUT"], ConfigError, "is the --output file"),
         (["-", "--output", "OUT"], ConfigError, "not stdin"),
         (["x.warc.gz", "--output", "OUT"], ConfigError, "WARC"),
         (["missing.jsonl", "--output", "OUT"], InputOutputError, "cannot read"),

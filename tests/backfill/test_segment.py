@@ -22,7 +22,7 @@ from tests.backfill.test_backfill import BENCH, awkward, write
 from tests.support.cli import run
 from tests.support.docs import edited_stream
 from tests.support.kafka import Topics, verdicts_by_offset
-from tests.support.segments import LEGITIMATE, assert_same_segments, segment_tables
+from tests.support.segment_tables import LEGITIMATE, assert_same_segments, segment_tables
 
 # each test runs one or two Spark jobs (tens of seconds each on a loaded 2-core host)
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -115,7 +115,7 @@ def test_the_segment_holds_what_dedup_and_seal_leave(spark: Any, tmp_path: Path,
     backfill_segment(spark, [src], tmp_path / "backfill.jsonl", tmp_path / "s2", *flags)
     assert (tmp_path / "backfill.jsonl").read_bytes() == want_verdicts
     rows = assert_same_segments(tmp_path / "s1", tmp_path / "s2")
-    assert LEGITIMATE  # the only allowances, spelled out in tests/support/segments.py
+    assert LEGITIMATE  # the only allowances, spelled out in tests/support/segment_tables.py
     # the corpus holds what the test claims to cover
     tables, _ = segment_tables(tmp_path / "s2")
     meta = tables["meta"]

@@ -30,7 +30,7 @@ from streamdedup.store.segments import (
     segments,
 )
 from streamdedup.store.tables import TABLES, Tables
-from tests.support.segments import assert_same_segments
+from tests.support.segment_tables import assert_same_segments
 from tests.support.store import dump
 
 

@@ -517,10 +517,12 @@ class SegmentBuilder:
                 f"{self.target} exists and is not empty; give a new or empty directory"
             )
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        _remove(self.partial)  # left by a build that did not finish
-        self.scratch = Path(
-            tempfile.mkdtemp(prefix=f".{self.target.name}.build-", dir=self.target.parent)
-        )
+        # what a build killed before its rename left (nothing names either)
+        _remove(self.partial)
+        prefix = f".{self.target.name}.build-"
+        for old in self.target.parent.glob(prefix + "*"):
+            _remove(old)
+        self.scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=self.target.parent))
         self.index: Index | None = Index(self.scratch)
         self.manifest: Manifest | None = None
 

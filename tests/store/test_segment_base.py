@@ -198,6 +198,10 @@ def test_a_segment_built_from_sorted_rows_equals_the_sealed_one(tmp_path: Path) 
 
 def test_a_failed_build_leaves_nothing(tmp_path: Path) -> None:
     dest = tmp_path / "seg"
+    # what a build killed before its rename left: removed by the next build
+    (tmp_path / ".seg.build-killed").mkdir()
+    (tmp_path / ".seg.build-killed" / "data.mdb").write_bytes(b"x")
+    partial_path(dest).mkdir()
     with pytest.raises(ValueError, match="not past the last one"), SegmentBuilder(dest) as b:
         b.put_sorted("ids", [(b"b", b"1"), (b"a", b"2")])  # out of order
     assert list(tmp_path.iterdir()) == []

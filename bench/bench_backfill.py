@@ -10,6 +10,11 @@ store behind its web UI).  The verdict files must be identical, else the run fai
 
     python bench/bench_backfill.py --docs 50000
     python bench/bench_backfill.py --docs 500000 --skip-local1
+    python bench/bench_backfill.py --docs 20000 --skip-local1 --segment
+
+`--segment`: also `backfill local[2] --segment` (the index as a sealed segment) and
+`streamdedup seal` of dedup's index, the way a stream gets the same segment; both
+segments must hold the same documents.
 
 The projection: with r1 the job's docs/s on one core (`local[1]`, its own clock) and
 e = r2 / (2 r1) the efficiency measured from two cores, C cores take about
@@ -127,6 +132,7 @@ def main() -> int:
     ap.add_argument("--docs", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--skip-local1", action="store_true")
+    ap.add_argument("--segment", action="store_true", help="also write and time a segment")
     args = ap.parse_args()
     src = corpus_file(args.docs, args.seed)
     cli = [sys.executable, "-m", "streamdedup.cli"]
@@ -140,10 +146,28 @@ def main() -> int:
             plan.append(
                 (f"backfill {master}", [*cli, "backfill", str(src), "--spark-master", master])
             )
+        if args.segment:
+            seg = [*cli, "backfill", str(src), "--spark-master", "local[2]"]
+            plan.append(("backfill local[2] --segment", [*seg, "--segment", str(t / "seg")]))
         for name, cmd in plan:
             outs[name] = t / (name.replace(" ", "-") + ".jsonl")
             rows[name] = run_one(name, [*cmd, "--output", str(outs[name])], args.docs)
             print(json.dumps(rows[name]), flush=True)
+        if args.segment:
+            rows["seal (after dedup)"] = run_one(
+                "seal", [*cli, "seal", "--index", str(t / "idx"), str(t / "sealed")], args.docs
+            )
+            print(json.dumps(rows["seal (after dedup)"]), flush=True)
+            built, sealed = (
+                json.loads((t / d / "manifest.json").read_bytes()) for d in ("seg", "sealed")
+            )
+            keys = ("params", "first_docno", "next_docno", "documents")
+            if [built[k] for k in keys] != [sealed[k] for k in keys]:
+                raise SystemExit("the backfill's segment differs from the sealed one")
+            print(
+                f"segments: {built['documents']:,} documents, backfill {built['bytes']:,} bytes, "
+                f"sealed {sealed['bytes']:,} bytes"
+            )
         want = outs["dedup"].read_bytes()
         for name, path in outs.items():
             if path.read_bytes() != want:
@@ -151,13 +175,13 @@ def main() -> int:
     base = rows["dedup"]["docs_per_s_job"]
     print(f"\n{args.docs:,} crawl-like documents; verdicts identical in every run")
     print(
-        f"  {'':20} {'docs/s (own clock)':>19} {'vs dedup':>9} {'wall s':>8} {'peak MB':>8} "
+        f"  {'':28} {'docs/s (own clock)':>19} {'vs dedup':>9} {'wall s':>8} {'peak MB':>8} "
         f"{'shuffle MB':>11}"
     )
     for name, r in rows.items():
         shuffle = "" if r["shuffle_mb"] is None else f"{r['shuffle_mb']:,.0f}"
         print(
-            f"  {name:20} {r['docs_per_s_job']:19,.0f} {r['docs_per_s_job'] / base:9.2f} "
+            f"  {name:28} {r['docs_per_s_job']:19,.0f} {r['docs_per_s_job'] / base:9.2f} "
             f"{r['wall_s']:8.1f} {r['peak_rss_mb']:8.0f} {shuffle:>11}"
         )
     print("\nprojection:")

@@ -21,6 +21,7 @@ and those of `seal` (store.segments), in its order:
 and in the backfill's Spark executors (the process killed is a Python worker, so
 Spark sees a failed task):
   backfill-bucket a task of the bucket stage, before its first bucket
+  backfill-segment a task of the segment stage (--segment), before its postings
 
 It sits in the lowest layer (with config and models) because the store's `seal`, the
 kafka layer's worker and the backfill arm the same variable: one list of points, one
@@ -45,6 +46,7 @@ POINTS = (
     "seal-written",
     "seal-committed",
     "backfill-bucket",
+    "backfill-segment",
 )
 
 

@@ -106,6 +106,23 @@ class Record:
     reason: str | None
     shingles: int
 
+    @classmethod
+    def of(cls, v: Verdict, content_hash: bytes, timestamp_ms: int | None, shingles: int) -> Record:
+        """What the index stores of a document given its verdict (the engine's
+        inserts and a segment built by the backfill: one definition)."""
+        return cls(
+            doc_id=v.id,
+            verdict=DUPLICATE if v.is_duplicate else UNIQUE,
+            duplicate_of=v.duplicate_of,
+            cluster=v.cluster,
+            similarity=v.similarity,
+            exact=v.exact,
+            content_hash=content_hash,
+            timestamp_ms=timestamp_ms,
+            reason=v.reason,
+            shingles=shingles,
+        )
+
     def pack(self) -> bytes:
         return msgpack.packb(  # type: ignore[no-any-return]
             [

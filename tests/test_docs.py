@@ -44,6 +44,7 @@ GUIDE = (
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",
     "docs/segments.md",
+    "docs/backfill.md",
 )
 RUN = ("bash", "sh", "console", "python")
 # Every block that is not run: its page and the reason its marker gives.
@@ -56,6 +57,8 @@ NOT_RUN = [
     ("docs/guide/reading-verdicts.md", "kcat needs a real Apache Kafka broker"),
     ("docs/guide/reading-verdicts.md", "needs the Apache Kafka distribution and a cluster"),
     ("docs/segments.md", "needs a Kubernetes cluster"),
+    ("docs/backfill.md", "installs PySpark into the environment (the tests have it)"),
+    ("docs/backfill.md", "needs a Spark cluster"),
 ]
 BLOCK_TIMEOUT = 240  # seconds; the slowest block runs a worker
 

@@ -17,6 +17,9 @@ with the package's own functions):
 5. verify: grouped by document -> its pick (`rules.choose`, exact Jaccard on the
    stored texts of the few candidates it may check).
 6. clusters: the root of each `duplicate_of` chain by pointer jumping.
+   (segment, with `--segment`: every table of the index `dedup` would leave, as
+   sorted runs, into a sealed segment's `.partial` (segment.py); renamed into place
+   after the verdicts.)
 7. write: sorted by position, streamed to a temporary file beside the output,
    renamed over it at the end: a failed job (or task retried by Spark) leaves no
    partial output.
@@ -40,6 +43,7 @@ import orjson
 from streamdedup import failpoints
 from streamdedup.backfill import rules
 from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, read_split, splits
+from streamdedup.backfill.segment import build_segment
 from streamdedup.config import EngineOptions, Fields, IndexParams
 from streamdedup.engine.files import Summary
 from streamdedup.engine.prepare import exact_shingles
@@ -51,6 +55,7 @@ from streamdedup.errors import (
 )
 from streamdedup.models import Verdict, output_record
 from streamdedup.sketch.shingle import Shingler
+from streamdedup.store.segments import SegmentBuilder
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -67,6 +72,7 @@ class Backfill:
     options: EngineOptions = field(default_factory=EngineOptions)
     fields: Fields = field(default_factory=Fields)
     split_bytes: int = SPLIT_BYTES
+    segment: str | None = None  # also write the index as a sealed segment there
 
 
 PARTITION_BYTES = 64 << 20
@@ -95,9 +101,17 @@ def _id_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any
             yield ("stored", pos, gone, content, shingles, doc_id, sig, keys)
 
 
-def _content_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
+def _content_stage(
+    kv: tuple[bytes, Iterable[tuple[Any, ...]]], live: bool = False
+) -> Iterator[tuple[Any, ...]]:
     members = {m[0]: m for m in kv[1]}  # pos -> (pos, gone, doc_id, sig, keys)
     owners, postings = rules.content_rule((p, m[1]) for p, m in members.items())
+    if live:  # for a segment: who holds the content at the end
+        owner, copies = rules.live_content((p, m[1]) for p, m in members.items())
+        if owner >= 0:
+            yield ("live", owner, True)
+        for pos in copies:
+            yield ("live", pos, False)
     for pos, owner in owners:
         if owner < 0:
             yield ("query", pos, members[pos][2])
@@ -123,16 +137,21 @@ def _keep(floor: float, est: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
 def _bucket_stage(
     kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
 ) -> Iterator[tuple[int, Any]]:
+    """(query, (candidate, estimate, id)) pairs, and (query, None) for each query
+    whose bucket held more than `cap` live postings (the stream's cap cut it)."""
     failpoints.reach("backfill-bucket")
-    for d, c, est, cid in rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor)):
+    cut: list[int] = []
+    pairs = rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor), cut.append)
+    for d, c, est, cid in pairs:
         yield d, (c, est, cid)
+    for d in cut:
+        yield d, None
 
 
 def _decide_signature(
     kv: tuple[int, Iterable[tuple[int, float, Any]]], threshold: float
 ) -> tuple[int, Any]:
-    pick = rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
-    return kv[0], pick
+    return kv[0], rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
 
 
 def _none() -> npt.NDArray[np.uint64]:
@@ -165,7 +184,7 @@ def _decide_exact(
         else:
             texts[pos] = text
     shingler = Shingler(params.shingle)
-    pick = rules.choose(
+    return d, rules.choose(
         candidates,
         params.threshold,
         True,
@@ -174,7 +193,6 @@ def _decide_exact(
         lambda: exact_shingles(shingler, own_text),
         lambda c: exact_shingles(shingler, texts[c]),
     )
-    return d, pick
 
 
 def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]]:
@@ -184,7 +202,7 @@ def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]
     return (child, (parent, False)) if grand is None else (child, (grand, True))
 
 
-def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[bytes, str]]:
+def _verdict(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[Verdict, str]]:
     pos, ((doc_id, kind, dup_id, sim), root_id) = kv
     cluster = doc_id if root_id is None else root_id  # None: a root, its own cluster
     if kind == "exact":
@@ -195,6 +213,11 @@ def _verdict_line(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tup
         v = Verdict(doc_id, "unique", None, doc_id, None, False, reason="empty")
     else:
         v = Verdict(doc_id, "unique", None, doc_id, None, False)
+    return pos, (v, kind)
+
+
+def _verdict_line(kv: tuple[int, tuple[Verdict, str]]) -> tuple[int, tuple[bytes, str]]:
+    pos, (v, kind) = kv
     return pos, (orjson.dumps(output_record(v)), kind)
 
 
@@ -275,7 +298,7 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         stored.filter(lambda t: t[4] > 0)
         .map(lambda t: (t[3], (t[1], t[2], t[5], t[6], t[7])))
         .groupByKey(width)
-        .flatMap(_content_stage)
+        .flatMap(functools.partial(_content_stage, live=job.segment is not None))
         .persist(keep)
     )
     exact = contents.filter(lambda t: t[0] == "exact").map(
@@ -295,7 +318,8 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         .flatMap(functools.partial(_bucket_stage, cap=options.max_bucket_candidates, floor=floor))
         .persist(keep)
     )
-    grouped = pairs.groupByKey(width).mapValues(list)
+    n_bucket_capped = pairs.filter(lambda kv: kv[1] is None).keys().distinct().count()
+    grouped = pairs.filter(lambda kv: kv[1] is not None).groupByKey(width).mapValues(list)
     if exact_mode:
         need = grouped.mapValues(
             functools.partial(
@@ -318,8 +342,13 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         )
     else:
         picks = grouped.map(functools.partial(_decide_signature, threshold=params.threshold))
+    # (document, (pick or None, whether --max-exact-checks left a near candidate))
+    picks.persist(keep)
+    n_exact_capped = picks.filter(lambda kv: kv[1][1]).count()
     near = (
-        queries.leftOuterJoin(picks.filter(lambda kv: kv[1] is not None), width)
+        queries.leftOuterJoin(
+            picks.filter(lambda kv: kv[1][0] is not None).mapValues(lambda v: v[0]), width
+        )
         .map(
             lambda kv: (
                 kv[0],
@@ -331,7 +360,15 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         .persist(keep)
     )
     n_near = near.filter(lambda kv: kv[1][0][1] == "near").count()
-    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked")
+    picks.unpersist()
+    caps = {"bucket": n_bucket_capped, "exact": n_exact_capped}
+    capped = (
+        ""
+        if not any(caps.values())
+        else f" ({n_bucket_capped:,} searches cut by --max-bucket-candidates, "
+        f"{n_exact_capped:,} by --max-exact-checks)"
+    )
+    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked{capped}")
 
     nodes = near.union(exact).union(empty.map(lambda kv: (kv[0], (kv[1], -1)))).persist(keep)
     # pointer jumping over the duplicates only (x -> parent); a unique document is a root
@@ -347,14 +384,50 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
             break
     ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))
     cluster = up.map(lambda kv: (kv[1], kv[0])).join(ids, width).map(lambda kv: kv[1])
-    lines = (
-        nodes.mapValues(lambda v: v[0])
-        .leftOuterJoin(cluster, width)
-        .map(_verdict_line)
-        .persist(keep)
-    )
+    verdicts = nodes.mapValues(lambda v: v[0]).leftOuterJoin(cluster, width).map(_verdict)
+    verdicts.persist(keep)
+    lines = verdicts.map(_verdict_line).persist(keep)
     stages.done("clusters", f"{rounds} rounds of pointer jumping")
 
+    builder = None
+    try:
+        if job.segment is not None:
+            builder = SegmentBuilder(job.segment)
+            build_segment(
+                builder,
+                params,
+                stored,
+                contents.filter(lambda t: t[0] == "live"),
+                verdicts,
+                docs.map(lambda kv: (kv[0], kv[1][7])),
+                total - n_rejected - n_replays,
+                caps,
+                width,
+                lambda text: stages.done("segment", text),
+            )
+        summary = _write_verdicts(job, lines, replays, rejected, total, width, stages, spark)
+        if builder is not None:
+            builder.commit()
+    except BaseException:
+        if builder is not None:
+            builder.abort()
+        raise
+    for rdd in (rows, ided, contents, pairs, near, nodes, up, verdicts, lines):
+        rdd.unpersist()
+    return summary
+
+
+def _write_verdicts(
+    job: Backfill,
+    lines: RDD[tuple[int, tuple[bytes, str]]],
+    replays: RDD[tuple[int, int]],
+    rejected: RDD[tuple[int, tuple[bytes, str]]],
+    total: int,
+    width: int,
+    stages: Stages,
+    spark: SparkSession,
+) -> Summary:
+    """The verdict file: every record in input order, renamed into place whole."""
     repeated = replays.join(lines, width).map(lambda kv: kv[1])
     everything: RDD[tuple[int, tuple[bytes, str]]] = (
         lines.union(repeated).union(rejected).sortByKey(numPartitions=width)
@@ -364,8 +437,6 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     shuffled = shuffle_bytes(spark)
     note = "" if shuffled is None else f", {shuffled / 1e6:,.1f} MB shuffled in all"
     stages.done("write", f"{summary.lines:,} records to {job.output}{note}")
-    for rdd in (rows, ided, contents, pairs, near, nodes, up, lines):
-        rdd.unpersist()
     return summary
 
 

@@ -82,7 +82,9 @@ def content_rule(
     `owners`: for each document, (position, the position of the content's owner when
     it came, -1 if none: it is checked against its candidates and owns the content).
     `postings`: (docno, live_from, live_to, is_query) for each stretch over which a
-    document owned the content (stretches that end before they begin left out)."""
+    document owned the content.  A stretch that ends before it begins is left out,
+    but for the document that made the postings (`is_query`): replaced by the very
+    next document, it is nobody's candidate, yet it asked its buckets when it came."""
     events: list[tuple[int, int, int]] = []  # (position, 0 forget | 1 arrive, member)
     for pos, gone in members:
         events.append((pos, 1, pos))
@@ -103,7 +105,7 @@ def content_rule(
         del live[bisect.bisect_left(live, pos)]
         if pos != owner:
             continue
-        if since <= at - 1:
+        if since <= at - 1 or query:
             postings.append((owner, since, at - 1, query))
         # the oldest live copy takes over (`Deduplicator._forget`), from this position
         owner, since, query = (live[0], at, False) if live else (-1, 0, False)
@@ -116,10 +118,15 @@ def bucket_pairs(
     postings: list[Posting],
     cap: int,
     keep: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.bool_]],
+    capped: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, int, float, Any]]:
     """One bucket's postings (payload: (signature bytes, id)) -> (query docno,
     candidate docno, estimate, candidate id) for every query and each of the newest
-    `cap` postings live at its position whose estimate passes `keep`."""
+    `cap` postings live at its position whose estimate passes `keep`.  `capped` is
+    called with each query's docno for which the bucket held more than `cap` live
+    postings (the engine's `Tables.capped`: its search was cut short)."""
+    if len(postings) <= cap + 1 and capped is not None:
+        capped = None  # too few postings for any window to be cut
     if len(postings) < 2:  # most buckets: nothing to pair
         return
     postings = sorted(postings, key=lambda p: p[0])
@@ -134,18 +141,26 @@ def bucket_pairs(
         ends = np.searchsorted(docnos, docnos, "left")  # first of equal docnos
         queries = np.unique(ends)
         windows = [(int(q), np.arange(max(0, q - cap), q)) for q in queries]
+        if capped is not None:
+            for q in queries[queries > cap].tolist():
+                capped(int(docnos[q]))
     else:
         windows = []
         order = docnos.tolist()
         for q, post in enumerate(postings):
             if not post[3] or (q and postings[q - 1][0] == post[0]):
                 continue
-            at, found = post[0], []
+            at = post[0]
+            found: list[int] = []
             for j in range(bisect.bisect_left(order, at) - 1, -1, -1):
                 c = postings[j]
                 if c[1] <= at <= c[2]:
+                    if len(found) == cap:  # one more live than the window holds
+                        if capped is not None:
+                            capped(at)
+                        break
                     found.append(j)
-                    if len(found) == cap:
+                    if len(found) == cap and capped is None:
                         break
             windows.append((q, np.asarray(found[::-1], dtype=np.int64)))
     for start in range(0, len(windows), QUERY_BLOCK):
@@ -174,14 +189,16 @@ def choose(
     max_checks: int,
     mine: Callable[[], npt.NDArray[np.uint64]],
     theirs: Callable[[int], npt.NDArray[np.uint64]],
-) -> tuple[float, int, Any] | None:
+) -> tuple[tuple[float, int, Any] | None, bool]:
     """A document's verdict from its candidates (docno, estimate, id), as
     `Deduplicator._best_match` decides: ranked by estimate, highest first, ties by
     document number; with signature verification the first if it reaches the
     threshold, with exact verification `choose_exact`'s pick.  (similarity, docno,
-    id), or None: unique."""
+    id), or None: unique; and whether `max_checks` stopped the search with a
+    candidate left near enough to matter (the engine's `exact_capped`: `needed`
+    passes one candidate more than may be checked, for this)."""
     if not candidates:
-        return None
+        return None, False
     by_docno = sorted(set(candidates))
     docnos = [d for d, _, _ in by_docno]
     est = np.array([e for _, e, _ in by_docno], dtype=np.float64)
@@ -189,13 +206,15 @@ def choose(
     if not exact:
         j = order[0]
         if est[j] < threshold:
-            return None
-        return float(est[j]), docnos[j], by_docno[j][2]
-    best, _ = choose_exact(mine, theirs, docnos, est, order, threshold, margin, max_checks)
+            return None, False
+        return (float(est[j]), docnos[j], by_docno[j][2]), False
+    best, checks = choose_exact(mine, theirs, docnos, est, order, threshold, margin, max_checks)
+    floor = threshold if best is None else best[0]
+    cut = max_checks <= checks < len(order) and bool(est[order[checks]] >= floor - margin)
     if best is None:
-        return None
+        return None, cut
     j = docnos.index(best[1])
-    return best[0], best[1], by_docno[j][2]
+    return (best[0], best[1], by_docno[j][2]), cut
 
 
 def needed(
@@ -203,9 +222,10 @@ def needed(
 ) -> list[tuple[int, float, Any]]:
     """The candidates exact verification may look at: in rank order, those whose
     estimate reaches `threshold - margin`, at most `max_checks` (`choose_exact`
-    stops at the first below that, or after that many checks)."""
+    stops at the first below that, or after that many checks), and one more: is
+    there a candidate the cap left unchecked (`choose`)?"""
     ranked = sorted(set(candidates), key=lambda c: (-c[1], c[0]))
-    return [c for c in ranked if c[1] >= threshold - margin][:max_checks]
+    return [c for c in ranked if c[1] >= threshold - margin][: max_checks + 1]
 
 
 def roots(parents: dict[int, int]) -> dict[int, int]:
@@ -217,3 +237,14 @@ def roots(parents: dict[int, int]) -> dict[int, int]:
         if nxt == up:
             return up
         up = nxt
+
+
+def live_content(members: Iterable[tuple[int, int]]) -> tuple[int, list[int]]:
+    """One content's stored documents (position, forgotten_at) -> what the index
+    holds of it once every document has come: (its owner, -1 if no document with it
+    lives; the live copies, ascending).  The owner is the oldest live one: the first
+    owner, or after it was forgotten the oldest live copy (`Tables.adopt`), which an
+    owner's forgetting never changes -- `content_rule`'s last stretch, without the
+    history."""
+    live = sorted(pos for pos, gone in members if gone == NEVER)
+    return (live[0], live[1:]) if live else (-1, [])

@@ -45,8 +45,9 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
     output = values.get("output")
     if not output or output == "-":
         raise ConfigError("--output FILE is required (backfill writes the verdicts whole)")
-    if values.get("segment"):
-        raise ConfigError("--segment is not implemented yet: run without it")
+    segment = values.get("segment") or None
+    if segment is not None:
+        _check_segment(segment, output)
     if values["split_bytes"] < 1:
         raise ConfigError("--split-bytes must be at least 1")
     check_at_least_one(values)
@@ -75,7 +76,19 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
         ),
         fields=Fields.from_options(values),
         split_bytes=values["split_bytes"],
+        segment=segment,
     )
+
+
+def _check_segment(path: str, output: str) -> None:
+    """--segment: a new or empty directory (as `seal`'s SEGMENT_DIR), not the
+    output, checked before Spark starts."""
+    if os.path.abspath(path) == os.path.abspath(output):
+        raise ConfigError(f"--segment {path} is the --output file: give another directory")
+    if os.path.exists(path) and not (os.path.isdir(path) and not os.listdir(path)):
+        raise ConfigError(
+            f"--segment {path} exists and is not empty; give a new or empty directory"
+        )
 
 
 def _check_input(path: str, output: str) -> None:

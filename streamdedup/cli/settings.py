@@ -99,6 +99,7 @@ class EngineSettings:
     detection: Detection
     options: EngineOptions
     changelog: str | None = None
+    base_segment: str | None = None  # a sealed segment a new index starts from
 
 
 def clock_skew_ms(text: str | None) -> int | None:
@@ -125,7 +126,13 @@ def engine_settings(values: dict[str, Any]) -> EngineSettings:
         seal_every=values.get("seal_every"),
         segments_dir=values.get("segments_dir"),
     )
-    return EngineSettings(index, detection, options, values.get("changelog_topic"))
+    changelog, base = values.get("changelog_topic"), values.get("base_segment") or None
+    if base is not None and changelog:
+        raise ConfigError(
+            "--base-segment and --changelog-topic together are not supported: an index "
+            "mirrored to a changelog cannot hold sealed segments yet"
+        )
+    return EngineSettings(index, detection, options, changelog, base)
 
 
 def open_engine(
@@ -153,6 +160,7 @@ def open_engine(
         false_negative_weight=d.fn_weight,
         changelog=s.changelog,
         remote=remote,
+        base_segment=s.base_segment,
     )
     try:
         if adds_documents:

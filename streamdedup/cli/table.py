@@ -347,6 +347,14 @@ SEGMENTS = OptionGroup(
             str,
             metavar="DIR",
         ),
+        Opt(
+            "base-segment",
+            "start a NEW index from this sealed segment (`backfill --segment` writes one): "
+            "the index takes its parameters and continues after its documents; given "
+            "again for that index, nothing changes",
+            str,
+            metavar="SEGMENT_DIR",
+        ),
     ),
 )
 CHANGELOG = OptionGroup(
@@ -532,7 +540,8 @@ BACKFILL = OptionGroup(
         ),
         Opt(
             "segment",
-            "also write the index as a sealed segment here (not yet: refused)",
+            "also write the index a `dedup` run would leave as a sealed segment here (a new "
+            "or empty directory), which `dedup`/`worker --base-segment` continue from",
             str,
             metavar="SEGMENT_DIR",
         ),

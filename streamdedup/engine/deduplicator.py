@@ -19,18 +19,19 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.config import EngineOptions, ShingleSpec, Verify
-from streamdedup.engine.params import check_changelog, open_params
+from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
+from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
-from streamdedup.errors import ConfigError
-from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
+from streamdedup.errors import ConfigError, ParameterMismatchError
+from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
@@ -38,6 +39,7 @@ from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import (
     Manifest,
     SegmentEntry,
+    attach,
     drop_segment,
     next_number,
     recover,
@@ -118,9 +120,16 @@ class Deduplicator:
         false_negative_weight: float = 0.98,
         changelog: str | None = None,
         remote: RemoteSegments | None = None,
+        base_segment: str | os.PathLike[str] | None = None,
     ) -> None:
         """`remote`: how to reach sealed segments registered as remote (the Kafka
         layer's `RemoteSegments.reader`); an index with remote segments needs it.
+
+        `base_segment`: a sealed segment a NEW index starts from (`backfill
+        --segment` writes one): the index takes its parameters (explicit ones must
+        match them) and holds its documents as its local sealed segment 1
+        (`store.segments.attach`).  Given again for the index that started from it,
+        nothing changes; any other index holding documents is refused.
 
         `changelog`: the changelog topic this engine's changes go to.  An index a
         worker mirrors to a changelog (`--changelog-topic`) accepts documents only from
@@ -131,6 +140,17 @@ class Deduplicator:
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         try:
+            if base_segment is not None:
+                self._start_from(
+                    base_segment,
+                    threshold=threshold,
+                    num_perm=num_perm,
+                    shingle=shingle,
+                    bands=bands,
+                    rows=rows,
+                    verify=verify,
+                    seed=seed,
+                )
             self.params = open_params(
                 self.index,
                 threshold=threshold,
@@ -227,6 +247,18 @@ class Deduplicator:
             raise
         self.sealed = Sealed(readers, self.params)
         self.index.read(self.sealed.load_masks)
+
+    def _start_from(self, segment: str | os.PathLike[str], **asked: Any) -> None:
+        """Attach `segment` as the base of this (new) index, after checking the
+        explicit detection options against its parameters."""
+        manifest = Manifest.read(segment)
+        try:
+            resolve_params(IndexParams.from_record(manifest.params), **asked)
+        except ParameterMismatchError as exc:
+            raise ParameterMismatchError(
+                f"the base segment {segment}: {exc}", params=exc.params
+            ) from exc
+        attach(self.index, segment)
 
     def seal(self, dest: str | os.PathLike[str] | None = None, *, remote: bool = False) -> Manifest:
         """Move every document indexed so far into a new sealed segment (`dest`, by
@@ -608,19 +640,7 @@ class Deduplicator:
         self, t: Store, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
     ) -> None:
         self._count(v, +1)
-        doc = p.docs[i]
-        record = Record(
-            doc_id=doc.id,
-            verdict=DUPLICATE if v.is_duplicate else UNIQUE,
-            duplicate_of=v.duplicate_of,
-            cluster=v.cluster,
-            similarity=v.similarity,
-            exact=v.exact,
-            content_hash=p.content[i],
-            timestamp_ms=self._ts,
-            reason=v.reason,
-            shingles=p.shingles[i],
-        )
+        record = Record.of(v, p.content[i], self._ts, p.shingles[i])
         text = p.texts[i] if index_it and p.texts is not None else None
         owns = t.put_document(
             docno,

@@ -44,6 +44,15 @@ def capacity(part: int, level: int) -> int:
     return BASE * scale * (16 + part % 16) // 16
 
 
+def level_for(part: int, n: int) -> int:
+    """The lowest level of a partition whose run may hold `n` postings (a segment
+    built whole keeps each partition in one run there)."""
+    level = 0
+    while level < 255 and capacity(part, level) < n:
+        level += 1
+    return level
+
+
 def run_key(part: int, level: int) -> bytes:
     return bytes((part, level))
 
@@ -242,6 +251,15 @@ class Postings:
             if raw is not None:
                 self.txn.delete(run_key(part, level), db=self.db)
             level += 1
+
+    def put_run(self, part: int, keys: U64, docnos: U64) -> None:
+        """Store a partition's postings, ordered by (key, docno), as its one run, at
+        `level_for`; partitions in ascending order (appended: a sealed segment built
+        from sorted runs, whose partitions are not written otherwise)."""
+        if not self.txn.put(
+            run_key(part, level_for(part, len(keys))), pack(keys, docnos), db=self.db, append=True
+        ):
+            raise ValueError(f"postings partition {part} is not past the last one written")
 
     def remove(self, docno: int) -> None:
         self.removed.add(docno)

@@ -42,8 +42,9 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ import msgpack
 import orjson
 
 from streamdedup import failpoints
-from streamdedup.errors import IndexOpenError, SealRefusedError, SegmentError
+from streamdedup.errors import ConfigError, IndexOpenError, SealRefusedError, SegmentError
 from streamdedup.store.index import Index
 from streamdedup.store.keys import SEGMENT_BYTES, MetaKey
 from streamdedup.store.tables import Tables
@@ -336,6 +337,23 @@ def _is_empty_dir(path: Path) -> bool:
     return path.is_dir() and next(path.iterdir(), None) is None
 
 
+def write_manifest(partial: Path, manifest: Manifest) -> None:
+    """Write a segment's manifest beside its data file and sync both, the directory
+    and its parent: the `.partial` must outlive a crash once anything names it."""
+    with open(partial / MANIFEST, "wb") as f:
+        f.write(manifest.to_json())
+        f.flush()
+        os.fsync(f.fileno())
+    _fsync(partial / DATA)
+    _fsync(partial)
+    _fsync(partial.parent)
+
+
+def now_utc() -> str:
+    """A manifest's `created`: UTC to the second."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) -> Manifest:
     """Move every document of the open index into a new sealed segment at `dest` (a
     new or empty directory), atomically; returns its manifest.
@@ -405,17 +423,11 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
             next_docno=span[1],
             documents=t.count("docs"),
             offsets=_applied_offsets(t),
-            created=dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            created=now_utc(),
             bytes=data.stat().st_size,
             checksum=checksum(data),
         )
-        with open(partial / MANIFEST, "wb") as f:
-            f.write(manifest.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync(data)
-        _fsync(partial)
-        _fsync(partial.parent)  # the .partial must outlive a crash once it is registered
+        write_manifest(partial, manifest)
         failpoints.reach("seal-written")
         entry = SegmentEntry(
             number=number,
@@ -473,3 +485,212 @@ def recover(index: Index) -> list[Path]:
         _fsync(target.parent)
         done.append(target)
     return done
+
+
+# ---------------------------------------------------------------------- built from sorted runs
+
+BUILD_ROWS = 50_000  # rows per write transaction of a segment built from sorted runs
+# The `meta` entries an index keeps of a sealed segment's documents: copied by
+# `attach` from a segment into the new index that starts from it, as `seal` leaves
+# them in the open index it empties.
+CARRIED_META = (MetaKey.PARAMS, MetaKey.NEXT_DOCNO, MetaKey.COUNTS, MetaKey.CLOCK, MetaKey.CAPS)
+
+
+class SegmentBuilder:
+    """A sealed segment written from sorted rows instead of sealed from an open index
+    (the backfill computes every table's final rows on Spark): the same files, the
+    same manifest, so that `attach` and the sealed-segment machinery take it as they
+    take `seal`'s.
+
+    The rows go, in key order and appended, into a scratch LMDB beside the
+    destination (one write transaction per `BUILD_ROWS`); `finish` copies it
+    compacted to `SEGMENT_DIR.partial` (a file of its pages only, as `seal` makes),
+    writes the manifest (checksum of data.mdb) and syncs; `commit` renames the
+    `.partial` into place.  Until then nothing is at SEGMENT_DIR; `abort` (and the
+    context manager on an exception) removes the scratch and the `.partial`."""
+
+    def __init__(self, dest: str | os.PathLike[str]) -> None:
+        self.target = Path(dest).absolute()
+        self.partial = partial_path(self.target)
+        if self.target.exists() and not _is_empty_dir(self.target):
+            raise SealRefusedError(
+                f"{self.target} exists and is not empty; give a new or empty directory"
+            )
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        # what a build killed before its rename left (nothing names either)
+        _remove(self.partial)
+        prefix = f".{self.target.name}.build-"
+        for old in self.target.parent.glob(prefix + "*"):
+            _remove(old)
+        self.scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=self.target.parent))
+        self.index: Index | None = Index(self.scratch)
+        self.manifest: Manifest | None = None
+
+    def _write(self, fn: Any, grow: int) -> Any:
+        assert self.index is not None, "the segment was finished or aborted"
+        return self.index.write(fn, grow=grow)
+
+    def put_sorted(self, table: str, rows: Iterable[tuple[builtins.bytes, builtins.bytes]]) -> int:
+        """A table's rows, keys ascending (each table once); returns how many."""
+        n = 0
+        for chunk in _chunked(rows, BUILD_ROWS):
+            grow = sum(len(k) + len(v) + 16 for k, v in chunk)
+            n += self._write(lambda t, c=chunk: t.put_sorted(table, c), 2 * grow)
+        return n
+
+    def put_runs(self, runs: Iterable[tuple[int, Any, Any]]) -> int:
+        """The postings: (partition, keys, docnos) ordered by (key, docno) within
+        each, partitions ascending; returns how many postings."""
+        n = 0
+        for part, keys, docnos in runs:
+            n += len(keys)
+            self._write(lambda t, a=(part, keys, docnos): t.postings.put_run(*a), 32 * len(keys))
+        return n
+
+    def set_meta(self, entries: Mapping[str, Any]) -> None:
+        def run(t: Tables) -> None:
+            for name, value in entries.items():
+                t.set_meta(name, value)
+
+        self._write(run, 1 << 16)
+
+    def finish(
+        self, *, number: int = 1, offsets: dict[str, dict[str, int]] | None = None
+    ) -> Manifest:
+        """Copy the rows into `SEGMENT_DIR.partial` with their manifest; refused
+        (`SealRefusedError`) when no document was written."""
+        assert self.index is not None
+        span, documents, params = self.index.read(
+            lambda t: (t.docno_range(), t.count("docs"), t.meta(MetaKey.PARAMS))
+        )
+        if span is None or params is None:
+            raise SealRefusedError(f"nothing to put in the segment at {self.target}: no documents")
+        self.index.copy_to(self.partial)
+        self._close_scratch()
+        data = self.partial / DATA
+        self.manifest = Manifest(
+            id=uuid.uuid4().hex,
+            number=number,
+            index=None,
+            params=params,
+            first_docno=span[0],
+            next_docno=span[1],
+            documents=documents,
+            offsets=offsets or {},
+            created=now_utc(),
+            bytes=data.stat().st_size,
+            checksum=checksum(data),
+        )
+        write_manifest(self.partial, self.manifest)
+        return self.manifest
+
+    def commit(self) -> Manifest:
+        """Rename the finished `.partial` into place: from here the segment exists."""
+        assert self.manifest is not None, "finish() the segment first"
+        os.replace(self.partial, self.target)  # onto a missing or empty directory: atomic
+        _fsync(self.target.parent)
+        return self.manifest
+
+    def _close_scratch(self) -> None:
+        if self.index is not None:
+            self.index.close()
+            self.index = None
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Remove everything the build made (the destination itself was never made)."""
+        self._close_scratch()
+        _remove(self.partial)
+
+    def __enter__(self) -> SegmentBuilder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:
+            self.abort()
+        else:
+            self._close_scratch()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _chunked(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# ---------------------------------------------------------------------- a new index from a segment
+
+
+def _holds_anything(t: Tables) -> bool:
+    return (
+        t.meta(MetaKey.NEXT_DOCNO) is not None
+        or bool(segments(t))
+        or t.count("docs") > 0
+        or next(t.meta_entries(MetaKey.APPLIED.encode()), None) is not None
+    )
+
+
+def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
+    """Start a new, empty index from a sealed segment (`--base-segment`): the index
+    takes the segment's parameters, counters and next document number, and
+    registers it as its local sealed segment number 1, exactly as `seal` leaves an
+    index it emptied into that segment -- from then on the sealed-segment machinery
+    answers for it.  Attaching the segment an index already starts from (its first
+    registered one: attached before, or sealed by this index) is a no-op, since a
+    restarted worker gives the same option again; any other index that holds
+    anything is refused (`ConfigError`), and so is a segment that does not open
+    (`SegmentError`: manifest, checksum).  The caller checks explicit detection
+    options against `Manifest.read(segment_dir).params` first."""
+    where = Path(segment_dir).absolute()
+    with SealedSegment.open(where) as seg:
+        manifest = seg.manifest
+        carried = seg.index.read(lambda t: {name: t.meta(name) for name in CARRIED_META})
+    entry = SegmentEntry(
+        number=manifest.number,
+        id=manifest.id,
+        path=str(where),
+        remote=False,
+        first_docno=manifest.first_docno,
+        next_docno=manifest.next_docno,
+        documents=manifest.documents,
+        bytes=manifest.bytes,
+    )
+
+    def run(t: Tables) -> SegmentEntry:
+        entries = segments(t)
+        if entries and entries[0].id == manifest.id:
+            return entries[0]  # this index started from that segment already
+        if _holds_anything(t):
+            raise ConfigError(
+                f"`base_segment` starts a NEW index from the sealed segment {where}, and the "
+                f"index at {index.path} already holds documents or segments; give a new or "
+                "empty index directory",
+                params=("base_segment",),
+            )
+        stored = t.meta(MetaKey.PARAMS)
+        if stored is not None and stored != manifest.params:
+            raise ConfigError(
+                f"the index at {index.path} was created with parameters {stored}, the base "
+                f"segment {where} has {manifest.params}; give a new index directory",
+                params=("base_segment",),
+            )
+        for name, value in carried.items():
+            if value is not None:
+                t.set_meta(name, value)
+        set_segments(t, [entry])
+        t.set_meta(MetaKey.SEALED, manifest.number)
+        return entry
+
+    return index.write(run)

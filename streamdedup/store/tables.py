@@ -41,7 +41,7 @@ its postings at the end, a whole batch at once (`Tables.batch_postings`, batch.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import lmdb
@@ -79,6 +79,19 @@ TABLES = (
 )
 # The tables that hold documents: what `seal` moves out of the open index.
 DATA_TABLES = ("ids", "docs", "sigs", "texts", "content", "copies", "expiry", "postings")
+
+
+def text_chunks(docno: int, text: bytes) -> list[tuple[bytes, bytes]]:
+    """A stored text's `texts` rows: (docno + chunk number, at most TEXT_CHUNK bytes),
+    in key order.  The one layout of the table, for the engine's inserts and a
+    segment built from sorted runs alike."""
+    dk = docno_key(docno)
+    if len(text) < TEXT_CHUNK:  # many texts: one chunk
+        return [(dk + b"\x00\x00", text)]
+    return [
+        (dk + (i // TEXT_CHUNK).to_bytes(2, "big"), text[i : i + TEXT_CHUNK])
+        for i in range(0, len(text), TEXT_CHUNK)
+    ]
 
 
 class Tables:
@@ -277,12 +290,8 @@ class Tables:
             self.postings.add(keys, np.full(len(keys), docno, dtype=np.uint64))
         if text is None:
             return
-        if len(text) < TEXT_CHUNK:  # many texts: one chunk
-            self._put_last(dk + b"\x00\x00", text, "texts")
-            return
-        for i in range(0, len(text), TEXT_CHUNK):
-            chunk_key = dk + (i // TEXT_CHUNK).to_bytes(2, "big")
-            self._put_last(chunk_key, text[i : i + TEXT_CHUNK], "texts")
+        for chunk_key, chunk in text_chunks(docno, text):
+            self._put_last(chunk_key, chunk, "texts")
 
     def _put_last(self, key: bytes, value: bytes, table: str) -> None:
         """Put a key that is normally the table's largest (docnos only grow): LMDB's
@@ -291,6 +300,17 @@ class Tables:
         db = self.db[table]
         if not self.txn.put(key, value, db=db, append=True):
             self.txn.put(key, value, db=db)
+
+    def put_sorted(self, table: str, rows: Iterable[tuple[bytes, bytes]]) -> int:
+        """Append rows whose keys ascend and sort after every key the table holds (a
+        sealed segment built from sorted runs: `segments.SegmentBuilder`); returns how
+        many.  A key out of order is refused (`ValueError`), never written elsewhere."""
+        db, put, n = self.db[table], self.txn.put, 0
+        for key, value in rows:
+            if not put(key, value, db=db, append=True):
+                raise ValueError(f"table {table}: key {key!r} is not past the last one")
+            n += 1
+        return n
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:
         """Forget a document entirely (its id, record, postings, text and content

@@ -45,7 +45,9 @@ def test_the_job_carries_dedup_s_options(tmp_path: Path) -> None:
     [
         (["IN"], ConfigError, "--output FILE is required"),
         (["IN", "--output", "-"], ConfigError, "--output FILE is required"),
-        (["IN", "--output", "OUT", "--segment", "seg"], ConfigError, "--segment"),
+        (["IN", "--output", "OUT", "--segment", "FULL"], ConfigError, "--segment .* not empty"),
+        (["IN", "--output", "OUT", "--segment", "IN"], ConfigError, "--segment .* not empty"),
+        (["IN", "--output", "OUT", "--segment", "OUT"], ConfigError, "is the --output file"),
         (["-", "--output", "OUT"], ConfigError, "not stdin"),
         (["x.warc.gz", "--output", "OUT"], ConfigError, "WARC"),
         (["missing.jsonl", "--output", "OUT"], InputOutputError, "cannot read"),
@@ -59,8 +61,21 @@ def test_usage_errors_before_spark(
 ) -> None:
     src = tmp_path / "in.jsonl"
     src.write_bytes(b'{"id": 1, "text": "a"}\n')
-    names = {"IN": str(src), "OUT": str(tmp_path / "out.jsonl")}
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "data.mdb").write_bytes(b"")
+    names = {"IN": str(src), "OUT": str(tmp_path / "out.jsonl"), "FULL": str(full)}
     with pytest.raises(error, match=message):
         job(
             *[names.get(a, str(tmp_path / a) if a.endswith((".gz", ".jsonl")) else a) for a in argv]
         )
+
+
+def test_the_segment_directory_is_new_or_empty(tmp_path: Path) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"")
+    (tmp_path / "empty").mkdir()
+    for name in ("empty", "new"):
+        got = job(str(src), "--output", str(tmp_path / "o"), "--segment", str(tmp_path / name))
+        assert got.segment == str(tmp_path / name)  # type: ignore[attr-defined]
+    assert job(str(src), "--output", str(tmp_path / "o")).segment is None  # type: ignore[attr-defined]

@@ -73,3 +73,47 @@ def test_ranges_read_every_line_once(chunks: list[bytes], size: int, last_newlin
         with path.open("rb") as f:
             want = [line for batch in read_lines(f, 7) for line in batch]
         assert got == want
+
+
+def test_a_document_replaced_by_the_next_one_still_queries() -> None:
+    """Replaced at once, its stretch is empty (nobody's candidate), yet it asked its
+    buckets when it came: the posting stays, as a query."""
+    _, postings = rules.content_rule([(3, 4)])
+    assert postings == [(3, 4, 3, True)]
+    pairs = _pairs([_posting(1), _posting(3, hi=3)], 5)
+    assert pairs == {(3, 1)}
+
+
+@st.composite
+def buckets(draw: st.DrawFn) -> list[rules.Posting]:
+    docnos = draw(st.lists(st.integers(0, 60), unique=True, min_size=1, max_size=14))
+    out = []
+    for d in sorted(docnos):
+        query = draw(st.booleans())
+        lo = d + 1 if query else draw(st.integers(d + 1, 70))
+        hi = draw(st.one_of(st.just(NEVER), st.integers(lo - 1, 80)))
+        out.append(_posting(d, lo, hi, query))
+    return out
+
+
+@given(buckets(), st.integers(1, 5))
+def test_bucket_windows_and_caps_are_the_newest_live_postings(
+    postings: list[rules.Posting], cap: int
+) -> None:
+    """Against the definition, by brute force: a query's candidates are the newest
+    `cap` postings live at its position; its search is cut (the engine's
+    `Tables.capped`) when more than `cap` are live there."""
+    cut: list[int] = []
+    keep = lambda est: est >= 0.0  # noqa: E731
+    got = {(d, c) for d, c, _, _ in rules.bucket_pairs(postings, cap, keep, cut.append)}
+    want: set[tuple[int, int]] = set()
+    want_cut: set[int] = set()
+    for q in postings:
+        if not q[3]:
+            continue
+        live = sorted(p[0] for p in postings if p[0] < q[0] and p[1] <= q[0] <= p[2])
+        want |= {(q[0], c) for c in live[-cap:]}
+        if len(live) > cap:
+            want_cut.add(q[0])
+    assert got == want
+    assert set(cut) == want_cut and len(cut) == len(want_cut)

@@ -172,8 +172,8 @@ def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
     """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
     `encode`d) text: the set exact verification measures."""
     raw = decompress_text(text)
-    norm = None if shingler.spec.kind == "word" else [raw.decode("utf-8", "surrogatepass")]
-    return _distinct(shingler.batch(norm, [raw]).hashes)
+    norm = None if shingler.spec.kind == "word" else raw.decode("utf-8", "surrogatepass")
+    return _distinct(shingler.one(norm, raw))
 
 
 def own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:

@@ -31,7 +31,7 @@ from typing import IO, TYPE_CHECKING, Any
 from streamdedup.config import Fields
 from streamdedup.engine.prepare import Prepared, Preparer
 from streamdedup.errors import StreamDedupError
-from streamdedup.inputs.decode import decode_json
+from streamdedup.inputs.decode import decode_json_lines
 from streamdedup.models import Document, Rejected
 
 if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
@@ -58,7 +58,7 @@ def decode_and_prepare(
     lines: list[bytes],
     known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
 ) -> Part:
-    decoded: Decoded = [decode_json(raw, fields) for raw in lines]
+    decoded: Decoded = decode_json_lines(lines, fields)
     return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)], known)
 
 

@@ -379,8 +379,9 @@ PyDoc_STRVAR(signatures_doc,
 "sorted fingerprint sets (values uint32, offsets int64), as n x num_perm uint16\n"
 "(the low 16 bits of each bin's minimum; rows of empty sets are zero).  probes is\n"
 "signature.probe_table (int64, num_perm rows); ranks is signature.rank_table\n"
-"(int32, num_perm x num_perm: where each bin first appears in each probe\n"
-"sequence), the same answer as walking the probes when few bins are filled.");
+"(int32, num_perm x num_perm: ranks[c, b] is where bin c first appears in bin\n"
+"b's probe sequence), the same answer as walking the probes when few bins are\n"
+"filled.");
 
 static PyObject *signatures(PyObject *self, PyObject *args)
 {
@@ -400,7 +401,8 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     const Py_buffer vb = views[0], ob = views[1], pb = views[2], rb = views[3];
     PyObject *out = NULL;
     uint32_t *minima = NULL;
-    Py_ssize_t *filled = NULL;
+    Py_ssize_t *filled = NULL, *source = NULL;
+    int32_t *best = NULL;
     const uint32_t *values = vb.buf;
     const int64_t *offsets = ob.buf, *probes = pb.buf;
     const int32_t *ranks = rb.buf;
@@ -413,7 +415,9 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     out = PyBytes_FromStringAndSize(NULL, (n_docs > 0 ? n_docs : 0) * K * 2);
     minima = PyMem_Malloc(K * sizeof(uint32_t));
     filled = PyMem_Malloc(K * sizeof(Py_ssize_t));
-    if (!out || !minima || !filled) {
+    source = PyMem_Malloc(K * sizeof(Py_ssize_t));
+    best = PyMem_Malloc(K * sizeof(int32_t));
+    if (!out || !minima || !filled || !source || !best) {
         Py_CLEAR(out);
         if (!PyErr_Occurred())
             PyErr_NoMemory();
@@ -441,21 +445,26 @@ static PyObject *signatures(PyObject *self, PyObject *args)
             /* Few filled bins (short documents): a probe walk would take about
                K / n_filled steps per empty bin, the rank table n_filled.  The bin a
                walk stops at is the filled one appearing first in the sequence, i.e.
-               the one of least rank; none in the sequence: the first filled bin. */
+               the one of least rank; none in the sequence: the first filled bin.
+               ranks is stored by filled bin (ranks[c * K + b]: where c appears in b's
+               sequence), so each filled bin is one sequential pass over all bins. */
+            const int32_t *row = ranks + filled[0] * K;
+            for (Py_ssize_t b = 0; b < K; b++) {
+                best[b] = row[b];
+                source[b] = filled[0];
+            }
+            for (Py_ssize_t f = 1; f < n_filled; f++) {
+                const Py_ssize_t c = filled[f];
+                row = ranks + c * K;
+                for (Py_ssize_t b = 0; b < K; b++)
+                    if (row[b] < best[b]) {
+                        best[b] = row[b];
+                        source[b] = c;
+                    }
+            }
             for (Py_ssize_t b = 0; b < K; b++) {
                 uint32_t m = minima[b];
-                if (m == EMPTY_BIN) {
-                    const int32_t *rank = ranks + b * K;
-                    Py_ssize_t src = filled[0];
-                    int32_t best = rank[src];
-                    for (Py_ssize_t f = 1; f < n_filled; f++)
-                        if (rank[filled[f]] < best) {
-                            best = rank[filled[f]];
-                            src = filled[f];
-                        }
-                    m = minima[src];
-                }
-                sig[b] = (uint16_t)m;
+                sig[b] = (uint16_t)(m == EMPTY_BIN ? minima[source[b]] : m);
             }
             continue;
         }
@@ -479,6 +488,8 @@ static PyObject *signatures(PyObject *self, PyObject *args)
 done:
     PyMem_Free(minima);
     PyMem_Free(filled);
+    PyMem_Free(source);
+    PyMem_Free(best);
     release_buffers(4, views);
     return out;
 }

@@ -85,12 +85,13 @@ def probe_table(num_perm: int, seed: int) -> npt.NDArray[np.int64]:
 
 @cache
 def rank_table(num_perm: int, seed: int) -> npt.NDArray[np.int32]:
-    """rank[i, c]: the first round at which bin i's probe sequence visits bin c (the
+    """rank[c, i]: the first round at which bin i's probe sequence visits bin c (the
     sequence's length if never).  The bin an empty bin borrows from is the filled bin
-    of least rank, which the kernel reads in one step per filled bin instead of
-    walking the sequence: a document of a few shingles fills a few of K bins, and
-    the walk then takes about K / filled steps per empty bin (6 us of a 1-15-word
-    document's 20 us budget, measured).  Pure function of the probe table."""
+    of least rank, which the kernel finds in one pass over the bins per filled bin
+    (row c) instead of walking the sequences: a document of a few shingles fills a
+    few of K bins, and the walk then takes about K / filled steps per empty bin (6 us
+    of a 1-15-word document's 20 us budget, measured).  Pure function of the probe
+    table."""
     return ranks_of(probe_table(num_perm, seed))
 
 
@@ -101,7 +102,7 @@ def ranks_of(probes: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
     flat = np.repeat(np.arange(num_perm, dtype=np.int64) * num_perm, rounds) + probes.ravel()
     seen, first = np.unique(flat, return_index=True)  # first occurrences (stable sort)
     rank[seen] = (first % rounds).astype(np.int32)
-    return rank.reshape(num_perm, num_perm)
+    return np.ascontiguousarray(rank.reshape(num_perm, num_perm).T)
 
 
 def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:

@@ -548,19 +548,23 @@ class Tables:
             self._postings = BatchPostings({}, {}, set(), set())
             return
         flat = native_keys(b"".join(band_keys))
-        unique, counts = np.unique(flat, return_counts=True)
+        unique, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
         stored = self.postings.lookup(unique, cap + 1)  # one more: is the cap reached?
         hot = {k for k, v in stored.items() if len(v) > cap}
         for k in hot:
             del stored[k][cap:]
-        shared = unique[counts > 1]
         # Documents none of whose keys is stored or shared with another document of
-        # the batch (most of them) have no candidates: found here in one numpy pass.
-        present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+        # the batch (most of them) have no candidates: found here in numpy passes over
+        # the distinct keys, then mapped back to each document's.
+        busy_key = counts > 1
+        shared = unique[busy_key]
+        if stored:  # stored keys are among the distinct ones asked
+            present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
+            busy_key[np.searchsorted(unique, present)] = True
         if elsewhere:
-            present = np.union1d(present, np.fromiter(elsewhere, dtype=np.uint64))
-        busy = np.isin(flat, np.union1d(shared, present))
-        rows = np.any(busy.reshape(len(band_keys), -1), axis=1).astype(bool).tolist()
+            busy_key |= np.isin(unique, np.fromiter(elsewhere, dtype=np.uint64))
+        busy = busy_key[inverse.reshape(-1)]
+        rows = np.any(busy.reshape(len(band_keys), -1), axis=1).tolist()
         self._postings = BatchPostings(
             read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
             hot={k.to_bytes(8, "big") for k in hot},

@@ -521,14 +521,18 @@ class Deduplicator:
         if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
             p, i = self.preparer.prepare([doc]), 0
             row = b"".join(p.band_keys[0])
-        sig = p.sigs[i]
         if p.shingles[i] == 0:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False, reason="empty")
             self._insert(t, p, i, docno, verdict, index_it=False)
             return verdict, 1
         same = t.docno_for_content(content)
         orig = None if same is None else t.record(same)
-        if same is not None and orig is not None and self._expired(orig):
+        if (
+            same is not None
+            and orig is not None
+            and self._expiry.cutoff is not None
+            and self._expired(orig)
+        ):
             # its content passes to the oldest copy still inside the window, if any
             heir = self._successor(t, same, orig)
             orig = None if heir is None else t.record(heir)
@@ -538,7 +542,7 @@ class Deduplicator:
             return verdict, 1
         # a row none of whose buckets is stored or shared in the batch (most of them)
         # has no candidates: `_best_match` would find none
-        best = None if t.is_quiet(row) else self._best_match(t, p, i, sig)
+        best = None if t.is_quiet(row) else self._best_match(t, p, i, p.sigs[i])
         if best is None:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
         else:

@@ -272,7 +272,8 @@ class Tables:
 
     def first_copy(self, content_hash: bytes) -> int | None:
         """The oldest live copy of a content hash other than its owner, if any."""
-        self._flush()
+        if self._writes.copies:  # only `copies` is read
+            self._flush()
         cur = self.txn.cursor(db=self.db["copies"])
         if not cur.set_range(content_hash):
             return None
@@ -470,8 +471,11 @@ class Tables:
 
     def content_docnos(self, content_hash: bytes, after: int, limit: int) -> list[int]:
         """The documents holding a content (its owner and its copies), ascending,
-        those numbered above `after`, at most `limit`."""
-        self._flush()
+        those numbered above `after`, at most `limit`.  (Asked for every document of
+        an index with sealed segments: the buffer is written out only if `copies`,
+        the one table read here directly, has entries in it.)"""
+        if self._writes.copies:
+            self._flush()
         out: list[int] = []
         owner = self.docno_for_content(content_hash)
         if owner is not None and owner > after:

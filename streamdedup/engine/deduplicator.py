@@ -187,6 +187,7 @@ class Deduplicator:
         # The last applied batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._ts: int | None = None  # the stored timestamp of the document being checked
+        self._rows: list[bytes] = []  # the band keys of the part being checked, joined
         self._remote = remote
         self._seen_segments: list[int] = []
         self._dropped: list[int] = []
@@ -346,12 +347,14 @@ class Deduplicator:
         """Positions of the documents indexed under the same id with the same content."""
 
         def read(t: Tables) -> set[int]:
+            stored = t.docnos_for_ids(keys)  # one read for the batch; most are new
             out = set()
-            for i, (key, c) in enumerate(zip(keys, content, strict=True)):
-                docno = t.docno_for_id(key)
-                rec = None if docno is None else t.record(docno)
-                if rec is not None and rec.content_hash == c:
-                    out.add(i)
+            if stored:
+                for i, (key, c) in enumerate(zip(keys, content, strict=True)):
+                    docno = stored.get(key)
+                    rec = None if docno is None else t.record(docno)
+                    if rec is not None and rec.content_hash == c:
+                        out.add(i)
             return out
 
         return self.index.read(read)
@@ -450,17 +453,12 @@ class Deduplicator:
         # is a round trip)
         oldest = t.oldest() if ttl is not None else None
         self._expiry = _Expiry(oldest, self.options.max_expire_per_batch)
-        t.batch_postings(
-            [
-                b"".join(keys)
-                for p in parts
-                for i, keys in enumerate(p.band_keys)
-                if p.shingles[i] and i not in p.light
-            ],
-            self.options.max_bucket_candidates,
-        )
+        t.prefetch([k for p in parts for k in p.keys], [c for p in parts for c in p.content])
+        # each document's band keys joined: its row of the batch's read-ahead
+        rows = [[b"".join(keys) for keys in p.band_keys] for p in parts]
+        t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
         out: list[Verdict] = []
-        for p in parts:
+        for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
                 ts = p.docs[i].timestamp_ms
                 if ts is not None and ts <= 0:  # Kafka's "no timestamp" (-1), or unset
@@ -491,6 +489,27 @@ class Deduplicator:
             caps["bucket"] = caps.get("bucket", 0) + b.bucket_capped
             caps["exact"] = caps.get("exact", 0) + b.exact_capped
             t.set_meta(MetaKey.CAPS, caps)
+        return out
+
+    @staticmethod
+    def _searching(t: Store, parts: list[Prepared], rows: list[list[bytes]]) -> list[bytes]:
+        """The rows of the documents that will search the buckets: not those without
+        shingles or known (`light`), nor exact copies of a content indexed before or
+        earlier in the batch (a third of a stream of short documents), which are
+        decided without.  Only a guess that saves reading their buckets ahead: a
+        document that searches after all (its content's owner was forgotten
+        meanwhile) reads its buckets itself (`Tables.candidates`)."""
+        out: list[bytes] = []
+        seen: set[bytes] = set()
+        for p, part_rows in zip(parts, rows, strict=True):
+            for i, row in enumerate(part_rows):
+                if not p.shingles[i] or i in p.light:
+                    continue
+                c = p.content[i]
+                if c in seen or t.docno_for_content(c) is not None:
+                    continue
+                seen.add(c)
+                out.append(row)
         return out
 
     def _expire(self, t: Store, cutoff: int) -> None:
@@ -533,16 +552,22 @@ class Deduplicator:
                 self._batch.replayed += 1
                 return Verdict.from_record(rec), 0
             self._forget(t, existing, key, own=True)
+        row = self._rows[i]
         if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
             p, i = self.preparer.prepare([doc]), 0
-        sig = p.sigs[i]
+            row = b"".join(p.band_keys[0])
         if p.shingles[i] == 0:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False, reason="empty")
             self._insert(t, p, i, docno, verdict, index_it=False)
             return verdict, 1
         same = t.docno_for_content(content)
         orig = None if same is None else t.record(same)
-        if same is not None and orig is not None and self._expired(orig):
+        if (
+            same is not None
+            and orig is not None
+            and self._expiry.cutoff is not None
+            and self._expired(orig)
+        ):
             # its content passes to the oldest copy still inside the window, if any
             heir = self._successor(t, same, orig)
             orig = None if heir is None else t.record(heir)
@@ -550,7 +575,9 @@ class Deduplicator:
             verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
             self._insert(t, p, i, docno, verdict, index_it=False)
             return verdict, 1
-        best = self._best_match(t, p, i, sig)
+        # a row none of whose buckets is stored or shared in the batch (most of them)
+        # has no candidates: `_best_match` would find none
+        best = None if t.is_quiet(row) else self._best_match(t, p, i, p.sigs[i])
         if best is None:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
         else:
@@ -558,7 +585,7 @@ class Deduplicator:
             verdict = Verdict(
                 doc.id, "duplicate", rec.doc_id, rec.cluster, round(similarity, 4), False
             )
-        self._insert(t, p, i, docno, verdict, index_it=True)
+        self._insert(t, p, i, docno, verdict, index_it=True, row=row)
         return verdict, 1
 
     def _best_match(
@@ -637,35 +664,39 @@ class Deduplicator:
             docno, rec = heir, got
 
     def _insert(
-        self, t: Store, p: Prepared, i: int, docno: int, v: Verdict, *, index_it: bool
+        self,
+        t: Store,
+        p: Prepared,
+        i: int,
+        docno: int,
+        v: Verdict,
+        *,
+        index_it: bool,
+        row: bytes | None = None,
     ) -> None:
-        self._count(v, +1)
-        record = Record.of(v, p.content[i], self._ts, p.shingles[i])
-        text = p.texts[i] if index_it and p.texts is not None else None
-        owns = t.put_document(
-            docno,
-            p.keys[i],
-            record,
-            signature=p.sig_bytes[i] if index_it else None,
-            bucket_keys=p.band_keys[i] if index_it else [],
-            register_content=p.shingles[i] > 0,
-            text=text,
-        )
+        """Store document `i` of `p` with its verdict (`index_it`: with its signature,
+        postings and text, so that later documents find it).  Run once per document:
+        kept to the few statements it needs."""
+        counts = self._counts
+        for kind in v.kinds():
+            counts[kind] = counts.get(kind, 0) + 1
+        ts, shingles = self._ts, p.shingles[i]
+        record = Record.of(v, p.content[i], ts, shingles)
+        key = p.keys[i]
+        sig: bytes | None = None
+        text: bytes | None = None
         if index_it:
+            sig = p.sig_bytes[i]
+            text = p.texts[i] if p.texts is not None else None
+            owns = t.put_document(docno, key, record, sig, p.band_keys[i], shingles > 0, text, row)
             self._memory.remember(docno, p, i)
-        e, ts = self._expiry, self._ts
-        if ts is not None and (e.oldest is None or (ts, docno) < e.oldest):
-            e.oldest = (ts, docno)
-        self.changes.append(
-            Change(
-                p.keys[i],
-                docno,
-                record,
-                p.sig_bytes[i] if index_it else None,
-                owns,
-                text,
-            )
-        )
+        else:
+            owns = t.put_document(docno, key, record, None, [], shingles > 0)
+        if ts is not None:
+            e = self._expiry
+            if e.oldest is None or (ts, docno) < e.oldest:
+                e.oldest = (ts, docno)
+        self.changes.append(Change(key, docno, record, sig, owns, text))
 
     def _forget(self, t: Store, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its

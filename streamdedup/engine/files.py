@@ -129,17 +129,16 @@ def run_dedup(
             decoded = [item for d, _ in group for item in d]
             verdicts = iter(dedup.apply([p for _, p in group]))  # committed before writing
             out: list[bytes] = []
+            dumps = orjson.dumps
             for item in decoded:
-                result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
-                summary.add(result)
-                line = {"line": summary.lines - first, **(where or {})}
-                out.append(
-                    orjson.dumps(
-                        output_record(result, **line)
-                        if isinstance(result, Rejected)
-                        else output_record(result)
-                    )
-                )
+                if isinstance(item, Rejected):  # an error record says where its line was
+                    summary.add(item)
+                    line = {"line": summary.lines - first, **(where or {})}
+                    out.append(dumps(output_record(item, **line)))
+                else:
+                    verdict = next(verdicts)
+                    summary.add(verdict)
+                    out.append(dumps(output_record(verdict)))
             _write_batch(sink, out, summary, progress, len(decoded), started)
     finally:
         summary.seconds = time.perf_counter() - started

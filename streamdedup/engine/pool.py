@@ -19,7 +19,6 @@ process sending it a large task.  Results come back in input order.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import queue
@@ -27,14 +26,16 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from streamdedup.config import Fields
 from streamdedup.engine.prepare import Prepared, Preparer
 from streamdedup.errors import StreamDedupError
-from streamdedup.inputs.decode import decode_json
+from streamdedup.inputs.decode import decode_json_lines
 from streamdedup.models import Document, Rejected
+
+if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
+    from multiprocessing.connection import Connection
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
@@ -57,7 +58,7 @@ def decode_and_prepare(
     lines: list[bytes],
     known: Callable[[list[bytes], list[bytes]], set[int]] | None = None,
 ) -> Part:
-    decoded: Decoded = [decode_json(raw, fields) for raw in lines]
+    decoded: Decoded = decode_json_lines(lines, fields)
     return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)], known)
 
 
@@ -131,6 +132,8 @@ def _file_path(source: IO[bytes]) -> str | None:
 class PreparePool:
     def __init__(self, workers: int, preparer: Preparer, fields: Fields, source: IO[bytes]):
         self.source = source
+        import multiprocessing
+
         self.path = _file_path(source)
         ctx = multiprocessing.get_context("spawn")  # never fork an open LMDB environment
         self.conns: list[Connection] = []

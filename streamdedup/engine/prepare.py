@@ -70,6 +70,7 @@ class HashParts:
 
 
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
+SMALL_SET = 32  # `_distinct`: at most this many hashes take the Python path
 TEXT_LEVEL = 1  # zstd level of the stored texts (3: 1% smaller, 1.4 times the time)
 
 
@@ -172,8 +173,8 @@ def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
     """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
     `encode`d) text: the set exact verification measures."""
     raw = decompress_text(text)
-    norm = None if shingler.spec.kind == "word" else [raw.decode("utf-8", "surrogatepass")]
-    return _distinct(shingler.batch(norm, [raw]).hashes)
+    norm = None if shingler.spec.kind == "word" else raw.decode("utf-8", "surrogatepass")
+    return _distinct(shingler.one(norm, raw))
 
 
 def own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
@@ -184,7 +185,10 @@ def own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
 
 def _distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """Sorted distinct values (a sort and a mask: 8 times faster than numpy 2's
-    hash-based `unique` on a page's shingles)."""
+    hash-based `unique` on a page's shingles; a Python set for a short document's
+    handful, where numpy's four calls cost more than the work)."""
+    if len(hashes) <= SMALL_SET:
+        return np.array(sorted(set(hashes.tolist())), dtype=np.uint64)
     out = np.sort(hashes)
     first = np.ones(len(out), dtype=np.bool_)
     np.not_equal(out[1:], out[:-1], out=first[1:])

@@ -51,6 +51,8 @@ class Store(Protocol):
     def oldest(self) -> tuple[int, int] | None: ...
     def newest_timestamp(self, at_most: int) -> int: ...
     def delete_expiry(self, timestamp_ms: int, docno: int) -> None: ...
+    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None: ...
+    def is_quiet(self, row: bytes) -> bool: ...
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
     def flush_postings(self) -> None: ...
     def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]: ...
@@ -67,6 +69,7 @@ class Store(Protocol):
         bucket_keys: list[bytes],
         register_content: bool,
         text: bytes | None = None,
+        row: bytes | None = None,
     ) -> bool: ...
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None: ...
     def adopt(
@@ -579,6 +582,12 @@ class View:
         else:
             self.open.delete_expiry(timestamp_ms, docno)
 
+    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None:
+        self.open.prefetch(keys, contents)  # the sealed segments answered ahead already
+
+    def is_quiet(self, row: bytes) -> bool:
+        return self.open.is_quiet(row)  # `batch_postings` counted the sealed keys in
+
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
         self.open.batch_postings(band_keys, cap, elsewhere=self.sealed.present())
 
@@ -600,9 +609,10 @@ class View:
         bucket_keys: list[bytes],
         register_content: bool,
         text: bytes | None = None,
+        row: bytes | None = None,
     ) -> bool:
         return self.open.put_document(
-            docno, key, record, signature, bucket_keys, register_content, text
+            docno, key, record, signature, bucket_keys, register_content, text, row
         )
 
     def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None:

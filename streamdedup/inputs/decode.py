@@ -60,6 +60,36 @@ def decode_json(raw: bytes, fields: Fields, timestamp_ms: int | None = None) -> 
     return doc
 
 
+def decode_json_lines(lines: list[bytes], fields: Fields) -> list[Document | Rejected]:
+    """`decode_json` of each line, the common case inline: an object whose id is a
+    non-empty string or a 64-bit integer and whose text is a string, within the size
+    limit.  Everything else takes `decode_json` itself, for its reason.  (orjson
+    refuses lone surrogates, so an id it returns needs no surrogate check.)  One
+    function call a line instead of four: a third of the preparing of a one-line
+    document was `decode_json`'s checks."""
+    if fields.text_format == "html":
+        return [decode_json(raw, fields) for raw in lines]
+    id_field, text_field, limit = fields.id_field, fields.text_field, fields.max_bytes
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    out: list[Document | Rejected] = []
+    for raw in lines:
+        if len(raw) <= limit:
+            try:
+                obj = loads(raw)
+            except error:
+                obj = None
+            if type(obj) is dict:
+                doc_id, text = obj.get(id_field), obj.get(text_field)
+                if type(text) is str and (
+                    (type(doc_id) is str and 0 < len(doc_id) <= MAX_ID_CHARS)
+                    or (type(doc_id) is int and -_INT64 <= doc_id < _INT64)
+                ):
+                    out.append(Document(doc_id, text))
+                    continue
+        out.append(decode_json(raw, fields))
+    return out
+
+
 def _extracted(doc: Document, text: str | Rejected) -> Document | Rejected:
     """`doc` with its HTML replaced by the extracted text, or the reason it failed."""
     if isinstance(text, Rejected):

@@ -22,9 +22,6 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from resiliparse.extract.html2text import extract_plain_text
-from resiliparse.parse.encoding import bytes_to_str, detect_encoding, map_encoding_to_html5
-
 from streamdedup.models import BINARY_CONTENT, MALFORMED_HTML, UNDECODABLE, Rejected
 
 Extract = Literal["main", "all"]
@@ -42,10 +39,16 @@ MAX_GARBAGE = 0.10
 _GARBAGE = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ufffd]")
 
 
+# resiliparse is imported where it is used: only HTML input needs it, and every
+# `dedup` run imports this module (a few ms of a one-second run of short documents).
+
+
 def charset(data: bytes, declared: str | None = None) -> str:
     """The page's encoding (a WHATWG name): the declared one (the HTTP header's
     charset) if it names a known encoding, else the `<meta charset>` within the first
     1 KB, else uchardet's guess (UTF-8 when it has none)."""
+    from resiliparse.parse.encoding import detect_encoding, map_encoding_to_html5
+
     if declared:
         known = map_encoding_to_html5(declared.strip().strip("\"'"), fallback_utf8=False)
         if known:
@@ -55,6 +58,8 @@ def charset(data: bytes, declared: str | None = None) -> str:
 
 def decode_page(data: bytes, declared: str | None = None) -> str | Rejected:
     """The page's bytes as text, or why not (binary body, undecodable bytes)."""
+    from resiliparse.parse.encoding import bytes_to_str
+
     # no text encoding a crawler meets (UTF-16 pages excepted, which carry a BOM)
     # puts NUL bytes in markup: an image, an archive or a PDF labelled text/html
     if b"\x00" in data[:SAMPLE_BYTES] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -82,6 +87,8 @@ def extract_text(html: str, extract: Extract = "main") -> str | Rejected:
     Paragraph breaks are kept (`preserve_formatting`) so that words of adjacent blocks
     are not glued into one token; list bullets and alt texts are dropped, since they
     are decoration, not content, and would add template shingles to every page."""
+    from resiliparse.extract.html2text import extract_plain_text
+
     try:
         return extract_plain_text(
             html,

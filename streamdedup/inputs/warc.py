@@ -27,14 +27,15 @@ import contextlib
 import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Literal
-
-from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
+from typing import IO, TYPE_CHECKING, Literal
 
 from streamdedup.config import MAX_DOC_BYTES
 from streamdedup.inputs.decode import check_id
 from streamdedup.inputs.html import Extract, page_text
 from streamdedup.models import CORRUPT_WARC, MISSING_ID, TOO_LARGE, Document, Rejected
+
+if TYPE_CHECKING:  # fastwarc is imported where it reads (JSON input does without)
+    from fastwarc.warc import WarcRecord
 
 WarcId = Literal["uri", "record-id"]
 WARC_ID_MODES: tuple[WarcId, ...] = ("uri", "record-id")
@@ -173,6 +174,8 @@ def read_pages(
     whatever follows, and fastwarc returns it with the wrong bytes, which would index
     half a page.  That record becomes the `corrupt_warc` error record (with its id
     and URL, so it is not lost silently); every record before it keeps its verdict."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
     count = 0
     held: tuple[PageItem, int] | None = None
     source = _WithSentinel(stream)
@@ -223,6 +226,8 @@ def html_pages(stream: IO[bytes]) -> Iterator[tuple[WarcRef, bytes]]:
     extracts the text).  Other records are passed over; reading stops quietly at a
     damaged record -- produce is for trying a worker on crawl data, `dedup` is the
     reader that reports damage."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
     records = ArchiveIterator(
         _WithSentinel(stream),
         record_types=WarcRecordType.response,
@@ -241,6 +246,8 @@ def _item(
     record: WarcRecord, ref: WarcRef, id_from: WarcId, max_bytes: int
 ) -> Page | Rejected | Skipped:
     """What one record becomes (see the module docstring)."""
+    from fastwarc.warc import WarcRecordType
+
     if record.record_type != WarcRecordType.response:
         kind = record.headers.get("WARC-Type") or "unknown"
         return Skipped(NOT_RESPONSE, f"a {kind} record, not a response", ref)

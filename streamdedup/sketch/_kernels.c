@@ -374,40 +374,50 @@ done:
 /* ----------------------------------------------------------------- signatures */
 
 PyDoc_STRVAR(signatures_doc,
-"signatures(values, offsets, num_perm, probes) -> bytes\n\n"
+"signatures(values, offsets, num_perm, probes, ranks) -> bytes\n\n"
 "signature.signatures: one-permutation MinHash with optimal densification over\n"
 "sorted fingerprint sets (values uint32, offsets int64), as n x num_perm uint16\n"
 "(the low 16 bits of each bin's minimum; rows of empty sets are zero).  probes is\n"
-"signature.probe_table (int64, num_perm rows).");
+"signature.probe_table (int64, num_perm rows); ranks is signature.rank_table\n"
+"(int32, num_perm x num_perm: ranks[c, b] is where bin c first appears in bin\n"
+"b's probe sequence), the same answer as walking the probes when few bins are\n"
+"filled.");
 
 static PyObject *signatures(PyObject *self, PyObject *args)
 {
-    PyObject *values_obj, *offsets_obj, *probes_obj;
+    PyObject *values_obj, *offsets_obj, *probes_obj, *ranks_obj;
     Py_ssize_t K;
-    if (!PyArg_ParseTuple(args, "OOnO", &values_obj, &offsets_obj, &K, &probes_obj))
+    if (!PyArg_ParseTuple(args, "OOnOO", &values_obj, &offsets_obj, &K, &probes_obj, &ranks_obj))
         return NULL;
     if (K < 1) {
         PyErr_SetString(PyExc_ValueError, "num_perm must be at least 1");
         return NULL;
     }
-    Py_buffer views[3];
-    if (get_buffers(3, views, (PyObject *[]){values_obj, offsets_obj, probes_obj},
-                    (Py_ssize_t[]){4, 8, 8}, (const char *[]){"values", "offsets", "probes"}) < 0)
+    Py_buffer views[4];
+    if (get_buffers(4, views, (PyObject *[]){values_obj, offsets_obj, probes_obj, ranks_obj},
+                    (Py_ssize_t[]){4, 8, 8, 4},
+                    (const char *[]){"values", "offsets", "probes", "ranks"}) < 0)
         return NULL;
-    const Py_buffer vb = views[0], ob = views[1], pb = views[2];
+    const Py_buffer vb = views[0], ob = views[1], pb = views[2], rb = views[3];
     PyObject *out = NULL;
     uint32_t *minima = NULL;
+    Py_ssize_t *filled = NULL, *source = NULL;
+    int32_t *best = NULL;
     const uint32_t *values = vb.buf;
     const int64_t *offsets = ob.buf, *probes = pb.buf;
+    const int32_t *ranks = rb.buf;
     Py_ssize_t n_docs = ob.len / 8 - 1, rounds = pb.len / 8 / K;
     if (!offsets_ok(offsets, n_docs, vb.len / 4, INT64_MAX) || pb.len / 8 != rounds * K ||
-        rounds < 1) {
-        PyErr_SetString(PyExc_ValueError, "inconsistent offsets or probe table");
+        rounds < 1 || rb.len / 4 != K * K) {
+        PyErr_SetString(PyExc_ValueError, "inconsistent offsets, probe or rank table");
         goto done;
     }
     out = PyBytes_FromStringAndSize(NULL, (n_docs > 0 ? n_docs : 0) * K * 2);
     minima = PyMem_Malloc(K * sizeof(uint32_t));
-    if (!out || !minima) {
+    filled = PyMem_Malloc(K * sizeof(Py_ssize_t));
+    source = PyMem_Malloc(K * sizeof(Py_ssize_t));
+    best = PyMem_Malloc(K * sizeof(int32_t));
+    if (!out || !minima || !filled || !source || !best) {
         Py_CLEAR(out);
         if (!PyErr_Occurred())
             PyErr_NoMemory();
@@ -422,11 +432,41 @@ static PyObject *signatures(PyObject *self, PyObject *args)
         }
         for (Py_ssize_t b = 0; b < K; b++)
             minima[b] = EMPTY_BIN;
+        Py_ssize_t n_filled = 0;
         for (int64_t j = offsets[d]; j < offsets[d + 1]; j++) {
             uint32_t v = values[j];
             Py_ssize_t b = (Py_ssize_t)(((uint64_t)v * (uint64_t)K) >> FINGERPRINT_BITS);
-            if (minima[b] == EMPTY_BIN) /* sorted: the first is the smallest */
+            if (minima[b] == EMPTY_BIN) { /* sorted: the first is the smallest */
                 minima[b] = v;
+                filled[n_filled++] = b; /* ascending: bins are monotone in v */
+            }
+        }
+        if (n_filled * n_filled < K) {
+            /* Few filled bins (short documents): a probe walk would take about
+               K / n_filled steps per empty bin, the rank table n_filled.  The bin a
+               walk stops at is the filled one appearing first in the sequence, i.e.
+               the one of least rank; none in the sequence: the first filled bin.
+               ranks is stored by filled bin (ranks[c * K + b]: where c appears in b's
+               sequence), so each filled bin is one sequential pass over all bins. */
+            const int32_t *row = ranks + filled[0] * K;
+            for (Py_ssize_t b = 0; b < K; b++) {
+                best[b] = row[b];
+                source[b] = filled[0];
+            }
+            for (Py_ssize_t f = 1; f < n_filled; f++) {
+                const Py_ssize_t c = filled[f];
+                row = ranks + c * K;
+                for (Py_ssize_t b = 0; b < K; b++)
+                    if (row[b] < best[b]) {
+                        best[b] = row[b];
+                        source[b] = c;
+                    }
+            }
+            for (Py_ssize_t b = 0; b < K; b++) {
+                uint32_t m = minima[b];
+                sig[b] = (uint16_t)(m == EMPTY_BIN ? minima[source[b]] : m);
+            }
+            continue;
         }
         for (Py_ssize_t b = 0; b < K; b++) {
             uint32_t m = minima[b];
@@ -447,7 +487,10 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
 done:
     PyMem_Free(minima);
-    release_buffers(3, views);
+    PyMem_Free(filled);
+    PyMem_Free(source);
+    PyMem_Free(best);
+    release_buffers(4, views);
     return out;
 }
 

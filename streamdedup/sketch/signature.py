@@ -83,6 +83,28 @@ def probe_table(num_perm: int, seed: int) -> npt.NDArray[np.int64]:
     return (mixed % np.uint64(num_perm)).astype(np.int64)
 
 
+@cache
+def rank_table(num_perm: int, seed: int) -> npt.NDArray[np.int32]:
+    """rank[c, i]: the first round at which bin i's probe sequence visits bin c (the
+    sequence's length if never).  The bin an empty bin borrows from is the filled bin
+    of least rank, which the kernel finds in one pass over the bins per filled bin
+    (row c) instead of walking the sequences: a document of a few shingles fills a
+    few of K bins, and the walk then takes about K / filled steps per empty bin (6 us
+    of a 1-15-word document's 20 us budget, measured).  Pure function of the probe
+    table."""
+    return ranks_of(probe_table(num_perm, seed))
+
+
+def ranks_of(probes: npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
+    """`rank_table` of any probe table (K rows of bins < K)."""
+    num_perm, rounds = probes.shape
+    rank = np.full(num_perm * num_perm, rounds, dtype=np.int32)
+    flat = np.repeat(np.arange(num_perm, dtype=np.int64) * num_perm, rounds) + probes.ravel()
+    seen, first = np.unique(flat, return_index=True)  # first occurrences (stable sort)
+    rank[seen] = (first % rounds).astype(np.int32)
+    return np.ascontiguousarray(rank.reshape(num_perm, num_perm).T)
+
+
 def fingerprint_sets(batch: ShingleBatch, seed: int) -> FingerprintSets:
     """One sort over (document, fingerprint) pairs for the whole batch; 32-bit
     pairs, which sort twice as fast, when the batch's document numbers fit."""
@@ -109,6 +131,7 @@ def signatures(sets: FingerprintSets, num_perm: int, seed: int) -> Signatures:
             np.ascontiguousarray(sets.offsets, dtype=np.int64),
             num_perm,
             probe_table(num_perm, seed),
+            rank_table(num_perm, seed),
         )
         return np.frombuffer(raw, dtype=np.uint16).reshape(len(sets), num_perm)
     n, counts, values = len(sets), sets.counts, sets.values

@@ -38,8 +38,12 @@ class BatchPostings:
     stale: set[bytes] = field(default_factory=set)  # stored postings removed since
     adopted: bool = False  # a copy took over an owner's postings (docnos out of order)
 
-    def add(self, band_keys: list[bytes], docno: int, adopted: bool = False) -> None:
-        row = b"".join(band_keys)
+    def add(
+        self, band_keys: list[bytes], docno: int, adopted: bool = False, row: bytes | None = None
+    ) -> None:
+        """`row`: `band_keys` joined, if the caller has them so."""
+        if row is None:
+            row = b"".join(band_keys)
         self.docs.append((docno, row))
         self.buffered.add(docno)
         added = self.added

@@ -52,7 +52,7 @@ def docno_key(docno: int) -> bytes:
     return docno.to_bytes(DOCNO_BYTES, "big")
 
 
-def docno_of(key: bytes) -> int:
+def docno_of(key: bytes | memoryview) -> int:
     return int.from_bytes(key, "big")
 
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.config import Fields
-from streamdedup.inputs.decode import MAX_ID_CHARS, decode_json, decode_message
+from streamdedup.inputs.decode import MAX_ID_CHARS, decode_json, decode_json_lines, decode_message
 from streamdedup.models import (
     BAD_ID,
     BAD_TEXT,
@@ -254,3 +254,32 @@ def test_msgpack_maps_decode_or_say_why(obj: dict[str, object]) -> None:
     else:
         reasons = {MISSING_ID, BAD_ID, MISSING_TEXT, BAD_TEXT, MALFORMED_MSGPACK}
         assert out.reason in reasons and out.message
+
+
+edge_ids = st.one_of(
+    json_values,
+    st.sampled_from(
+        [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, "", "x" * MAX_ID_CHARS, "x" * (MAX_ID_CHARS + 1)]
+    ),
+)
+lines = st.one_of(
+    st.binary(max_size=60),
+    st.builds(
+        lambda i, t, extra: json.dumps({"id": i, "text": t, **extra}).encode(),
+        edge_ids,
+        json_values,
+        st.dictionaries(st.sampled_from(["x", "url", "body"]), json_values, max_size=2),
+    ),
+    st.builds(lambda i, t: f'{{"id": "{i}", "text": "{t}"}}'.encode(), escaped_text, escaped_text),
+    st.builds(lambda i: b'{"id": %d, "text": "x"}' % i, st.integers(-(2**70), 2**70)),
+)
+
+
+@given(
+    st.lists(lines, max_size=8),
+    st.sampled_from([Fields(), Fields(max_bytes=40), Fields(id_field="url", text_field="body")]),
+)
+def test_a_batch_of_lines_decodes_as_each_line_alone(raw: list[bytes], fields: Fields) -> None:
+    """`decode_json_lines` (the file mode's batch path, with the common case inline)
+    gives what `decode_json` gives line by line, verdict-worthy or rejected."""
+    assert decode_json_lines(raw, fields) == [decode_json(r, fields) for r in raw]

@@ -23,7 +23,13 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.sketch import kernels
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
-from streamdedup.sketch.signature import FINGERPRINT_BITS, FingerprintSets, probe_table, signatures
+from streamdedup.sketch.signature import (
+    FINGERPRINT_BITS,
+    FingerprintSets,
+    probe_table,
+    ranks_of,
+    signatures,
+)
 from streamdedup.store.index import Index
 
 compiled = kernels.load("compiled")
@@ -235,3 +241,48 @@ def test_kafka_partitions_refuses_nonsense() -> None:
         compiled.kafka_partitions([b"a"], 0)
     with pytest.raises(TypeError):
         compiled.kafka_partitions(["text"], 3)  # type: ignore[list-item]
+
+
+def _walk(values: list[int], num_perm: int, probes: np.ndarray) -> list[int]:
+    """The densification rule, plainly: each empty bin walks its probe sequence to
+    the first filled bin (none on it: the first filled bin)."""
+    minima: dict[int, int] = {}
+    for v in sorted(values):
+        minima.setdefault((v * num_perm) >> FINGERPRINT_BITS, v)
+    out = []
+    for b in range(num_perm):
+        if b not in minima:
+            src = next((int(c) for c in probes[b] if int(c) in minima), min(minima))
+            out.append(minima[src] & 0xFFFF)
+        else:
+            out.append(minima[b] & 0xFFFF)
+    return out
+
+
+@needs_compiled
+@given(
+    st.lists(st.integers(0, (1 << FINGERPRINT_BITS) - 1), min_size=1, max_size=40, unique=True),
+    st.sampled_from([1, 2, 16, 64, 128, 256]),
+    st.integers(0, 2**32),
+    st.integers(1, 8),
+)
+def test_few_filled_bins_borrow_as_the_probe_walk_does(
+    values: list[int], num_perm: int, seed: int, alphabet: int
+) -> None:
+    """Short documents fill few bins, and the kernel then reads the rank table instead
+    of walking the probes: the same bins must be borrowed, also from probe tables
+    that never visit some bins (a small `alphabet` of bins per row), where the walk
+    falls back to the first filled bin."""
+    assert compiled is not None
+    rng = np.random.default_rng(seed)
+    real = probe_table(num_perm, seed)
+    narrow = rng.integers(0, num_perm, size=(num_perm, alphabet))[
+        np.arange(num_perm)[:, None], rng.integers(0, alphabet, size=real.shape)
+    ]
+    values = sorted(values)
+    offsets = np.array([0, len(values)], np.int64)
+    for probes in (real, np.ascontiguousarray(narrow, dtype=np.int64)):
+        raw = compiled.signatures(
+            np.array(values, np.uint32), offsets, num_perm, probes, ranks_of(probes)
+        )
+        assert np.frombuffer(raw, np.uint16).tolist() == _walk(values, num_perm, probes)

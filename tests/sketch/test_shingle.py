@@ -89,6 +89,20 @@ def test_batch_equals_reference(batch_texts: list[str], spec: ShingleSpec) -> No
     _check(batch_texts, spec)
 
 
+@given(texts, specs)
+@example("".join(ADVERSARIAL), ShingleSpec("word", 5))
+@example("", ShingleSpec("word", 5))
+def test_one_document_equals_reference(text: str, spec: ShingleSpec) -> None:
+    """`Shingler.one`, the single-document path exact verification takes, gives the
+    reference shingle set too (and the batch's hashes, in the batch's order)."""
+    shingler = Shingler(spec)
+    norm = normalise(text)
+    got = shingler.one(norm, normalise_utf8(text))
+    expected = {reference_hash(s, spec) for s in reference_shingles(text, spec)}
+    assert set(got.tolist()) == expected
+    assert got.tolist() == shingler.batch([norm], [encode(norm)]).hashes.tolist()
+
+
 def test_ascii_and_unicode_documents_in_one_batch() -> None:
     _check(["plain ascii words here and more", *ADVERSARIAL, "back to ascii"], ShingleSpec())
 

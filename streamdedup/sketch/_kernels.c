@@ -481,6 +481,156 @@ static PyObject *jaccard(PyObject *self, PyObject *args)
     return PyFloat_FromDouble((double)inter / (double)(na + nb - inter));
 }
 
+/* ------------------------------------------------------------------ choosing */
+
+/* J = m / (na + nb - m), in the double arithmetic of jaccard(). */
+static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
+{
+    return (double)m / (double)(na + nb - m);
+}
+
+/* The Jaccard of two sorted distinct uint64 arrays when it reaches `floor` (the very
+ * value jaccard() returns); otherwise some value below `floor` (-1.0).  The merge
+ * stops once the values shared so far, plus all the shorter remainder could still
+ * add, cannot reach `floor`: J grows with the intersection, so the bound is sound,
+ * and a template sibling below the bar is left part way through. */
+static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
+                               Py_ssize_t nb, double floor)
+{
+    if (!na || !nb)
+        return 0.0 >= floor ? 0.0 : -1.0;
+    Py_ssize_t lo = na < nb ? na : nb;
+    if (jaccard_of(lo, na, nb) < floor) /* the size filter: |A|/|B| too far from 1 */
+        return -1.0;
+    /* need: the least intersection whose J reaches floor (<= lo, by the line above) */
+    Py_ssize_t need = (Py_ssize_t)(floor * (double)(na + nb) / (1.0 + floor));
+    if (need < 0)
+        need = 0;
+    if (need > lo)
+        need = lo;
+    while (need > 0 && jaccard_of(need - 1, na, nb) >= floor)
+        need--;
+    while (need < lo && jaccard_of(need, na, nb) < floor)
+        need++;
+    Py_ssize_t i = 0, j = 0, inter = 0;
+    while (i < na && j < nb) {
+        Py_ssize_t stop_i = i + 64 < na ? i + 64 : na, stop_j = j + 64 < nb ? j + 64 : nb;
+        while (i < stop_i && j < stop_j) { /* branch-free, as in jaccard() */
+            uint64_t x = a[i], y = b[j];
+            inter += x == y;
+            i += x <= y;
+            j += y <= x;
+        }
+        Py_ssize_t ra = na - i, rb = nb - j;
+        if (inter + (ra < rb ? ra : rb) < need)
+            return -1.0;
+    }
+    return jaccard_of(inter, na, nb);
+}
+
+PyDoc_STRVAR(choose_doc,
+"choose(mine, theirs, est, measured, threshold, margin, max_checks, start, best, best_sim)\n"
+"-> (best, best_sim, checks, more)\n\n"
+"verify.choose_exact over candidates already in rank order: `est` holds every\n"
+"candidate's float64 estimate, `theirs` the sorted distinct uint64 sets of the first\n"
+"ones, `measured` their similarities measured elsewhere (NaN: not measured).  It\n"
+"resumes at rank `start` with the best so far (`best` -1: none) and returns the best's\n"
+"rank and exact Jaccard, the number of checks as choose_exact counts them, and\n"
+"whether the rule wants the set of rank `checks`, not given yet (`more`: call again\n"
+"with more sets).  A candidate that cannot beat the current bar is left as soon as a\n"
+"bound proves it (jaccard_at_least): the answer is choose_exact's, value for value.");
+
+static PyObject *choose(PyObject *self, PyObject *args)
+{
+    PyObject *mine_obj, *theirs, *est_obj, *measured_obj;
+    double threshold, margin, best_sim;
+    Py_ssize_t max_checks, checks, best;
+    if (!PyArg_ParseTuple(args, "OO!OOddnnnd", &mine_obj, &PyList_Type, &theirs, &est_obj,
+                          &measured_obj, &threshold, &margin, &max_checks, &checks, &best,
+                          &best_sim))
+        return NULL;
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){mine_obj, est_obj, measured_obj},
+                    (Py_ssize_t[]){8, 8, 8}, (const char *[]){"mine", "est", "measured"}) < 0)
+        return NULL;
+    const uint64_t *mine = views[0].buf;
+    const double *est = views[1].buf, *measured = views[2].buf;
+    Py_ssize_t n_mine = views[0].len / 8, n = views[1].len / 8;
+    Py_ssize_t given = PyList_GET_SIZE(theirs);
+    int more = 0;
+    if (views[2].len / 8 < given || given > n || checks < 0 || best >= given) {
+        release_buffers(3, views);
+        PyErr_SetString(PyExc_ValueError, "choose: theirs, est and measured disagree");
+        return NULL;
+    }
+    for (; checks < n; checks++) {
+        double floor = best < 0 ? threshold : best_sim;
+        if (checks >= max_checks || est[checks] < floor - margin)
+            break;
+        if (checks >= given) {
+            more = 1;
+            break;
+        }
+        double sim = measured[checks];
+        if (sim != sim) { /* NaN: measure it here */
+            Py_buffer their;
+            if (get_buffer(PyList_GET_ITEM(theirs, checks), &their, 8, "theirs") < 0) {
+                release_buffers(3, views);
+                return NULL;
+            }
+            sim = jaccard_at_least(mine, n_mine, their.buf, their.len / 8, floor);
+            PyBuffer_Release(&their);
+        }
+        if (sim >= threshold && (best < 0 || sim > best_sim)) {
+            best = checks;
+            best_sim = sim;
+        }
+    }
+    release_buffers(3, views);
+    return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(estimates_doc,
+"estimates(sig, matrix, rows) -> bytes\n\n"
+"signature.estimate_jaccard of `sig` (K uint16) against rows `rows` (int32) of\n"
+"`matrix` (uint16, K per row), as float64 bytes, value for value: the rows are read\n"
+"in place, where numpy would first copy them out.");
+
+static PyObject *estimates(PyObject *self, PyObject *args)
+{
+    PyObject *sig_obj, *matrix_obj, *rows_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &sig_obj, &matrix_obj, &rows_obj))
+        return NULL;
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){sig_obj, matrix_obj, rows_obj},
+                    (Py_ssize_t[]){2, 2, 4}, (const char *[]){"sig", "matrix", "rows"}) < 0)
+        return NULL;
+    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
+    const int32_t *rows = views[2].buf;
+    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0, m = views[2].len / 4;
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (rows[j] < 0 || rows[j] >= n_rows) {
+            release_buffers(3, views);
+            PyErr_SetString(PyExc_IndexError, "estimates: a row outside the matrix");
+            return NULL;
+        }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 8);
+    if (out) {
+        double *est = (double *)PyBytes_AS_STRING(out);
+        const double accidental = 1.0 / 65536.0;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            const uint16_t *row = matrix + (Py_ssize_t)rows[j] * k;
+            int64_t agree = 0;
+            for (Py_ssize_t x = 0; x < k; x++)
+                agree += row[x] == sig[x];
+            double e = ((double)agree / (double)k - accidental) / (1.0 - accidental);
+            est[j] = e > 0.0 ? e : 0.0;
+        }
+    }
+    release_buffers(3, views);
+    return out;
+}
+
 /* ------------------------------------------------------------------ publishing */
 
 /* Kafka's murmur2 (the Java client's Utils.murmur2), 32-bit arithmetic throughout. */
@@ -556,6 +706,8 @@ static PyMethodDef methods[] = {
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
+    {"choose", choose, METH_VARARGS, choose_doc},
+    {"estimates", estimates, METH_VARARGS, estimates_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
 from streamdedup.engine.sealed import Store
-from streamdedup.sketch.jaccard import choose_ranked, exact_jaccard
+from streamdedup.sketch.jaccard import Summary, choose_ranked, exact_jaccard, summarise
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_gathered
 
@@ -55,11 +55,11 @@ class BatchMemory:
     def __init__(self, shingler: Shingler, exact_values: int = EXACT_VALUES) -> None:
         self._shingler = shingler  # exact re-checks
         self.fresh: dict[int, tuple[Prepared, int]] = {}
-        self.exact: dict[int, npt.NDArray[np.uint64]] = {}
+        self.exact: dict[int, Summary] = {}
         self._exact_values = 0
         self._budget = exact_values
-        self._pending: dict[int, npt.NDArray[np.uint64]] = {}
-        self._mine: tuple[Prepared, int, npt.NDArray[np.uint64]] | None = None
+        self.pending: dict[int, Summary] = {}
+        self._mine: tuple[Prepared, int, Summary] | None = None
         # docno -> row of `_rows` holding its signature (-1: not read in this batch)
         self._slot: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
         self._rows: npt.NDArray[np.uint16] = np.empty((0, 0), dtype=np.uint16)
@@ -71,7 +71,7 @@ class BatchMemory:
         """A batch (or a new run of its transaction) begins, its documents numbered from
         `first` on: nothing of an earlier run that was not committed is kept."""
         self.end_batch()
-        self._pending = {}
+        self.pending = {}
         self._first = first
 
     def end_batch(self) -> None:
@@ -86,24 +86,23 @@ class BatchMemory:
 
     def commit(self) -> None:
         """The batch's transaction committed: its documents' exact sets are kept."""
-        for docno, got in self._pending.items():
+        for docno, got in self.pending.items():
             self._keep(docno, got)
-        self._pending = {}
+        self.pending = {}
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
-        self.fresh[docno] = (p, i)
-        self._put_rows(np.array([docno], dtype=np.int64), p.sigs[i : i + 1])
+        self.fresh[docno] = (p, i)  # its signature row is copied only if it is a candidate
         mine = self._mine
         if mine is not None and mine[0] is p and mine[1] == i:
-            self._pending[docno] = mine[2]
+            self.pending[docno] = mine[2]
 
     def forget(self, docno: int) -> None:
         """A document is forgotten, or adopts another's signature: read it again."""
         self.fresh.pop(docno, None)
         got = self.exact.pop(docno, None)
         if got is not None:
-            self._exact_values -= len(got)
-        self._pending.pop(docno, None)
+            self._exact_values -= _size(got)
+        self.pending.pop(docno, None)
         if docno < len(self._slot):
             self._slot[docno] = -1
 
@@ -127,10 +126,18 @@ class BatchMemory:
         missing = rows < 0
         if missing.any():
             want = np.unique(docnos[missing])
-            found, sigs = t.signatures(want)
-            if found.any():
-                self._put_rows(want[found], sigs[found])
-                rows = self._slot[docnos]
+            fresh = self.fresh
+            mine = [d in fresh for d in want.tolist()] if fresh else []
+            if any(mine):  # this batch's documents: from their prepared rows
+                ours = want[mine]
+                rows_of = [fresh[d] for d in ours.tolist()]
+                self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
+                want = want[~np.asarray(mine)]
+            if len(want):
+                found, sigs = t.signatures(want)
+                if found.any():
+                    self._put_rows(want[found], sigs[found])
+            rows = self._slot[docnos]
         keep = rows >= 0
         return keep, estimate_gathered(sig, self._rows, rows[keep])
 
@@ -155,42 +162,42 @@ class BatchMemory:
 
     # -- exact sets
 
-    def own(self, p: Prepared, i: int) -> npt.NDArray[np.uint64]:
+    def own(self, p: Prepared, i: int) -> Summary:
         """The exact set of the document being checked (kept with it once stored)."""
         mine = self._mine
         if mine is None or mine[0] is not p or mine[1] != i:
-            mine = self._mine = (p, i, own_shingles(p, i))
+            mine = self._mine = (p, i, summarise(own_shingles(p, i)))
         return mine[2]
 
-    def exact_shingles(self, t: Store, docno: int) -> npt.NDArray[np.uint64]:
+    def exact_shingles(self, t: Store, docno: int) -> Summary:
         """A candidate's exact shingle set: from memory if this batch or an earlier one
         holds it, else from its stored text, shingled again."""
         got = self.exact.get(docno)
         if got is not None:
             return got
-        got = self._pending.get(docno)
+        got = self.pending.get(docno)
         if got is not None:
             return got
         fresh = self.fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
-            got = self._pending[docno] = own_shingles(*fresh)
+            got = self.pending[docno] = summarise(own_shingles(*fresh))
             return got
-        got = exact_shingles(self._shingler, t.text(docno))
+        got = summarise(exact_shingles(self._shingler, t.text(docno)))
         if docno < self._first:  # committed before this batch: kept at once
             self._keep(docno, got)
         else:  # this batch's (a copy that took its owner's text): once committed
-            self._pending[docno] = got
+            self.pending[docno] = got
         return got
 
-    def _keep(self, docno: int, got: npt.NDArray[np.uint64]) -> None:
+    def _keep(self, docno: int, got: Summary) -> None:
         old = self.exact.pop(docno, None)
         if old is not None:
-            self._exact_values -= len(old)
+            self._exact_values -= _size(old)
         self.exact[docno] = got
-        self._exact_values += len(got)
+        self._exact_values += _size(got)
         while self._exact_values > self._budget and self.exact:
             first = next(iter(self.exact))
-            self._exact_values -= len(self.exact.pop(first))
+            self._exact_values -= _size(self.exact.pop(first))
 
 
 def exact_margin(threshold: float, num_perm: int) -> float:
@@ -227,35 +234,49 @@ def best_exact(
     if reach == 0:
         return None, 0
     ranked: list[int] = docnos[order[:reach]].tolist()
+    # the rule stops at `reach` at the latest, with `reach` checks made, as it does here
+    ranked_est = ranked_est[:reach]
     known = np.full(reach, np.nan)
     if measured is not None:
         for j, d in enumerate(ranked):
             sim = measured(d)
             if sim is not None:
                 known[j] = sim
-    mine = _NOTHING
-    if np.isnan(known).any():
-        mine = memory.own(p, i)
-    # The sets are read in growing chunks, as far as the rule goes: a document with an
-    # early close match stops long before `reach`.
-    theirs: list[npt.NDArray[np.uint64]] = []
-    best, best_sim, checks, more = -1, 0.0, 0, True
-    kept, chunk = memory.exact, 16
-    while more:
-        for j in range(len(theirs), min(reach, checks + chunk)):
-            if known[j] == known[j]:  # measured elsewhere: its set is not needed
-                theirs.append(_NOTHING)
-                continue
-            got = kept.get(ranked[j])
-            theirs.append(got if got is not None else memory.exact_shingles(t, ranked[j]))
-        chunk *= 2
+    mine = memory.own(p, i) if np.isnan(known).any() else _NOTHING
+    # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
+    # is read here (the text shingled again) and the search resumes where it stopped.
+    loose: dict[int, Summary] = {}
+    sets = (memory.exact, memory.pending, loose)
+    best, best_sim, checks = -1, 0.0, 0
+    while True:
         best, best_sim, checks, more = choose_ranked(
-            mine, theirs, ranked_est, known, threshold, margin, max_checks, checks, best, best_sim
+            mine,
+            sets,
+            ranked,
+            ranked_est,
+            known,
+            threshold,
+            margin,
+            max_checks,
+            checks,
+            best,
+            best_sim,
         )
+        if not more:
+            break
+        d = ranked[checks]
+        got = memory.exact_shingles(t, d)
+        if d not in memory.exact and d not in memory.pending:  # kept nowhere (a tiny budget)
+            loose[d] = got
     return (None if best < 0 else (best_sim, ranked[best])), checks
 
 
-_NOTHING: npt.NDArray[np.uint64] = np.empty(0, dtype=np.uint64)  # a set not needed
+_NOTHING: Summary = summarise(np.empty(0, dtype=np.uint64))  # a set not needed
+
+
+def _size(got: Summary) -> int:
+    """What a kept set costs, in 8-byte values (its counts included)."""
+    return len(got[1]) + len(got[0]) // 4
 
 
 def choose_exact(

@@ -32,8 +32,10 @@ class Kernels(Protocol):
 
     def choose(
         self,
+        mine_counts: Buffer,
         mine: Buffer,
-        theirs: list[Buffer],
+        sets: tuple[dict[int, tuple[Buffer, Buffer]], ...],
+        ranked: list[int],
         est: Buffer,
         measured: Buffer,
         threshold: float,

@@ -66,6 +66,7 @@ from streamdedup.store.keys import (
 from streamdedup.store.postings import Postings
 
 _NO_DOCS: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)  # no candidates (never changed)
+_FEW = 64  # candidates made distinct in Python below this, by numpy above
 TEXT_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 
 TABLES = (
@@ -517,16 +518,14 @@ class Tables:
                 lists.append(newest)
         if not lists:
             return _NO_DOCS
-        if len(lists) == 1:
-            out = np.array(lists[0], dtype=np.int64)
-        else:
-            out = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64)
+        joined = itertools.chain.from_iterable(lists)
+        if sum(len(x) for x in lists) <= _FEW:  # most pages: a few, sorted in Python
+            return np.array(sorted(set(joined)), dtype=np.int64)
+        out = np.fromiter(joined, dtype=np.int64)
         out.sort()
-        if len(out) > 1:
-            first = np.ones(len(out), dtype=np.bool_)
-            np.not_equal(out[1:], out[:-1], out=first[1:])
-            out = out[first]
-        return out
+        first = np.ones(len(out), dtype=np.bool_)
+        np.not_equal(out[1:], out[:-1], out=first[1:])
+        return out[first]
 
     # -- documents as a whole (seal)
     def docno_range(self) -> tuple[int, int] | None:

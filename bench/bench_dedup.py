@@ -47,8 +47,9 @@ _MEASURE = (
     "t = time.perf_counter()\n"
     "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
     "s = time.perf_counter() - t\n"
-    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-    "print(json.dumps({'rc': r.returncode, 'seconds': s, 'rss_kb': rss,"
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "rss, cpu = u.ru_maxrss, u.ru_utime + u.ru_stime\n"
+    "print(json.dumps({'rc': r.returncode, 'seconds': s, 'cpu': cpu, 'rss_kb': rss,"
     " 'stderr': r.stderr.decode()[-2000:]}))\n"
 )
 
@@ -238,6 +239,7 @@ def run_round_robin(
     """Every contender once, then again (so that a slow spell of the machine falls
     on all of them alike rather than on one contender's runs); the fastest counts."""
     runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
+    cpu: dict[str, list[float]] = {name: [] for name, _ in contenders}
     last: dict[str, tuple[dict[str, Any], float, float]] = {}
     for _ in range(repeat):
         for name, fn in contenders:
@@ -245,6 +247,7 @@ def run_round_robin(
                 m = fn(Path(d))
                 p, r = accuracy(m["verdicts"], truth)
             runs[name].append(m["seconds"])
+            cpu[name].append(m["cpu"])
             last[name] = (m, p, r)
     rows = []
     for name, _ in contenders:
@@ -255,6 +258,11 @@ def run_round_robin(
                 "docs_per_s": n / min(runs[name]),
                 "seconds": min(runs[name]),
                 "all_seconds": runs[name],
+                # CPU seconds (user + system, every process of the run): on a machine
+                # other jobs share, less disturbed than the wall clock (they slow a run
+                # by taking turns on the cores, which CPU time does not count)
+                "cpu_seconds": min(cpu[name]),
+                "docs_per_cpu_s": n / min(cpu[name]),
                 "peak_rss_mb": m["rss_kb"] / 1024,
                 "bytes_per_doc": m["bytes_per_doc"],
                 "file_bytes_per_doc": m["file_bytes_per_doc"],
@@ -263,25 +271,36 @@ def run_round_robin(
             }
         )
         every = ", ".join(f"{n / x:,.0f}" for x in runs[name])
-        print(f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  (runs: {every})", flush=True)
+        per_cpu = ", ".join(f"{n / x:,.0f}" for x in cpu[name])
+        print(
+            f"  {name:32} {rows[-1]['docs_per_s']:9,.0f} docs/s  (runs: {every}; "
+            f"per CPU second: {per_cpu})",
+            flush=True,
+        )
     return rows
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    ds = next((x["docs_per_s"] for x in rows if x["name"].startswith("datasketch")), None)
-    rs = next((x["docs_per_s"] for x in rows if x["name"] == "rensa"), None)
+    """docs/s by the wall clock, and per CPU second, each as a ratio to the anchors."""
+    ds = next((x for x in rows if x["name"].startswith("datasketch")), None)
+    rs = next((x for x in rows if x["name"] == "rensa"), None)
     print(
-        f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'vs rensa':>8} {'peak MB':>8} {'B/doc':>7} "
-        f"{'precision':>9} {'recall':>7}"
+        f"\n  {'':32} {'docs/s':>9} {'vs ds':>6} {'vs rensa':>8} {'/cpu-s':>7} {'vs ds':>6} "
+        f"{'vs rensa':>8} {'peak MB':>8} {'B/doc':>7} {'precision':>9} {'recall':>7}"
     )
     for x in rows:
-        x["vs_datasketch"] = x["docs_per_s"] / ds if ds else None
-        x["vs_rensa"] = x["docs_per_s"] / rs if rs else None
+        x["vs_datasketch"] = x["docs_per_s"] / ds["docs_per_s"] if ds else None
+        x["vs_rensa"] = x["docs_per_s"] / rs["docs_per_s"] if rs else None
+        x["cpu_vs_datasketch"] = x["docs_per_cpu_s"] / ds["docs_per_cpu_s"] if ds else None
+        x["cpu_vs_rensa"] = x["docs_per_cpu_s"] / rs["docs_per_cpu_s"] if rs else None
         a = f"{x['vs_datasketch']:5.1f}x" if ds else "   n/a"
         b = f"{x['vs_rensa']:7.2f}x" if rs else "     n/a"
+        c = f"{x['cpu_vs_datasketch']:5.1f}x" if ds else "   n/a"
+        d = f"{x['cpu_vs_rensa']:7.2f}x" if rs else "     n/a"
         print(
-            f"  {x['name']:32} {x['docs_per_s']:9,.0f} {a:>6} {b:>8} {x['peak_rss_mb']:8.0f} "
-            f"{x['bytes_per_doc']:7,.0f} {x['precision']:9.4f} {x['recall']:7.4f}"
+            f"  {x['name']:32} {x['docs_per_s']:9,.0f} {a:>6} {b:>8} {x['docs_per_cpu_s']:7,.0f} "
+            f"{c:>6} {d:>8} {x['peak_rss_mb']:8.0f} {x['bytes_per_doc']:7,.0f} "
+            f"{x['precision']:9.4f} {x['recall']:7.4f}"
         )
 
 
@@ -359,9 +378,18 @@ def main() -> int:
             for x in results
             if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
         }
+        per_cpu = {
+            x["stream"]: x["docs_per_cpu_s"]
+            for x in results
+            if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
+        }
         if "template-heavy" in speed and "crawl-like" in speed:
             ratio = speed["template-heavy"] / speed["crawl-like"]
-            print(f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f}")
+            cpu_ratio = per_cpu["template-heavy"] / per_cpu["crawl-like"]
+            print(
+                f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f} "
+                f"(per CPU second: {cpu_ratio:.2f})"
+            )
     (args.out / "bench_dedup.json").write_text(
         json.dumps(
             {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},

@@ -207,6 +207,7 @@ def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
             assert (stream, name) in names
     for x in results:
         assert x["docs_per_s"] > 0 and 0.0 <= x["recall"] <= 1.0
+        assert x["docs_per_cpu_s"] >= x["docs_per_s"] * 0.5  # one core each, at most two
         if x["name"].startswith("streamdedup"):
             assert x["precision"] == 1.0  # exact verification
     assert "template-heavy / crawl-like" in r.stdout.decode()

@@ -11,7 +11,7 @@ from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import MAX_DOC_BYTES
+from streamdedup.config import MAX_DOC_BYTES, EngineOptions
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -47,13 +47,19 @@ TUNING = OptionGroup(
     (
         Opt(
             "max-bucket-candidates",
-            "candidates read from one LSH bucket (bounds the cost "
-            "of boilerplate-heavy 'hot' buckets)",
+            "candidates read from one LSH bucket, its newest (a bound on pathological "
+            "'hot' buckets; boilerplate-heavy sites stay well under it)",
             int,
-            100,
+            EngineOptions.max_bucket_candidates,
             metavar="N",
         ),
-        Opt("max-exact-checks", "exact comparisons per document at most", int, 32, metavar="N"),
+        Opt(
+            "max-exact-checks",
+            "exact comparisons per document at most (a bound on pathological input)",
+            int,
+            EngineOptions.max_exact_checks,
+            metavar="N",
+        ),
         Opt(
             "batch-size", "documents per batch (one index transaction each)", int, 8000, metavar="N"
         ),

@@ -412,6 +412,7 @@ class Deduplicator:
             except _SegmentsChanged:
                 self._open_sealed()
         self.counters.merge(self._batch)  # only once the batch is committed
+        self._memory.commit()
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
@@ -436,7 +437,7 @@ class Deduplicator:
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
         self.changes = []
         self.touched = []
-        self._memory.clear()
+        self._memory.clear(next_docno)
         clock = int(t.meta(MetaKey.CLOCK) or 0)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
@@ -479,7 +480,7 @@ class Deduplicator:
                 next_docno += inserted
                 out.append(verdict)
         t.flush_postings()
-        self._memory.clear()  # not kept past the batch: it holds the batch's arrays
+        self._memory.end_batch()  # its arrays are let go; exact sets kept once committed
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
         t.set_meta(MetaKey.COUNTS, self._counts)
         t.set_meta(MetaKey.CLOCK, clock)
@@ -597,32 +598,26 @@ class Deduplicator:
             c.bucket_capped += 1
         c.candidates += len(found)
         c.most_candidates = max(c.most_candidates, len(found))
-        if not found:
+        if not len(found):
             return None
-        docnos: list[int] = []
-        rows: list[bytes] = []
-        for d in sorted(found):
-            if self._expiry.behind and (r := t.record(d)) is not None and self._expired(r):
-                heir = self._successor(t, d, r)
-                if heir is None:
-                    continue
-                d = heir
-            raw = self._memory.signature(t, d)
-            if raw is not None:
-                docnos.append(d)
-                rows.append(raw)
-        if not docnos:
+        docnos = found
+        if self._expiry.behind:
+            kept, rows = self._behind(t, docnos)
+            docnos = np.asarray(kept, dtype=np.int64)
+            est = estimate_jaccard(sig, rows)
+        else:  # the candidates' signatures gathered at once (BatchMemory.estimates)
+            keep, est = self._memory.estimates(t, sig, docnos)
+            docnos = docnos[keep]
+        if not len(docnos):
             return None
-        others = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
-        est = estimate_jaccard(sig, others)
         threshold = self.params.threshold
         # highest estimate first, ties by document number (the stream's tie-break)
-        order: list[int] = np.lexsort((np.asarray(docnos), -est)).tolist()
+        order = np.lexsort((docnos, -est))
         if self.params.verify == "signature":
-            j = order[0]
+            j = int(order[0])
             if est[j] < threshold:
                 return None
-            rec = t.record(docnos[j])
+            rec = t.record(int(docnos[j]))
             return None if rec is None else (float(est[j]), rec)
         best, checks = best_exact(
             t,
@@ -645,6 +640,27 @@ class Deduplicator:
             return None
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
+
+    def _behind(
+        self, t: Store, docnos: npt.NDArray[np.int64]
+    ) -> tuple[list[int], npt.NDArray[np.uint16]]:
+        """Candidates and their signatures while the time window is behind: one by
+        one, an expired candidate replaced by its successor (`_successor`)."""
+        kept: list[int] = []
+        rows: list[bytes] = []
+        for d in docnos.tolist():
+            if (r := t.record(d)) is not None and self._expired(r):
+                heir = self._successor(t, d, r)
+                if heir is None:
+                    continue
+                d = heir
+            raw = self._memory.signature(t, d)
+            if raw is not None:
+                kept.append(d)
+                rows.append(raw)
+        if not kept:
+            return kept, np.empty((0, self.params.num_perm), dtype=np.uint16)
+        return kept, np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
 
     def _successor(self, t: Store, docno: int, rec: Record) -> int | None:
         """An expired candidate the window has not forgotten yet (the batch's budget
@@ -727,6 +743,7 @@ class Deduplicator:
         heir_rec = t.record(heir)
         if heir_rec is None:
             return
+        self._memory.forget(heir)  # it takes a signature: read it again
         t.adopt(heir, old.content_hash, raw, keys, text)
         heir_key = id_key(heir_rec.doc_id)
         self.changes.append(Change(heir_key, heir, heir_rec, raw, True, text))

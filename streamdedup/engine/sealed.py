@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
@@ -44,6 +45,9 @@ class Store(Protocol):
     def set_meta(self, name: str, value: Any) -> None: ...
     def record(self, docno: int) -> Record | None: ...
     def signature(self, docno: int) -> bytes | None: ...
+    def signatures(
+        self, docnos: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]: ...
     def text(self, docno: int) -> bytes: ...
     def docno_for_id(self, key: bytes) -> int | None: ...
     def docno_for_content(self, content_hash: bytes) -> int | None: ...
@@ -55,7 +59,7 @@ class Store(Protocol):
     def is_quiet(self, row: bytes) -> bool: ...
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
     def flush_postings(self) -> None: ...
-    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]: ...
+    def candidates(self, band_keys: list[bytes], cap: int) -> npt.NDArray[np.int64]: ...
 
     # whether the last `candidates` call left postings out of a bucket (the cap)
     capped: bool
@@ -538,6 +542,30 @@ class View:
             return self.open.signature(docno)
         return self.sealed.signature(docno)
 
+    def signatures(
+        self, docnos: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]:
+        """`signature` of each: the open segment's in one call, the rest one by one
+        (a signature in the open segment is its document's: a copy moved there from a
+        sealed segment brings none until it adopts its owner's)."""
+        found, sigs = self.open.signatures(docnos)
+        rest = np.flatnonzero(~found)
+        if not len(rest):
+            return found, sigs
+        more: list[tuple[int, bytes]] = []
+        for j in rest.tolist():
+            raw = self.signature(int(docnos[j]))
+            if raw is not None:
+                more.append((j, raw))
+        if not more:
+            return found, sigs
+        if sigs.shape[1] == 0:  # none in the open segment: the width from a sealed one
+            sigs = np.zeros((len(docnos), len(more[0][1]) // 2), dtype=np.uint16)
+        for j, raw in more:
+            sigs[j] = np.frombuffer(raw, dtype="<u2")
+            found[j] = True
+        return found, sigs
+
     def text(self, docno: int) -> bytes:
         if self.open.record(docno) is not None:
             return self.open.text(docno)
@@ -594,7 +622,7 @@ class View:
     def flush_postings(self) -> None:
         self.open.flush_postings()
 
-    def candidates(self, band_keys: list[bytes], cap: int) -> dict[int, int]:
+    def candidates(self, band_keys: list[bytes], cap: int) -> npt.NDArray[np.int64]:
         self.sealed.capped = False
         found = self.open.candidates(band_keys, cap, older=self.sealed.newest)
         self.capped = self.open.capped or self.sealed.capped

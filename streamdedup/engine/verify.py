@@ -25,56 +25,179 @@ import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
 from streamdedup.engine.sealed import Store
-from streamdedup.sketch.jaccard import exact_jaccard
+from streamdedup.sketch.jaccard import Summary, choose_ranked, exact_jaccard, summarise
 from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.signature import estimate_gathered
 
-EXACT_CACHE = 4096  # candidates' exact sets kept within a batch (~4 KB each)
+# Exact sets kept across batches, in 64-bit values (8 bytes each): 64 MB, about 13,000
+# template-heavy pages.  A page's siblings are checked against the same earlier pages
+# batch after batch; shingling a stored text again costs 50-100 us, a kept set nothing.
+EXACT_VALUES = 8 << 20
 
 
 class BatchMemory:
-    """The current batch's indexed documents: docno -> where their signature and
-    shingle hashes are in memory (`fresh`), so a later document of the same batch checks
-    against them without reading and decoding what was just written; and the exact
-    shingle sets of this batch's re-checked candidates (`exact`: re-emissions of a
-    page check against the same earlier page again and again).  Not kept past the
-    batch (`clear`): it holds the batch's arrays."""
+    """What the engine keeps in memory to search candidates cheaply.
 
-    def __init__(self, shingler: Shingler) -> None:
+    Within one batch: the batch's indexed documents (`fresh`: where their signature
+    and shingle hashes are, so a later document of the batch checks against them
+    without reading and decoding what was just written), and the signatures of the
+    candidates read so far, as rows of one matrix found by document number (`_slot`),
+    so a document's candidates are gathered by one fancy index rather than one
+    LMDB read and one dict lookup each (a template-heavy page has hundreds).
+
+    Across batches: the exact shingle sets of candidates (`exact`), bounded by
+    EXACT_VALUES, oldest dropped first.  A document number's text never changes (numbers
+    are never reused; a copy that adopts an owner's text has the same text), so a kept
+    set stays right.  Only committed documents' sets are kept: a stored candidate's
+    at once, the batch's own ones (`_pending`) once `commit` says the batch's
+    transaction committed; a batch run again or abandoned drops them (`clear`)."""
+
+    def __init__(self, shingler: Shingler, exact_values: int = EXACT_VALUES) -> None:
         self._shingler = shingler  # exact re-checks
         self.fresh: dict[int, tuple[Prepared, int]] = {}
-        self.exact: dict[int, npt.NDArray[np.uint64]] = {}
+        self.exact: dict[int, Summary] = {}
+        self._exact_values = 0
+        self._budget = exact_values
+        self.pending: dict[int, Summary] = {}
+        self._mine: tuple[Prepared, int, Summary] | None = None
+        # docno -> row of `_rows` holding its signature (-1: not read in this batch)
+        self._slot: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
+        self._rows: npt.NDArray[np.uint16] = np.empty((0, 0), dtype=np.uint16)
+        self._used = 0
+        self._filled: list[npt.NDArray[np.int64]] = []
+        self._first = 0  # the first document number of the batch: those below committed
 
-    def clear(self) -> None:
+    def clear(self, first: int) -> None:
+        """A batch (or a new run of its transaction) begins, its documents numbered from
+        `first` on: nothing of an earlier run that was not committed is kept."""
+        self.end_batch()
+        self.pending = {}
+        self._first = first
+
+    def end_batch(self) -> None:
+        """The batch is decided: its arrays are let go; its own exact sets wait for
+        `commit` (or `clear`)."""
         self.fresh = {}
-        self.exact = {}
+        self._mine = None
+        for docnos in self._filled:
+            self._slot[docnos] = -1
+        self._filled = []
+        self._used = 0
+
+    def commit(self) -> None:
+        """The batch's transaction committed: its documents' exact sets are kept."""
+        for docno, got in self.pending.items():
+            self._keep(docno, got)
+        self.pending = {}
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
-        self.fresh[docno] = (p, i)
+        self.fresh[docno] = (p, i)  # its signature row is copied only if it is a candidate
+        mine = self._mine
+        if mine is not None and mine[0] is p and mine[1] == i:
+            self.pending[docno] = mine[2]
 
     def forget(self, docno: int) -> None:
+        """A document is forgotten, or adopts another's signature: read it again."""
         self.fresh.pop(docno, None)
-        self.exact.pop(docno, None)
+        got = self.exact.pop(docno, None)
+        if got is not None:
+            self._exact_values -= _size(got)
+        self.pending.pop(docno, None)
+        if docno < len(self._slot):
+            self._slot[docno] = -1
+
+    # -- signatures
 
     def signature(self, t: Store, docno: int) -> bytes | None:
         """A candidate's signature: from memory if this batch holds it, else as stored."""
         fresh = self.fresh.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
 
-    def exact_shingles(self, t: Store, docno: int) -> npt.NDArray[np.uint64]:
-        """A candidate's exact shingle set: from memory if this batch holds it, else
-        from its stored text, shingled again."""
+    def estimates(
+        self, t: Store, sig: npt.NDArray[np.uint16], docnos: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+        """Which of `docnos` (any order) have a signature, and the estimated Jaccard of
+        `sig` against each of those.  Each docno's signature is read from the store
+        once a batch (`Store.signatures`, one call for a document's new ones)."""
+        if not len(docnos):
+            return np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.float64)
+        self._room(int(docnos.max()))
+        rows = self._slot[docnos]
+        missing = rows < 0
+        if missing.any():
+            want = np.unique(docnos[missing])
+            fresh = self.fresh
+            mine = [d in fresh for d in want.tolist()] if fresh else []
+            if any(mine):  # this batch's documents: from their prepared rows
+                ours = want[mine]
+                rows_of = [fresh[d] for d in ours.tolist()]
+                self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
+                want = want[~np.asarray(mine)]
+            if len(want):
+                found, sigs = t.signatures(want)
+                if found.any():
+                    self._put_rows(want[found], sigs[found])
+            rows = self._slot[docnos]
+        keep = rows >= 0
+        return keep, estimate_gathered(sig, self._rows, rows[keep])
+
+    def _room(self, top: int) -> None:
+        if top >= len(self._slot):
+            grown = np.full(max(2 * len(self._slot), top + 1, 1024), -1, dtype=np.int32)
+            grown[: len(self._slot)] = self._slot
+            self._slot = grown
+
+    def _put_rows(self, docnos: npt.NDArray[np.int64], sigs: npt.NDArray[np.uint16]) -> None:
+        n, k = sigs.shape
+        self._room(int(docnos.max()))
+        if self._rows.shape[1] != k or self._used + n > len(self._rows):
+            grown_rows = np.empty((max(2 * len(self._rows), self._used + n, 1024), k), np.uint16)
+            if self._rows.shape[1] == k:
+                grown_rows[: self._used] = self._rows[: self._used]
+            self._rows = grown_rows
+        self._rows[self._used : self._used + n] = sigs
+        self._slot[docnos] = np.arange(self._used, self._used + n, dtype=np.int32)
+        self._used += n
+        self._filled.append(docnos)
+
+    # -- exact sets
+
+    def own(self, p: Prepared, i: int) -> Summary:
+        """The exact set of the document being checked (kept with it once stored)."""
+        mine = self._mine
+        if mine is None or mine[0] is not p or mine[1] != i:
+            mine = self._mine = (p, i, summarise(own_shingles(p, i)))
+        return mine[2]
+
+    def exact_shingles(self, t: Store, docno: int) -> Summary:
+        """A candidate's exact shingle set: from memory if this batch or an earlier one
+        holds it, else from its stored text, shingled again."""
         got = self.exact.get(docno)
+        if got is not None:
+            return got
+        got = self.pending.get(docno)
         if got is not None:
             return got
         fresh = self.fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
-            got = own_shingles(*fresh)
-        else:
-            got = exact_shingles(self._shingler, t.text(docno))
-        if len(self.exact) >= EXACT_CACHE:
-            self.exact.clear()
-        self.exact[docno] = got
+            got = self.pending[docno] = summarise(own_shingles(*fresh))
+            return got
+        got = summarise(exact_shingles(self._shingler, t.text(docno)))
+        if docno < self._first:  # committed before this batch: kept at once
+            self._keep(docno, got)
+        else:  # this batch's (a copy that took its owner's text): once committed
+            self.pending[docno] = got
         return got
+
+    def _keep(self, docno: int, got: Summary) -> None:
+        old = self.exact.pop(docno, None)
+        if old is not None:
+            self._exact_values -= _size(old)
+        self.exact[docno] = got
+        self._exact_values += _size(got)
+        while self._exact_values > self._budget and self.exact:
+            first = next(iter(self.exact))
+            self._exact_values -= _size(self.exact.pop(first))
 
 
 def exact_margin(threshold: float, num_perm: int) -> float:
@@ -90,26 +213,60 @@ def best_exact(
     memory: BatchMemory,
     p: Prepared,
     i: int,
-    docnos: list[int],
+    docnos: npt.NDArray[np.int64],
     est: npt.NDArray[np.float64],
-    order: list[int],
+    order: npt.NDArray[np.intp],
     threshold: float,
     margin: float,
     max_checks: int,
 ) -> tuple[tuple[float, int] | None, int]:
     """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
     similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
-    (similarity, docno); and the number of exact checks made."""
-    return choose_exact(
-        lambda: own_shingles(p, i),
-        lambda d: memory.exact_shingles(t, d),
-        docnos,
-        est,
-        order,
-        threshold,
-        margin,
-        max_checks,
-    )
+    (similarity, docno); and the number of exact checks made.
+
+    `choose_exact`'s rule, run by one compiled call (`choose_ranked`) over the exact
+    sets of the candidates it can reach: those whose estimate is at least
+    `threshold - margin` (the bar only rises from `threshold`), at most `max_checks`."""
+    ranked_est = est[order]
+    reach = min(int(np.count_nonzero(ranked_est >= threshold - margin)), max_checks)
+    if reach == 0:
+        return None, 0
+    ranked: list[int] = docnos[order[:reach]].tolist()
+    # the rule stops at `reach` at the latest, with `reach` checks made, as it does here
+    ranked_est = ranked_est[:reach]
+    known = np.full(reach, np.nan)
+    mine = memory.own(p, i)
+    # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
+    # is read here (the text shingled again) and the search resumes where it stopped.
+    loose: dict[int, Summary] = {}
+    sets = (memory.exact, memory.pending, loose)
+    best, best_sim, checks = -1, 0.0, 0
+    while True:
+        best, best_sim, checks, more = choose_ranked(
+            mine,
+            sets,
+            ranked,
+            ranked_est,
+            known,
+            threshold,
+            margin,
+            max_checks,
+            checks,
+            best,
+            best_sim,
+        )
+        if not more:
+            break
+        d = ranked[checks]
+        got = memory.exact_shingles(t, d)
+        if d not in memory.exact and d not in memory.pending:  # kept nowhere (a tiny budget)
+            loose[d] = got
+    return (None if best < 0 else (best_sim, ranked[best])), checks
+
+
+def _size(got: Summary) -> int:
+    """What a kept set costs, in 8-byte values (its counts included)."""
+    return len(got[1]) + len(got[0]) // 4
 
 
 def choose_exact(

@@ -420,7 +420,7 @@ def _exact_set(t: Tables, shingler: Shingler, docno: int) -> Any:
 def _neighbours(
     t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
-    found = set(t.candidates(stored_band_keys(sig, params), 1000))
+    found = set(t.candidates(stored_band_keys(sig, params), 1000).tolist())
     found.discard(docno)
     rows = [(d, t.signature(d)) for d in sorted(found)]
     rows = [(d, s) for d, s in rows if s is not None]

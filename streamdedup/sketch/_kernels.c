@@ -524,6 +524,211 @@ static PyObject *jaccard(PyObject *self, PyObject *args)
     return PyFloat_FromDouble((double)inter / (double)(na + nb - inter));
 }
 
+/* ------------------------------------------------------------------ choosing */
+
+/* J = m / (na + nb - m), in the double arithmetic of jaccard(). */
+static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
+{
+    return (double)m / (double)(na + nb - m);
+}
+
+/* The Jaccard of two sorted distinct uint64 arrays when it reaches `floor` (the very
+ * value jaccard() returns); otherwise some value below `floor` (-1.0).  The merge
+ * stops once the values shared so far, plus all the shorter remainder could still
+ * add, cannot reach `floor`: J grows with the intersection, so the bound is sound,
+ * and a template sibling below the bar is left part way through. */
+#define SLICES 256 /* counts of a set's values by their top 8 bits (jaccard.py `slice_counts`) */
+
+static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
+                               Py_ssize_t nb, const uint16_t *ca, const uint16_t *cb,
+                               double floor)
+{
+    if (!na || !nb)
+        return 0.0 >= floor ? 0.0 : -1.0;
+    Py_ssize_t lo = na < nb ? na : nb;
+    if (jaccard_of(lo, na, nb) < floor) /* the size filter: |A|/|B| too far from 1 */
+        return -1.0;
+    if (ca && cb) {
+        /* The slice filter: the values two sets share within one slice of the hash
+         * range are at most the fewer of the two sets' values there.  256 counts
+         * compared in a few dozen instructions reject most template siblings below the
+         * bar without touching the sets. */
+        uint32_t bound = 0;
+        for (int x = 0; x < SLICES; x++)
+            bound += ca[x] < cb[x] ? ca[x] : cb[x];
+        if ((Py_ssize_t)bound < lo)
+            lo = bound;
+        if (jaccard_of(lo, na, nb) < floor)
+            return -1.0;
+    }
+    /* need: the least intersection whose J reaches floor (<= lo, by the line above) */
+    Py_ssize_t need = (Py_ssize_t)(floor * (double)(na + nb) / (1.0 + floor));
+    if (need < 0)
+        need = 0;
+    if (need > lo)
+        need = lo;
+    while (need > 0 && jaccard_of(need - 1, na, nb) >= floor)
+        need--;
+    while (need < lo && jaccard_of(need, na, nb) < floor)
+        need++;
+    /* Blocks of 4 against blocks of 4: all 16 pairs compared at once (independent
+     * compares, where a one-by-one merge waits on each step's outcome), then the block
+     * with the smaller last value moves on (both, when equal).  A later block of the
+     * other side starts above that value, so every pair of blocks whose ranges overlap
+     * meets once, and each shared value (sets are distinct) is counted once. */
+    Py_ssize_t i = 0, j = 0, inter = 0, rounds = 0;
+    while (i + 4 <= na && j + 4 <= nb) {
+        const uint64_t a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
+        const uint64_t b0 = b[j], b1 = b[j + 1], b2 = b[j + 2], b3 = b[j + 3];
+        inter += (a0 == b0) + (a0 == b1) + (a0 == b2) + (a0 == b3) + (a1 == b0) + (a1 == b1) +
+                 (a1 == b2) + (a1 == b3) + (a2 == b0) + (a2 == b1) + (a2 == b2) + (a2 == b3) +
+                 (a3 == b0) + (a3 == b1) + (a3 == b2) + (a3 == b3);
+        i += (a3 <= b3) << 2;
+        j += (b3 <= a3) << 2;
+        if (++rounds % 16 == 0) { /* values met twice are counted once: still a bound */
+            Py_ssize_t ra = na - i, rb = nb - j;
+            if (inter + (ra < rb ? ra : rb) < need)
+                return -1.0;
+        }
+    }
+    /* The rest one by one: the blocks left behind met every block above them. */
+    while (i < na && j < nb) {
+        uint64_t x = a[i], y = b[j];
+        inter += x == y;
+        i += x <= y;
+        j += y <= x;
+    }
+    return jaccard_of(inter, na, nb);
+}
+
+PyDoc_STRVAR(choose_doc,
+"choose(mine_counts, mine, sets, ranked, est, measured, threshold, margin, max_checks,\n"
+"       start, best, best_sim) -> (best, best_sim, checks, more)\n\n"
+"verify.choose_exact over candidates already in rank order: `ranked` their docnos (a\n"
+"list of int), `est` their float64 estimates, `measured` their similarities measured\n"
+"elsewhere (NaN: not measured), `sets` a tuple of dicts docno -> (slice counts,\n"
+"sorted distinct uint64 set), looked up in turn (counts: 256 uint16, or empty).  It resumes at rank `start` with the best so far\n"
+"(`best` -1: none) and returns the best's rank and exact Jaccard, the number of\n"
+"checks as choose_exact counts them, and `more`: the rule wants the set of rank\n"
+"`checks`, which no dict holds (the caller reads it, and calls again).  A candidate\n"
+"that cannot beat the current bar is left as soon as a bound proves it\n"
+"(jaccard_at_least): the answer is choose_exact's, value for value.");
+
+static PyObject *choose(PyObject *self, PyObject *args)
+{
+    PyObject *mine_obj, *mine_counts_obj, *sets, *ranked, *est_obj, *measured_obj;
+    double threshold, margin, best_sim;
+    Py_ssize_t max_checks, checks, best;
+    if (!PyArg_ParseTuple(args, "OOO!O!OOddnnnd", &mine_counts_obj, &mine_obj, &PyTuple_Type,
+                          &sets, &PyList_Type, &ranked, &est_obj, &measured_obj, &threshold,
+                          &margin, &max_checks, &checks, &best, &best_sim))
+        return NULL;
+    Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets);
+    for (Py_ssize_t d = 0; d < n_dicts; d++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(sets, d))) {
+            PyErr_SetString(PyExc_TypeError, "choose: sets must be a tuple of dicts");
+            return NULL;
+        }
+    Py_buffer views[4];
+    if (get_buffers(4, views, (PyObject *[]){mine_obj, est_obj, measured_obj, mine_counts_obj},
+                    (Py_ssize_t[]){8, 8, 8, 2},
+                    (const char *[]){"mine", "est", "measured", "counts"}) < 0)
+        return NULL;
+    const uint64_t *mine = views[0].buf;
+    const double *est = views[1].buf, *measured = views[2].buf;
+    const uint16_t *mine_counts = views[3].len == SLICES * 2 ? views[3].buf : NULL;
+    Py_ssize_t n_mine = views[0].len / 8, n = views[1].len / 8;
+    int more = 0;
+    if (views[2].len / 8 != n || PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
+        release_buffers(4, views);
+        PyErr_SetString(PyExc_ValueError, "choose: ranked, est and measured disagree");
+        return NULL;
+    }
+    for (; checks < n; checks++) {
+        double floor = best < 0 ? threshold : best_sim;
+        if (checks >= max_checks || est[checks] < floor - margin)
+            break;
+        double sim = measured[checks];
+        if (sim != sim) { /* NaN: measure it here */
+            PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
+            for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
+                set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
+                if (set == NULL && PyErr_Occurred()) {
+                    release_buffers(4, views);
+                    return NULL;
+                }
+            }
+            if (set == NULL) {
+                more = 1;
+                break;
+            }
+            /* (slice counts, set): the counts are used when both sides have them */
+            if (!PyTuple_Check(set) || PyTuple_GET_SIZE(set) != 2) {
+                release_buffers(4, views);
+                PyErr_SetString(PyExc_TypeError, "choose: a set must be (counts, values)");
+                return NULL;
+            }
+            Py_buffer their[2];
+            if (get_buffers(2, their, (PyObject *[]){PyTuple_GET_ITEM(set, 0), PyTuple_GET_ITEM(set, 1)},
+                            (Py_ssize_t[]){2, 8}, (const char *[]){"counts", "values"}) < 0) {
+                release_buffers(4, views);
+                return NULL;
+            }
+            const uint16_t *cb = their[0].len == SLICES * 2 ? their[0].buf : NULL;
+            sim = jaccard_at_least(mine, n_mine, their[1].buf, their[1].len / 8,
+                                   cb ? mine_counts : NULL, cb, floor);
+            release_buffers(2, their);
+        }
+        if (sim >= threshold && (best < 0 || sim > best_sim)) {
+            best = checks;
+            best_sim = sim;
+        }
+    }
+    release_buffers(4, views);
+    return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
+}
+
+PyDoc_STRVAR(estimates_doc,
+"estimates(sig, matrix, rows) -> bytes\n\n"
+"signature.estimate_jaccard of `sig` (K uint16) against rows `rows` (int32) of\n"
+"`matrix` (uint16, K per row), as float64 bytes, value for value: the rows are read\n"
+"in place, where numpy would first copy them out.");
+
+static PyObject *estimates(PyObject *self, PyObject *args)
+{
+    PyObject *sig_obj, *matrix_obj, *rows_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &sig_obj, &matrix_obj, &rows_obj))
+        return NULL;
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){sig_obj, matrix_obj, rows_obj},
+                    (Py_ssize_t[]){2, 2, 4}, (const char *[]){"sig", "matrix", "rows"}) < 0)
+        return NULL;
+    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
+    const int32_t *rows = views[2].buf;
+    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0, m = views[2].len / 4;
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (rows[j] < 0 || rows[j] >= n_rows) {
+            release_buffers(3, views);
+            PyErr_SetString(PyExc_IndexError, "estimates: a row outside the matrix");
+            return NULL;
+        }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 8);
+    if (out) {
+        double *est = (double *)PyBytes_AS_STRING(out);
+        const double accidental = 1.0 / 65536.0;
+        for (Py_ssize_t j = 0; j < m; j++) {
+            const uint16_t *row = matrix + (Py_ssize_t)rows[j] * k;
+            uint32_t agree = 0; /* 32 bits: the compiler vectorises the count */
+            for (Py_ssize_t x = 0; x < k; x++)
+                agree += row[x] == sig[x];
+            double e = ((double)agree / (double)k - accidental) / (1.0 - accidental);
+            est[j] = e > 0.0 ? e : 0.0;
+        }
+    }
+    release_buffers(3, views);
+    return out;
+}
+
 /* ------------------------------------------------------------------ publishing */
 
 /* Kafka's murmur2 (the Java client's Utils.murmur2), 32-bit arithmetic throughout. */
@@ -599,6 +804,8 @@ static PyMethodDef methods[] = {
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
+    {"choose", choose, METH_VARARGS, choose_doc},
+    {"estimates", estimates, METH_VARARGS, estimates_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -30,6 +30,24 @@ class Kernels(Protocol):
 
     def jaccard(self, a: Buffer, b: Buffer) -> float: ...
 
+    def choose(
+        self,
+        mine_counts: Buffer,
+        mine: Buffer,
+        sets: tuple[dict[int, tuple[Buffer, Buffer]], ...],
+        ranked: list[int],
+        est: Buffer,
+        measured: Buffer,
+        threshold: float,
+        margin: float,
+        max_checks: int,
+        start: int,
+        best: int,
+        best_sim: float,
+    ) -> tuple[int, float, int, bool]: ...
+
+    def estimates(self, sig: Buffer, matrix: Buffer, rows: Buffer) -> bytes: ...
+
     def kafka_partitions(self, keys: list[bytes], n: int) -> list[int]: ...
 
 

@@ -199,6 +199,22 @@ def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.floa
     return out
 
 
+def estimate_gathered(
+    sig: Signatures, matrix: Signatures, rows: npt.NDArray[np.int32]
+) -> npt.NDArray[np.float64]:
+    """`estimate_jaccard(sig, matrix[rows])`, value for value; compiled, it reads the
+    rows in place (a template-heavy page has hundreds of candidates: numpy would copy
+    each row out, then compare, then sum, three passes where one does)."""
+    if kernels.native is not None:
+        raw = kernels.native.estimates(
+            np.ascontiguousarray(sig, dtype=np.uint16),
+            np.ascontiguousarray(matrix, dtype=np.uint16),
+            np.ascontiguousarray(rows, dtype=np.int32),
+        )
+        return np.frombuffer(raw, dtype=np.float64)
+    return estimate_jaccard(sig, matrix[rows])
+
+
 def estimate_rows(sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
     """`estimate_jaccard` of many signatures at once: row i of `sigs` (shape (n, K))
     against each of `others[i]` (shape (n, m, K)); the same arithmetic, value for

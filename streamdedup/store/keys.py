@@ -52,6 +52,12 @@ def docno_key(docno: int) -> bytes:
     return docno.to_bytes(DOCNO_BYTES, "big")
 
 
+def docno_keys(docnos: npt.NDArray[np.int64]) -> bytes:
+    """`docno_key` of many document numbers, joined (DOCNO_BYTES each)."""
+    wide = np.ascontiguousarray(docnos, dtype=">u8").view(np.uint8).reshape(-1, 8)
+    return wide[:, 8 - DOCNO_BYTES :].tobytes()
+
+
 def docno_of(key: bytes | memoryview) -> int:
     return int.from_bytes(key, "big")
 

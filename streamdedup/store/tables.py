@@ -50,6 +50,7 @@ reads the document tables must call `_flush` first.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,7 @@ from streamdedup.store.keys import (
     DOCNO_BYTES,
     SEGMENT_BYTES,
     docno_key,
+    docno_keys,
     docno_of,
     expiry_key,
     native_keys,
@@ -73,6 +75,8 @@ from streamdedup.store.keys import (
 )
 from streamdedup.store.postings import Postings
 
+_NO_DOCS: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)  # no candidates (never changed)
+_FEW = 64  # candidates made distinct in Python below this, by numpy above
 TEXT_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 
 TABLES = (
@@ -255,6 +259,23 @@ class Tables:
             self._flush()  # reads the batch's own signatures from memory
         raw = self.txn.get(docno_key(docno), db=self.db["sigs"])
         return None if raw is None else bytes(raw)
+
+    def signatures(
+        self, docnos: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]:
+        """The signatures of `docnos` as rows of a matrix (a row of zeros where there
+        is none), and which exist: one call for a document's candidates, where
+        `signature` is a call (and a key built) per candidate."""
+        get, db = self.txn.get, self.db["sigs"]
+        keys, step = docno_keys(docnos), DOCNO_BYTES
+        found = np.zeros(len(docnos), dtype=np.bool_)
+        rows: list[bytes] = []
+        for j in range(len(docnos)):
+            raw = get(keys[j * step : (j + 1) * step], db=db)
+            if raw is not None:
+                found[j] = True
+                rows.append(bytes(raw))
+        return _matrix(found, rows)
 
     def _chunked(self, docno: int, table: str) -> bytes:
         """The chunks joined; only a full chunk can have a next one (gets are cheaper
@@ -630,18 +651,21 @@ class Tables:
         band_keys: list[bytes],
         cap: int,
         older: Callable[[bytes, int, list[int]], list[int]] | None = None,
-    ) -> dict[int, int]:
-        """docno -> number of the given buckets it is in, from at most the `cap`
-        newest postings of each bucket.  `older(key, cap, newest)`: the bucket's
+    ) -> npt.NDArray[np.int64]:
+        """The documents in any of the given buckets, ascending, from at most the
+        `cap` newest postings of each bucket.  `older(key, cap, newest)`: the bucket's
         newest `cap` postings once those held elsewhere (sealed segments) are
-        merged with this index's `newest`."""
-        found: dict[int, int] = {}
-        get = found.get
+        merged with this index's `newest`.
+
+        The buckets' lists are joined and made distinct by numpy at the end, not
+        counted one posting at a time: a page of a templated site meets hundreds of
+        its siblings in its buckets."""
+        lists: list[list[int]] = []
         p = self._postings
         self.capped = False
         row = b"".join(band_keys) if p is not None else b""
         if p is not None and row in p.quiet:
-            return found
+            return _NO_DOCS
         read_ahead = p is not None and row in p.rows
         for bk in band_keys:
             if p is None:
@@ -672,9 +696,18 @@ class Tables:
                         newest = added + stored[: cap - len(added)]
             if older is not None:
                 newest = older(bk, cap, newest)
-            for d in newest:
-                found[d] = get(d, 0) + 1
-        return found
+            if newest:
+                lists.append(newest)
+        if not lists:
+            return _NO_DOCS
+        joined = itertools.chain.from_iterable(lists)
+        if sum(len(x) for x in lists) <= _FEW:  # most pages: a few, sorted in Python
+            return np.array(sorted(set(joined)), dtype=np.int64)
+        out = np.fromiter(joined, dtype=np.int64)
+        out.sort()
+        first = np.ones(len(out), dtype=np.bool_)
+        np.not_equal(out[1:], out[:-1], out=first[1:])
+        return out[first]
 
     # -- documents as a whole (seal)
     def docno_range(self) -> tuple[int, int] | None:
@@ -765,3 +798,15 @@ class Tables:
             pages = st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
             out[name] = int(pages * st["psize"])
         return out
+
+
+def _matrix(
+    found: npt.NDArray[np.bool_], rows: list[bytes]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]:
+    """Signature rows (little-endian uint16) placed where `found` says, zeros elsewhere."""
+    if not rows:
+        return found, np.zeros((len(found), 0), dtype=np.uint16)
+    got = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
+    out = np.zeros((len(found), got.shape[1]), dtype=np.uint16)
+    out[found] = got
+    return found, out

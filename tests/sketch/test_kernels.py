@@ -26,6 +26,8 @@ from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import (
     FINGERPRINT_BITS,
     FingerprintSets,
+    estimate_gathered,
+    estimate_jaccard,
     probe_table,
     ranks_of,
     signatures,
@@ -286,3 +288,38 @@ def test_few_filled_bins_borrow_as_the_probe_walk_does(
             np.array(values, np.uint32), offsets, num_perm, probes, ranks_of(probes)
         )
         assert np.frombuffer(raw, np.uint16).tolist() == _walk(values, num_perm, probes)
+
+
+@needs_compiled
+@given(
+    st.integers(1, 64).flatmap(
+        lambda k: st.tuples(
+            st.lists(st.integers(0, 3), min_size=k, max_size=k),
+            st.lists(st.lists(st.integers(0, 3), min_size=k, max_size=k), min_size=1, max_size=20),
+        )
+    ),
+    st.data(),
+)
+def test_estimates_equal_numpy(
+    sig_rows: tuple[list[int], list[list[int]]], data: st.DataObject
+) -> None:
+    """Value for value (candidates are ranked by these numbers, ties by docno), with
+    rows taken in any order and more than once; few distinct values, so rows agree
+    with the signature in every proportion."""
+    sig = np.array(sig_rows[0], dtype=np.uint16)
+    matrix = np.array(sig_rows[1], dtype=np.uint16)
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, len(matrix) - 1), max_size=30)), dtype=np.int32
+    )
+    got = estimate_gathered(sig, matrix, rows)
+    with numpy_code():
+        want = estimate_gathered(sig, matrix, rows)
+    assert got.tolist() == want.tolist() == estimate_jaccard(sig, matrix[rows]).tolist()
+
+
+@needs_compiled
+def test_estimates_refuse_a_row_outside_the_matrix() -> None:
+    assert compiled is not None
+    matrix = np.zeros((3, 4), np.uint16)
+    with pytest.raises(IndexError, match="outside"):
+        compiled.estimates(np.zeros(4, np.uint16), matrix, np.array([0, 3], np.int32))

@@ -1,0 +1,226 @@
+"""The candidate search of a document (engine/verify.py, sketch/jaccard.py, the
+`choose` and `estimates` kernels): the compiled rule gives exactly `choose_exact`'s
+answer -- the definition the backfill also applies -- however the candidates' sets
+are spread over the memory's dicts, and the default caps leave a templated site's
+near duplicates to the exact check instead of cutting them off."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup import Deduplicator
+from streamdedup.config import EngineOptions
+from streamdedup.engine.verify import BatchMemory, choose_exact
+from streamdedup.models import Document
+from streamdedup.sketch.jaccard import choose_ranked, summarise
+from streamdedup.sketch.shingle import Shingler
+from streamdedup.store.tables import Tables
+
+# Sets over a small range overlap a lot, so similarities land on both sides of the bar;
+# some values spread over the slices of the hash range (the top 8 bits), some crowd
+# into one, so the slice filter is sometimes tight and sometimes loose.
+values = st.one_of(st.integers(0, 60), st.integers(0, 60).map(lambda v: v << 58))
+sets = st.lists(values, min_size=0, max_size=40, unique=True).map(
+    lambda v: np.array(sorted(v), np.uint64)
+)
+
+
+def _summary(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`summarise`, or the form of a set too large to count (no slice filter)."""
+    return summarise(values) if counted else (np.zeros(0, np.uint16), values)
+
+
+@st.composite
+def searches(draw: st.DrawFn) -> tuple[object, ...]:
+    n = draw(st.integers(1, 12))
+    theirs = [draw(sets) for _ in range(n)]
+    est = np.array(sorted(draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)), reverse=True))
+    threshold = draw(st.sampled_from([0.3, 0.5, 0.8, 0.9]))
+    margin = draw(st.sampled_from([0.0, 0.15, 0.5]))
+    max_checks = draw(st.integers(0, n + 2))
+    held = [draw(st.integers(0, 2)) for _ in range(n)]  # which dict holds it (2: none)
+    counted = [draw(st.booleans()) for _ in range(n + 1)]
+    return draw(sets), theirs, est, threshold, margin, max_checks, held, counted
+
+
+@pytest.mark.usefixtures("kernel")
+@given(searches())
+def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
+    """Resumed wherever a set is missing (the engine reads it, then calls again): the
+    same best, similarity and check count as the definition, which tries every
+    candidate in turn."""
+    mine, theirs, est, threshold, margin, max_checks, held, counted = search
+    assert isinstance(counted, list)
+    assert isinstance(theirs, list) and isinstance(est, np.ndarray)
+    assert isinstance(held, list)
+    assert isinstance(mine, np.ndarray) and isinstance(max_checks, int)
+    assert isinstance(threshold, float) and isinstance(margin, float)
+    docnos = list(range(100, 100 + len(theirs)))
+    order = list(range(len(theirs)))
+    want = choose_exact(
+        lambda: mine,
+        lambda d: theirs[d - 100],
+        docnos,
+        est,
+        order,
+        threshold,
+        margin,
+        max_checks,
+    )
+    dicts: tuple[dict[int, tuple[np.ndarray, np.ndarray]], ...] = ({}, {})
+    for d, where in zip(docnos, held, strict=True):
+        if where < 2:
+            dicts[where][d] = _summary(theirs[d - 100], counted[d - 100])
+    known = np.full(len(theirs), np.nan)
+    best, best_sim, checks, more, calls = -1, 0.0, 0, True, 0
+    while more:
+        best, best_sim, checks, more = choose_ranked(
+            _summary(mine, counted[-1]),
+            dicts,
+            docnos,
+            est,
+            known,
+            threshold,
+            margin,
+            max_checks,
+            checks,
+            best,
+            best_sim,
+        )
+        calls += 1
+        if more:  # the engine reads the missing set, then resumes
+            assert docnos[checks] not in dicts[0] and docnos[checks] not in dicts[1]
+            dicts[1][docnos[checks]] = _summary(theirs[checks], counted[checks])
+    got = (None if best < 0 else (best_sim, docnos[best]), checks)
+    assert got == want
+    assert calls <= 1 + held.count(2)
+
+
+@pytest.mark.usefixtures("kernel")
+def test_a_candidate_left_half_way_is_one_that_could_not_pass() -> None:
+    """The merge stops early only on a proof: a candidate just at the bar is measured
+    to the end and wins; one just under it loses, whatever the order of its values."""
+    mine = np.arange(0, 100, dtype=np.uint64)
+    at_bar = np.arange(0, 80, dtype=np.uint64)  # 80 / 100 = 0.8
+    under = np.concatenate([np.arange(1, 80), [1000]]).astype(np.uint64)  # 79 / 101
+    est = np.array([0.9, 0.9])
+    known = np.full(2, np.nan)
+    sets = ({1: summarise(under), 2: summarise(at_bar)},)
+    got = choose_ranked(summarise(mine), sets, [1, 2], est, known, 0.8, 0.2, 10)
+    assert got == (1, 0.8, 2, False)
+
+
+def test_refused_when_the_arrays_disagree() -> None:
+    from streamdedup.sketch import kernels
+
+    native = kernels.load("compiled")
+    if native is None:
+        pytest.skip("the compiled kernels were not built")
+    one, none = np.ones(1, dtype=np.float64), np.zeros(0, np.uint64)
+    with pytest.raises(ValueError, match="disagree"):
+        native.choose(b"", none, ({},), [1, 2], one, one, 0.8, 0.1, 5, 0, -1, 0.0)
+    with pytest.raises(TypeError, match="tuple of dicts"):
+        native.choose(b"", none, ([],), [1], one, one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="counts, values"):
+        native.choose(b"", none, ({1: none},), [1], one, one * np.nan, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[dict-item]
+
+
+def test_signatures_of_many_are_each_ones_signature(tmp_path: Path) -> None:
+    """`Tables.signatures` (one call for a document's candidates) against `signature`
+    one at a time, with document numbers that have none among them."""
+    docs = [
+        Document(f"d{i}", f"page {i} " + "shared words of a site template " * 8) for i in range(40)
+    ]
+    with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
+        dd.check_batch(docs[:20])
+        dd.check_batch(docs[20:])
+        docnos = np.array([0, 3, 39, 7, 1000, 5, 5, 12], dtype=np.int64)
+
+        def read(t: Tables) -> None:
+            found, rows = t.signatures(docnos)
+            for j, d in enumerate(docnos.tolist()):
+                one = t.signature(d)
+                assert found[j] == (one is not None)
+                if one is not None:
+                    assert rows[j].astype("<u2").tobytes() == one
+
+        dd.index.read(read)
+
+
+def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> None:
+    """A run of the batch's transaction that does not commit (it is run again, or
+    abandoned) leaves nothing behind: its documents' numbers may go to others."""
+    with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
+        p = dd.preparer.prepare([Document("a", "one two three four five six seven eight")])
+        memory = BatchMemory(Shingler(dd.params.shingle))
+        memory.clear(10)
+        memory.remember(10, p, 0)
+        assert memory.own(p, 0) is not None
+        memory.remember(10, p, 0)  # stored: its own set is the batch's, pending
+        assert 10 in memory.pending and 10 not in memory.exact
+        memory.end_batch()
+        memory.clear(11)  # the transaction ran again: the pending set is dropped
+        memory.commit()
+        assert 10 not in memory.exact
+        memory.remember(10, p, 0)
+        memory.own(p, 0)
+        memory.remember(10, p, 0)
+        memory.end_batch()
+        memory.commit()  # committed: kept across batches
+        assert 10 in memory.exact
+        memory.forget(10)
+        assert 10 not in memory.exact
+
+
+def _site(n: int, seed: int) -> list[Document]:
+    """One templated site: a long shared template around short bodies, with edited
+    re-emissions of earlier pages: the pages are about 0.7-0.8 similar through the
+    template alone, so a re-emission's estimate does not stand out from its siblings',
+    and they meet every sibling in their template-only buckets."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(3000)]
+    template = " ".join(rng.choice(vocab) for _ in range(300))
+    bodies: list[str] = []
+    out = []
+    for i in range(n):
+        if bodies and rng.random() < 0.35:
+            words = rng.choice(bodies).split()
+            for _ in range(rng.randint(4, 7)):  # edited: about 0.8-0.88 similar to it
+                words[rng.randrange(len(words))] = rng.choice(vocab)
+            body = " ".join(words)
+        else:
+            body = " ".join(rng.choice(vocab) for _ in range(rng.randint(40, 60)))
+        bodies.append(body)
+        out.append(Document(f"p{i}", f"{template[:900]} {body} {template[900:]}"))
+    return out
+
+
+def test_default_caps_leave_a_templated_site_to_the_exact_check(tmp_path: Path) -> None:
+    """The same verdicts as with no caps at all, neither cap counted; the old caps
+    (100 postings a bucket, 32 checks) shrunk to this stream's size do cut it short
+    and lose near duplicates, so the test can tell the two apart."""
+    docs = _site(400, seed=3)
+    verdicts = {}
+    runs = {
+        "default": EngineOptions(),
+        "none": EngineOptions(max_bucket_candidates=10**6, max_exact_checks=10**6),
+        "tight": EngineOptions(max_bucket_candidates=5, max_exact_checks=2),
+    }
+    for name, options in runs.items():
+        with Deduplicator(tmp_path / name, threshold=0.8, options=options) as dd:
+            got = []
+            for start in range(0, len(docs), 100):
+                got += dd.check_batch(docs[start : start + 100])
+            verdicts[name] = [(v.verdict, v.duplicate_of, v.similarity) for v in got]
+            if name == "default":
+                assert (dd.counters.bucket_capped, dd.counters.exact_capped) == (0, 0)
+                assert dd.counters.most_candidates > 100  # a hot site: the old cap bit
+    assert verdicts["default"] == verdicts["none"]
+    duplicates = {name: sum(v[0] == "duplicate" for v in got) for name, got in verdicts.items()}
+    assert duplicates["tight"] < duplicates["none"]

@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
+# At most this many candidates, their signatures are read one by one (`_one_by_one`);
+# more are gathered by the batch's signature matrix (BatchMemory.estimates).
+_FEW = 8
+
 
 class _SegmentsChanged(Exception):
     """The index's sealed segments changed since they were opened (another process
@@ -601,8 +605,8 @@ class Deduplicator:
         if not len(found):
             return None
         docnos = found
-        if self._expiry.behind:
-            kept, rows = self._behind(t, docnos)
+        if self._expiry.behind or len(docnos) <= _FEW:
+            kept, rows = self._one_by_one(t, docnos)
             docnos = np.asarray(kept, dtype=np.int64)
             est = estimate_jaccard(sig, rows)
         else:  # the candidates' signatures gathered at once (BatchMemory.estimates)
@@ -641,15 +645,18 @@ class Deduplicator:
         rec = t.record(best[1])
         return None if rec is None else (best[0], rec)
 
-    def _behind(
+    def _one_by_one(
         self, t: Store, docnos: npt.NDArray[np.int64]
     ) -> tuple[list[int], npt.NDArray[np.uint16]]:
-        """Candidates and their signatures while the time window is behind: one by
-        one, an expired candidate replaced by its successor (`_successor`)."""
+        """Candidates and their signatures one by one: for a few (most pages of a
+        crawl have one or two, where the batched gather's numpy calls cost more than
+        they save), and while the time window is behind, an expired candidate
+        replaced by its successor (`_successor`)."""
         kept: list[int] = []
         rows: list[bytes] = []
+        behind = self._expiry.behind
         for d in docnos.tolist():
-            if (r := t.record(d)) is not None and self._expired(r):
+            if behind and (r := t.record(d)) is not None and self._expired(r):
                 heir = self._successor(t, d, r)
                 if heir is None:
                     continue

@@ -234,7 +234,6 @@ def best_exact(
     ranked: list[int] = docnos[order[:reach]].tolist()
     # the rule stops at `reach` at the latest, with `reach` checks made, as it does here
     ranked_est = ranked_est[:reach]
-    known = np.full(reach, np.nan)
     mine = memory.own(p, i)
     # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
     # is read here (the text shingled again) and the search resumes where it stopped.
@@ -247,7 +246,6 @@ def best_exact(
             sets,
             ranked,
             ranked_est,
-            known,
             threshold,
             margin,
             max_checks,

@@ -602,11 +602,10 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
 }
 
 PyDoc_STRVAR(choose_doc,
-"choose(mine_counts, mine, sets, ranked, est, measured, threshold, margin, max_checks,\n"
+"choose(mine_counts, mine, sets, ranked, est, threshold, margin, max_checks,\n"
 "       start, best, best_sim) -> (best, best_sim, checks, more)\n\n"
 "verify.choose_exact over candidates already in rank order: `ranked` their docnos (a\n"
-"list of int), `est` their float64 estimates, `measured` their similarities measured\n"
-"elsewhere (NaN: not measured), `sets` a tuple of dicts docno -> (slice counts,\n"
+"list of int), `est` their float64 estimates, `sets` a tuple of dicts docno -> (slice counts,\n"
 "sorted distinct uint64 set), looked up in turn (counts: 256 uint16, or empty).  It resumes at rank `start` with the best so far\n"
 "(`best` -1: none) and returns the best's rank and exact Jaccard, the number of\n"
 "checks as choose_exact counts them, and `more`: the rule wants the set of rank\n"
@@ -616,12 +615,12 @@ PyDoc_STRVAR(choose_doc,
 
 static PyObject *choose(PyObject *self, PyObject *args)
 {
-    PyObject *mine_obj, *mine_counts_obj, *sets, *ranked, *est_obj, *measured_obj;
+    PyObject *mine_obj, *mine_counts_obj, *sets, *ranked, *est_obj;
     double threshold, margin, best_sim;
     Py_ssize_t max_checks, checks, best;
-    if (!PyArg_ParseTuple(args, "OOO!O!OOddnnnd", &mine_counts_obj, &mine_obj, &PyTuple_Type,
-                          &sets, &PyList_Type, &ranked, &est_obj, &measured_obj, &threshold,
-                          &margin, &max_checks, &checks, &best, &best_sim))
+    if (!PyArg_ParseTuple(args, "OOO!O!Oddnnnd", &mine_counts_obj, &mine_obj, &PyTuple_Type,
+                          &sets, &PyList_Type, &ranked, &est_obj, &threshold, &margin,
+                          &max_checks, &checks, &best, &best_sim))
         return NULL;
     Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets);
     for (Py_ssize_t d = 0; d < n_dicts; d++)
@@ -629,62 +628,58 @@ static PyObject *choose(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_TypeError, "choose: sets must be a tuple of dicts");
             return NULL;
         }
-    Py_buffer views[4];
-    if (get_buffers(4, views, (PyObject *[]){mine_obj, est_obj, measured_obj, mine_counts_obj},
-                    (Py_ssize_t[]){8, 8, 8, 2},
-                    (const char *[]){"mine", "est", "measured", "counts"}) < 0)
+    Py_buffer views[3];
+    if (get_buffers(3, views, (PyObject *[]){mine_obj, est_obj, mine_counts_obj},
+                    (Py_ssize_t[]){8, 8, 2}, (const char *[]){"mine", "est", "counts"}) < 0)
         return NULL;
     const uint64_t *mine = views[0].buf;
-    const double *est = views[1].buf, *measured = views[2].buf;
-    const uint16_t *mine_counts = views[3].len == SLICES * 2 ? views[3].buf : NULL;
+    const double *est = views[1].buf;
+    const uint16_t *mine_counts = views[2].len == SLICES * 2 ? views[2].buf : NULL;
     Py_ssize_t n_mine = views[0].len / 8, n = views[1].len / 8;
     int more = 0;
-    if (views[2].len / 8 != n || PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
-        release_buffers(4, views);
-        PyErr_SetString(PyExc_ValueError, "choose: ranked, est and measured disagree");
+    if (PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
+        release_buffers(3, views);
+        PyErr_SetString(PyExc_ValueError, "choose: ranked and est disagree");
         return NULL;
     }
     for (; checks < n; checks++) {
         double floor = best < 0 ? threshold : best_sim;
         if (checks >= max_checks || est[checks] < floor - margin)
             break;
-        double sim = measured[checks];
-        if (sim != sim) { /* NaN: measure it here */
-            PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
-            for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
-                set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
-                if (set == NULL && PyErr_Occurred()) {
-                    release_buffers(4, views);
-                    return NULL;
-                }
-            }
-            if (set == NULL) {
-                more = 1;
-                break;
-            }
-            /* (slice counts, set): the counts are used when both sides have them */
-            if (!PyTuple_Check(set) || PyTuple_GET_SIZE(set) != 2) {
-                release_buffers(4, views);
-                PyErr_SetString(PyExc_TypeError, "choose: a set must be (counts, values)");
+        PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
+        for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
+            set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
+            if (set == NULL && PyErr_Occurred()) {
+                release_buffers(3, views);
                 return NULL;
             }
-            Py_buffer their[2];
-            if (get_buffers(2, their, (PyObject *[]){PyTuple_GET_ITEM(set, 0), PyTuple_GET_ITEM(set, 1)},
-                            (Py_ssize_t[]){2, 8}, (const char *[]){"counts", "values"}) < 0) {
-                release_buffers(4, views);
-                return NULL;
-            }
-            const uint16_t *cb = their[0].len == SLICES * 2 ? their[0].buf : NULL;
-            sim = jaccard_at_least(mine, n_mine, their[1].buf, their[1].len / 8,
-                                   cb ? mine_counts : NULL, cb, floor);
-            release_buffers(2, their);
         }
+        if (set == NULL) {
+            more = 1;
+            break;
+        }
+        /* (slice counts, set): the counts are used when both sides have them */
+        if (!PyTuple_Check(set) || PyTuple_GET_SIZE(set) != 2) {
+            release_buffers(3, views);
+            PyErr_SetString(PyExc_TypeError, "choose: a set must be (counts, values)");
+            return NULL;
+        }
+        Py_buffer their[2];
+        if (get_buffers(2, their, (PyObject *[]){PyTuple_GET_ITEM(set, 0), PyTuple_GET_ITEM(set, 1)},
+                        (Py_ssize_t[]){2, 8}, (const char *[]){"counts", "values"}) < 0) {
+            release_buffers(3, views);
+            return NULL;
+        }
+        const uint16_t *cb = their[0].len == SLICES * 2 ? their[0].buf : NULL;
+        double sim = jaccard_at_least(mine, n_mine, their[1].buf, their[1].len / 8,
+                                      cb ? mine_counts : NULL, cb, floor);
+        release_buffers(2, their);
         if (sim >= threshold && (best < 0 || sim > best_sim)) {
             best = checks;
             best_sim = sim;
         }
     }
-    release_buffers(4, views);
+    release_buffers(3, views);
     return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
 }
 

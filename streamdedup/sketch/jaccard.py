@@ -65,7 +65,6 @@ def choose_ranked(
     sets: tuple[dict[int, Summary], ...],
     ranked: list[int],
     est: npt.NDArray[np.float64],
-    measured: npt.NDArray[np.float64],
     threshold: float,
     margin: float,
     max_checks: int,
@@ -74,9 +73,8 @@ def choose_ranked(
     best_sim: float = 0.0,
 ) -> tuple[int, float, int, bool]:
     """The exact-check rule (engine/verify.py `choose_exact`) over candidates already
-    in rank order: `ranked` their docnos, `est` their estimates (descending),
-    `measured` their similarities measured elsewhere (NaN: not), `sets` dicts docno ->
-    `summarise`d exact set, looked up in turn.  Resumes at rank `start` with the best
+    in rank order: `ranked` their docnos, `est` their estimates (descending), `sets`
+    dicts docno -> `summarise`d exact set, looked up in turn.  Resumes at rank `start` with the best
     so far (rank `best`, -1: none) and returns (rank of the best or -1, its
     similarity, checks made, `more`): `more` if the rule wants the set of rank
     `checks` and no dict holds it -- the caller reads it and calls again, so sets are
@@ -95,7 +93,6 @@ def choose_ranked(
             sets,  # summaries: contiguous arrays already (the kernel checks)
             ranked,
             np.ascontiguousarray(est, dtype=np.float64),
-            np.ascontiguousarray(measured, dtype=np.float64),
             threshold,
             margin,
             max_checks,
@@ -107,12 +104,10 @@ def choose_ranked(
         floor = threshold if best < 0 else best_sim
         if checks >= max_checks or est[checks] < floor - margin:
             return best, best_sim, checks, False
-        sim = float(measured[checks])
-        if sim != sim:  # NaN: not measured elsewhere
-            theirs = next((s[ranked[checks]] for s in sets if ranked[checks] in s), None)
-            if theirs is None:
-                return best, best_sim, checks, True
-            sim = numpy_jaccard(mine[1], theirs[1])
+        theirs = next((s[ranked[checks]] for s in sets if ranked[checks] in s), None)
+        if theirs is None:
+            return best, best_sim, checks, True
+        sim = numpy_jaccard(mine[1], theirs[1])
         if sim >= threshold and (best < 0 or sim > best_sim):
             best, best_sim = checks, sim
     return best, best_sim, max(start, len(est)), False

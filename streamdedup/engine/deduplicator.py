@@ -143,27 +143,22 @@ class Deduplicator:
         self.options = options or EngineOptions()
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
+        # the explicit detection options, checked against a base segment and the index
+        asked: dict[str, Any] = {
+            "threshold": threshold,
+            "num_perm": num_perm,
+            "shingle": shingle,
+            "bands": bands,
+            "rows": rows,
+            "verify": verify,
+            "seed": seed,
+        }
         try:
             if base_segment is not None:
-                self._start_from(
-                    base_segment,
-                    threshold=threshold,
-                    num_perm=num_perm,
-                    shingle=shingle,
-                    bands=bands,
-                    rows=rows,
-                    verify=verify,
-                    seed=seed,
-                )
+                self._start_from(base_segment, **asked)
             self.params = open_params(
                 self.index,
-                threshold=threshold,
-                num_perm=num_perm,
-                shingle=shingle,
-                bands=bands,
-                rows=rows,
-                verify=verify,
-                seed=seed,
+                **asked,
                 false_positive_weight=false_positive_weight,
                 false_negative_weight=false_negative_weight,
             )

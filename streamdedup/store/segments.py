@@ -283,6 +283,20 @@ class SegmentEntry:
     def from_record(cls, rec: Mapping[str, Any]) -> SegmentEntry:
         return cls(**rec)
 
+    @classmethod
+    def of(cls, manifest: Manifest, path: Path, *, remote: bool) -> SegmentEntry:
+        """The registry entry of the segment `manifest` describes, found at `path`."""
+        return cls(
+            number=manifest.number,
+            id=manifest.id,
+            path=str(path),
+            remote=remote,
+            first_docno=manifest.first_docno,
+            next_docno=manifest.next_docno,
+            documents=manifest.documents,
+            bytes=manifest.bytes,
+        )
+
 
 def segments(t: Tables) -> list[SegmentEntry]:
     """The sealed segments of the index, in sealing order."""
@@ -429,17 +443,7 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         )
         write_manifest(partial, manifest)
         failpoints.reach("seal-written")
-        entry = SegmentEntry(
-            number=number,
-            id=manifest.id,
-            path=str(target),
-            remote=remote,
-            first_docno=manifest.first_docno,
-            next_docno=manifest.next_docno,
-            documents=manifest.documents,
-            bytes=manifest.bytes,
-        )
-        set_segments(t, [*entries, entry])
+        set_segments(t, [*entries, SegmentEntry.of(manifest, target, remote=remote)])
         t.set_meta(MetaKey.SEALED, number)
         t.clear_documents()
         return manifest
@@ -657,16 +661,7 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
     with SealedSegment.open(where) as seg:
         manifest = seg.manifest
         carried = seg.index.read(lambda t: {name: t.meta(name) for name in CARRIED_META})
-    entry = SegmentEntry(
-        number=manifest.number,
-        id=manifest.id,
-        path=str(where),
-        remote=False,
-        first_docno=manifest.first_docno,
-        next_docno=manifest.next_docno,
-        documents=manifest.documents,
-        bytes=manifest.bytes,
-    )
+    entry = SegmentEntry.of(manifest, where, remote=False)
 
     def run(t: Tables) -> SegmentEntry:
         entries = segments(t)

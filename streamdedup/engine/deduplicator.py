@@ -16,8 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
-from streamdedup.models import Change, DocId, Document, Record, Verdict
+from streamdedup.models import UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
@@ -78,6 +79,7 @@ class Counters:
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
+    plain: int = 0  # decided and stored in bulk: new id and content, no candidates
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -89,6 +91,7 @@ class Counters:
         self.replayed += other.replayed
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
+        self.plain += other.plain
 
 
 @dataclass
@@ -99,6 +102,28 @@ class _Expiry:
     budget: int
     cutoff: int | None = None
     behind: bool = False
+
+
+@dataclass
+class _Plain:
+    """The plain documents of a batch as the decision loop numbers them: document
+    numbers, stored timestamps, and the places their verdicts and changes take in
+    the batch's lists (`Deduplicator._store_plain` fills them)."""
+
+    docnos: list[int] = field(default_factory=list)
+    timestamps: list[int | None] = field(default_factory=list)
+    verdict_at: list[int] = field(default_factory=list)
+    change_at: list[int] = field(default_factory=list)
+
+
+def _text(p: Prepared, i: int) -> bytes:
+    assert p.texts is not None
+    return p.texts[i]
+
+
+# placeholders of the plain documents' verdicts and changes until `_store_plain`
+_LATER = Verdict("", "unique", None, "", None, False)
+_LATER_CHANGE = Change(b"", -1, None, None, False)
 
 
 class Deduplicator:
@@ -192,6 +217,9 @@ class Deduplicator:
         self._dropped: list[int] = []
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
+        # Decide a batch's plain documents at once (`_plain`); False: every document
+        # one by one (tests compare the two)
+        self.bulk = True
         try:
             self._open_sealed()
         except BaseException:
@@ -457,6 +485,14 @@ class Deduplicator:
         # each document's band keys joined: its row of the batch's read-ahead
         rows = [[b"".join(keys) for keys in p.band_keys] for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
+        # The batch's plain documents (most of a stream) are decided here at once and
+        # stored after the loop, in bulk (`_store_plain`); the loop only numbers them.
+        plain = (
+            self._plain(t, parts, rows)
+            if self.bulk and ttl is None and self.sealed is None and isinstance(t, Tables)
+            else None
+        )
+        bulk = _Plain()
         out: list[Verdict] = []
         for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
@@ -472,12 +508,26 @@ class Deduplicator:
                 elif ts is not None and ts > clock:
                     clock = ts
                 self._ts = ts
+                if plain is not None and plain[position]:
+                    # its place in `out` and `changes`, filled by `_store_plain`
+                    bulk.docnos.append(next_docno)
+                    bulk.timestamps.append(ts)
+                    bulk.verdict_at.append(len(out))
+                    bulk.change_at.append(len(self.changes))
+                    out.append(_LATER)
+                    self.changes.append(_LATER_CHANGE)
+                    next_docno += 1
+                    position += 1
+                    continue
                 position += 1
                 if ttl is not None:
                     self._expire(t, clock - ttl)
                 verdict, inserted = self._check_one(t, p, i, next_docno)
                 next_docno += inserted
                 out.append(verdict)
+        if plain is not None and bulk.docnos:
+            assert isinstance(t, Tables)
+            self._store_plain(t, parts, rows, plain, bulk, out)
         t.flush_postings()
         self._memory.end_batch()  # its arrays are let go; exact sets kept once committed
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
@@ -490,6 +540,112 @@ class Deduplicator:
             caps["exact"] = caps.get("exact", 0) + b.exact_capped
             t.set_meta(MetaKey.CAPS, caps)
         return out
+
+    def _plain(self, t: Tables, parts: list[Prepared], rows: list[list[bytes]]) -> list[bool]:
+        """Which of the batch's documents are plain, one flag per position: decided
+        `unique` without a search, stored in bulk (`_store_plain`).  Found by set and
+        numpy operations over the whole batch (after `prefetch` and `batch_postings`),
+        for an engine without a time window or sealed segments.
+
+        A plain document: not `light`; has shingles; its id is in neither the index
+        nor another document of the batch; its content hash neither; its row is
+        quiet.  Its checks would then answer as here whatever comes before it in the
+        batch: no one else's id or content is its own (only a replaced id or an
+        expired document is forgotten, and neither is plain or ever its content's
+        heir), and nothing it could meet in a bucket is written before it -- a quiet
+        row shares no key with a stored document or a searching row of the batch;
+        the rows `_searching` leaves out (exact copies) are their content owner's,
+        stored or searching, so they share none either; an adopted copy takes a
+        stored owner's keys or a searching row's.  What remains is a `light`
+        document prepared again inside the transaction (its row is unforeseen):
+        when one may be (its id is repeated in the batch, or no longer holds its
+        content), no document of the batch is plain.
+
+        Conversely nothing is written for a plain document before the loop ends,
+        and no other document reads its entries: its id and content are its own and
+        its keys are in no other row."""
+        n = sum(len(p.docs) for p in parts)
+        keys = [k for p in parts for k in p.keys]
+        contents = [c for p in parts for c in p.content]
+        ok = t.unknown(keys, contents)
+        ok &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
+        ok &= np.fromiter(
+            map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
+        )
+        for values in (keys, contents):
+            if len(set(values)) < n:  # some repeat: only those seen once may be plain
+                seen = Counter(values)
+                ok &= np.fromiter((seen[v] == 1 for v in values), dtype=np.bool_, count=n)
+        start = 0
+        for p in parts:
+            if p.light:
+                light = [start + i for i in p.light]
+                ok[light] = False
+                if not self._replays(t, p, keys):
+                    return [False] * n
+            start += len(p.docs)
+        return ok.tolist()  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _replays(t: Tables, p: Prepared, batch_keys: list[bytes]) -> bool:
+        """Whether every `light` document of `p` will be a replay (its stored
+        document holds its content, and no other document of the batch has its id),
+        so that none of them is prepared again inside the transaction."""
+        repeated = len(set(batch_keys)) < len(batch_keys)
+        if repeated:
+            seen = Counter(batch_keys)
+        for i in p.light:
+            key = p.keys[i]
+            if repeated and seen[key] > 1:
+                return False
+            docno = t.docno_for_id(key)
+            rec = None if docno is None else t.record(docno)
+            if rec is None or rec.content_hash != p.content[i]:
+                return False
+        return True
+
+    def _store_plain(
+        self,
+        t: Tables,
+        parts: list[Prepared],
+        rows: list[list[bytes]],
+        plain: list[bool],
+        bulk: _Plain,
+        out: list[Verdict],
+    ) -> None:
+        """Decide and store the plain documents (`_plain`) the loop numbered: what
+        `_check_one` and `_insert` do for each (verdict `unique`, its own cluster;
+        stored as the owner of its content, with signature, postings and text), in
+        whole-list operations.  Their verdicts and changes take the places the loop
+        kept, so `out` and `changes` are as the one-by-one path makes them."""
+        where: list[tuple[Prepared, int, bytes]] = []
+        start = 0
+        for p, part_rows in zip(parts, rows, strict=True):
+            where += [(p, i, part_rows[i]) for i in range(len(p.docs)) if plain[start + i]]
+            start += len(p.docs)
+        ids = [p.docs[i].id for p, i, _ in where]
+        keys = [p.keys[i] for p, i, _ in where]
+        sigs = [p.sig_bytes[i] for p, i, _ in where]
+        # exact verification stores every indexed document's text (all parts or none)
+        texts = None if parts[0].texts is None else [_text(p, i) for p, i, _ in where]
+        records = [
+            Record(d, UNIQUE, None, d, None, False, p.content[i], ts, None, p.shingles[i])
+            for d, (p, i, _), ts in zip(ids, where, bulk.timestamps, strict=True)
+        ]
+        docnos = bulk.docnos
+        t.put_plain(docnos, keys, records, sigs, [r for _, _, r in where], texts)
+        for at, d in zip(bulk.verdict_at, ids, strict=True):
+            out[at] = Verdict(d, "unique", None, d, None, False)
+        changes = self.changes
+        text_of: list[bytes] | list[None] = [None] * len(docnos) if texts is None else texts
+        for at, key, docno, rec, sig, text in zip(
+            bulk.change_at, keys, docnos, records, sigs, text_of, strict=True
+        ):
+            changes[at] = Change(key, docno, rec, sig, True, text)
+        self._counts["unique"] = self._counts.get("unique", 0) + len(docnos)
+        self._batch.plain += len(docnos)
+        # later documents of the batch meet them (if at all) through memory
+        self._memory.fresh.update(zip(docnos, [(p, i) for p, i, _ in where], strict=True))
 
     @staticmethod
     def _searching(t: Store, parts: list[Prepared], rows: list[list[bytes]]) -> list[bytes]:

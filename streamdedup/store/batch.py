@@ -58,6 +58,16 @@ class BatchPostings:
         for bk in band_keys:
             added.setdefault(bk, []).append(docno)
 
+    def add_many(self, docnos: list[int], rows: list[bytes]) -> None:
+        """Documents whose rows are among the batch's quiet ones (`quiet`, as
+        computed up front): what `add` does for each of them -- they share no key
+        with another row, so only their rows are kept -- in two list operations.
+        Their docnos may be below those added already: `flush_postings` needs no
+        new order for that, since a key's docnos are ordered among the documents
+        sharing it, and these share none."""
+        self.docs += zip(docnos, rows, strict=True)
+        self.buffered.update(docnos)
+
     def added_to(self, bk: bytes, batch_row: bool) -> list[int]:
         """Buffered docnos of a key, oldest first."""
         if batch_row:

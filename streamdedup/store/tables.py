@@ -125,6 +125,10 @@ class _Writes:
     copies: list[tuple[bytes, bytes]] = field(default_factory=list)
     expiry: list[tuple[bytes, bytes]] = field(default_factory=list)
     records: dict[int, Record] = field(default_factory=dict)
+    # `put_plain` appended documents numbered below some already buffered: `docs`,
+    # `sigs` and `texts` are then sorted on `_flush` (two ascending runs: timsort
+    # merges them in one pass), so that their appends stay appends
+    mixed: bool = False
 
 
 class Tables:
@@ -358,6 +362,67 @@ class Tables:
         w.copies.append((content_hash + dk, b""))
         return False
 
+    def unknown(self, keys: list[bytes], contents: list[bytes]) -> npt.NDArray[np.bool_]:
+        """Which of these (id, content hash) pairs point to nothing at all, neither id
+        nor content, as read ahead (`prefetch`) or written since: one flag per pair.
+        An id or content not read ahead counts as known (the safe answer)."""
+        ids, content = self._ids.get, self._content.get
+        known_id = np.fromiter(map(ids, keys, itertools.repeat(0)), np.int64, len(keys))
+        got = np.fromiter(map(content, contents, itertools.repeat(0)), np.int64, len(contents))
+        return (known_id == ABSENT) & (got == ABSENT)  # type: ignore[no-any-return]
+
+    def put_plain(
+        self,
+        docnos: list[int],
+        keys: list[bytes],
+        records: list[Record],
+        signatures: list[bytes],
+        rows: list[bytes],
+        texts: list[bytes] | None,
+    ) -> None:
+        """Store documents the engine decided in bulk, the common case of a stream:
+        each a new id (no entry in `ids`, nor another of the batch's), the owner of a
+        content hash nobody else holds, indexed (signature, postings: `rows`, each
+        document's band keys joined, the batch's quiet rows; text when given).  The
+        same entries `put_document` would write for each (owner of its content:
+        True), buffered the same way, written with whole-list operations instead of
+        one call chain per document.  `docnos` ascend; they may interleave with
+        documents `put_document` buffered (the engine stores the rest of a batch one
+        by one, in order, and these after): `_flush` then sorts."""
+        if not docnos:
+            return
+        dks = [d.to_bytes(DOCNO_BYTES, "big") for d in docnos]
+        w = self._writes
+        w.pending = True
+        if w.docs and w.docs[-1][0] > dks[0]:
+            w.mixed = True
+        w.ids += zip(keys, dks, strict=True)
+        self._ids.update(zip(keys, docnos, strict=True))
+        w.docs += zip(dks, Record.pack_many(records), strict=True)
+        w.records.update(zip(docnos, records, strict=True))
+        w.sigs += zip(dks, signatures, strict=True)
+        if texts is not None:
+            chunks = w.texts
+            for dk, docno, text in zip(dks, docnos, texts, strict=True):
+                if len(text) < TEXT_CHUNK:  # most: one chunk (`text_chunks`)
+                    chunks.append((dk + b"\x00\x00", text))
+                else:
+                    chunks += text_chunks(docno, text)
+        w.expiry += [
+            (expiry_key(r.timestamp_ms, d), b"")
+            for d, r in zip(docnos, records, strict=True)
+            if r.timestamp_ms is not None
+        ]
+        hashes = [r.content_hash for r in records]
+        w.content += zip(hashes, dks, strict=True)
+        self._content.update(zip(hashes, docnos, strict=True))
+        if self._postings is not None:
+            self._postings.add_many(docnos, rows)
+        else:
+            flat = native_keys(b"".join(rows))
+            per = np.fromiter(map(len, rows), np.int64, len(rows)) // 8
+            self.postings.add(flat, np.repeat(np.asarray(docnos, dtype=np.uint64), per))
+
     def _flush(self) -> None:
         """Write the buffered document entries, each table's in one call, in key order."""
         w = self._writes
@@ -365,9 +430,9 @@ class Tables:
             return
         self._writes = _Writes()
         self._put_many("ids", sorted(w.ids))
-        self._put_many("docs", w.docs, last=True)
-        self._put_many("sigs", w.sigs, last=True)
-        self._put_many("texts", w.texts, last=True)
+        self._put_many("docs", sorted(w.docs) if w.mixed else w.docs, last=True)
+        self._put_many("sigs", sorted(w.sigs) if w.mixed else w.sigs, last=True)
+        self._put_many("texts", sorted(w.texts) if w.mixed else w.texts, last=True)
         self._put_many("content", sorted(w.content))
         self._put_many("copies", sorted(w.copies))
         self._put_many("expiry", sorted(w.expiry))

@@ -140,3 +140,74 @@ def test_out_of_order_documents_are_stored_too(tmp_path: Path) -> None:
     assert [(d, r.doc_id if r else None, s, x) for d, r, s, x in got] == [
         (d, f"d{d}", b"s" * 8, b"t") for d in order
     ]
+
+
+# A batch of documents: (plain?, text size, timestamp), numbered in order; the plain
+# ones are stored together at the end (`put_plain`), the others one by one in order.
+batches = st.lists(
+    st.tuples(
+        st.booleans(),
+        st.sampled_from([0, 20, 999, 1000, 2500]),
+        st.one_of(st.none(), st.integers(1, 50)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def _store(t: Tables, docs: list[tuple[bool, int, int | None]], bulk: bool, batch: bool) -> None:
+    """Store `docs` (docno = position; each its own content, so each owns it),
+    with two band keys each; `bulk`: the plain ones by `put_plain` after the rest;
+    `batch`: inside `batch_postings` (as the engine does) or not."""
+    keys = [id_key(f"id{d}") for d in range(len(docs))]
+    records = [
+        Record(f"d{d}", 0, None, f"d{d}", None, False, bytes([d]) * 16, ts, None, 3)
+        for d, (_, _, ts) in enumerate(docs)
+    ]
+    sigs = [bytes([d, 2]) * 4 for d in range(len(docs))]
+    texts = [bytes([d]) * size for d, (_, size, _) in enumerate(docs)]
+    rows = [(1000 + d).to_bytes(8, "big") + (5000 + d).to_bytes(8, "big") for d in range(len(docs))]
+    t.prefetch(keys, [r.content_hash for r in records])
+    if batch:
+        t.batch_postings(rows, 100)
+    plain = [d for d, (p, _, _) in enumerate(docs) if p and bulk]
+    for d in range(len(docs)):
+        if d not in plain:
+            bks = [rows[d][:8], rows[d][8:]]
+            assert t.put_document(d, keys[d], records[d], sigs[d], bks, True, texts[d], rows[d])
+    t.put_plain(
+        plain,
+        [keys[d] for d in plain],
+        [records[d] for d in plain],
+        [sigs[d] for d in plain],
+        [rows[d] for d in plain],
+        [texts[d] for d in plain],
+    )
+    if batch:
+        t.flush_postings()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches, st.booleans())
+def test_documents_stored_in_bulk_land_as_stored_one_by_one(
+    tmp_path: Path, docs: list[tuple[bool, int, int | None]], batch: bool
+) -> None:
+    """`put_plain` writes the entries `put_document` writes, whichever documents of
+    the batch it takes, also when they interleave with those stored one by one."""
+    results = []
+    for bulk in (True, False):
+        index = Index(tmp_path / f"i{len(list(tmp_path.iterdir()))}")
+        try:
+            index.write(lambda t, b=bulk: _store(t, docs, b, batch))
+
+            def read(t: Tables) -> list[Any]:
+                tables = [list(t.items(name)) for name in DATA_TABLES if name != "postings"]
+                return [*tables, t.postings.live(), [t.count(n) for n in DATA_TABLES]]
+
+            results.append(index.read(read))
+        finally:
+            index.close()
+    assert results[0] == results[1]
+    assert len(results[0][DATA_TABLES.index("texts")]) >= len(docs)

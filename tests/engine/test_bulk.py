@@ -1,0 +1,235 @@
+"""The batch's plain documents (new id, new content, no candidates) are decided and
+stored in bulk (`Deduplicator._plain`, `_store_plain`, `Tables.put_plain`); every
+other document one by one.  The two paths must be indistinguishable: the same
+verdicts, the same `changes` (content and order: a changelog mirrors them), the
+same `touched` and outliers, and the same tables on disk, as an engine that takes
+every document one by one (`bulk = False`).  Checked on real LMDB indexes, with
+batches that mix plain documents with replays, replaced ids, exact copies, near
+duplicates, empty and known (`light`) documents."""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from streamdedup.config import EngineOptions
+from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.models import Document, Verdict
+from streamdedup.store.keys import MetaKey
+from streamdedup.store.tables import DATA_TABLES, Tables
+
+VOCAB = [f"w{i}" for i in range(300)]
+T0 = 1_750_000_000_000
+
+
+def _texts(seed: int) -> list[str]:
+    """A pool of texts: distinct pages, near duplicates of them, one-liners that
+    share words, and an empty one."""
+    rnd = random.Random(seed)
+    # the first six long enough that one word edited leaves them near (J > 0.8)
+    base = [
+        " ".join(rnd.choices(VOCAB, k=rnd.randint(80, 120) if i < 6 else rnd.randint(8, 60)))
+        for i in range(10)
+    ]
+    near = []
+    for t in base[:6]:
+        words = t.split()
+        words[rnd.randrange(len(words))] = "edited"
+        near.append(" ".join(words))
+    short = [" ".join(rnd.choices(VOCAB[:20], k=rnd.randint(1, 4))) for _ in range(6)]
+    return [*base, *near, *short, "", "!!"]
+
+
+def _tables(dd: Deduplicator) -> dict[str, Any]:
+    def read(t: Tables) -> dict[str, Any]:
+        out: dict[str, Any] = {n: list(t.items(n)) for n in DATA_TABLES if n != "postings"}
+        out["postings"] = t.postings.live()
+        for name in (MetaKey.NEXT_DOCNO, MetaKey.COUNTS, MetaKey.CLOCK):
+            out[name] = t.meta(name)
+        return out
+
+    return dd.index.read(read)
+
+
+def _run(
+    path: Path, batches: list[list[Document]], bulk: bool, options: EngineOptions | None = None
+) -> tuple[list[Any], dict[str, Any], int]:
+    """Each batch's verdicts, changes, touched ids and outliers; the tables at the
+    end; how many documents went the bulk path."""
+    seen: list[Any] = []
+    with Deduplicator(path, options=options) as dd:
+        dd.bulk = bulk
+        for batch in batches:
+            verdicts = dd.check_batch(batch)
+            seen.append((verdicts, list(dd.changes), list(dd.touched), list(dd.outliers)))
+        return seen, _tables(dd), dd.counters.plain
+
+
+def _both(
+    batches: list[list[Document]], options: EngineOptions | None = None
+) -> tuple[list[Any], int]:
+    with tempfile.TemporaryDirectory(prefix="bulk-") as tmp:
+        bulk, bulk_tables, plain = _run(Path(tmp) / "bulk", batches, True, options)
+        one, one_tables, none = _run(Path(tmp) / "one", batches, False, options)
+    assert none == 0
+    assert bulk == one  # verdicts, changes (in order), touched, outliers
+    assert bulk_tables == one_tables
+    return bulk, plain
+
+
+documents = st.lists(
+    st.tuples(
+        st.integers(0, 14),  # id: a small pool, so ids repeat within and across batches
+        st.integers(0, 23),  # text from `_texts`
+        st.one_of(st.none(), st.integers(-1, 50), st.just(10**9)),  # timestamp (minutes)
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    docs=documents,
+    cuts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    seed=st.integers(0, 3),
+)
+def test_bulk_path_equals_one_by_one(docs: list[tuple[int, int, int | None]], cuts, seed) -> None:
+    texts = _texts(seed)
+    stream = [
+        Document(f"d{i}", texts[t], None if m is None else T0 + m * 60_000) for i, t, m in docs
+    ]
+    # the stream again after the first pass: replays, which `known` makes light
+    stream = stream + stream[: len(stream) // 2]
+    # the clock starts in the past, so an outlier is stored as of it, not of the
+    # wall clock (which differs between the two runs)
+    batches, at, k = [[Document("start", "the stream starts", T0)]], 0, 0
+    while at < len(stream):
+        size = cuts[k % len(cuts)]
+        batches.append(stream[at : at + size])
+        at, k = at + size, k + 1
+    _, plain = _both(batches)
+    event(f"plain documents: {'1' if plain == 1 else 'more than 1'}")
+
+
+def test_a_batch_mixing_plain_and_other_documents() -> None:
+    """Plain documents around every kind of other one in one batch: a replayed id,
+    an id replaced with new content, an exact copy of a stored and of an earlier
+    document of the batch, a near duplicate, an empty document."""
+    texts = _texts(7)
+    first = [Document("a", texts[0]), Document("b", texts[1]), Document("c", texts[2])]
+    second = [
+        Document("p1", texts[3]),
+        Document("a", texts[0]),  # replay
+        Document("p2", texts[4]),
+        Document("b", texts[5]),  # replaced
+        Document("x1", texts[2]),  # exact copy of a stored document
+        Document("p3", texts[6]),
+        Document("x2", texts[6]),  # exact copy of a plain document of the batch
+        Document("n1", texts[10]),  # near duplicate of texts[0]
+        Document("e", ""),
+        Document("p4", texts[7]),
+        Document("p1", texts[8]),  # p1 again, in the same batch: replaces it
+        Document("p5", texts[9]),
+    ]
+    seen, plain = _both([first, second])
+    verdicts: list[Verdict] = seen[1][0]
+    assert [v.verdict for v in verdicts] == [
+        "unique",
+        "unique",
+        "unique",
+        "unique",
+        "duplicate",
+        "unique",
+        "duplicate",
+        "duplicate",
+        "unique",
+        "unique",
+        "unique",
+        "unique",
+    ]
+    # first batch: all three; second: p2, p4, p5 (p1's id repeats; p3's content does)
+    assert plain == 3 + 3
+
+
+def test_plain_documents_carry_their_timestamps_and_outliers() -> None:
+    """Without a window, timestamps are stored (expiry entries, the clock) and
+    outliers corrected, for plain documents as for the others."""
+    texts = _texts(3)
+    batch = [
+        Document("a", texts[0], T0),
+        Document("b", texts[1], T0 + 5),
+        Document("c", texts[2], 2 * 10**13),  # far in the future: an outlier
+        Document("d", texts[3], -1),
+        Document("e", texts[4], T0 + 1),
+    ]
+    seen, plain = _both([batch])
+    assert plain == 5
+    assert seen[0][3] == [(2, 2 * 10**13)]
+
+
+def test_no_bulk_path_with_a_time_window(tmp_path: Path) -> None:
+    texts = _texts(5)
+    opts = EngineOptions(ttl_ms=3_600_000)
+    batch = [Document(f"d{i}", t, T0 + i) for i, t in enumerate(texts[:10])]
+    _, plain = _both([batch], opts)
+    assert plain == 0
+
+
+def test_no_bulk_path_with_sealed_segments(tmp_path: Path) -> None:
+    texts = _texts(6)
+    with Deduplicator(tmp_path / "i") as dd:
+        dd.check_batch([Document("a", texts[0])])
+        assert dd.counters.plain == 1
+        dd.seal()
+        dd.check_batch([Document(f"d{i}", t) for i, t in enumerate(texts[1:9])])
+        assert dd.counters.plain == 1
+
+
+def test_a_known_document_that_changed_turns_the_bulk_path_off(tmp_path: Path) -> None:
+    """A `light` document whose stored content changed before its batch applies is
+    prepared again inside the transaction, with a row no one foresaw: the batch's
+    plain documents could meet it, so none is decided in bulk."""
+    texts = _texts(8)
+    with Deduplicator(tmp_path / "i") as dd:
+        dd.check("x", texts[0])
+        batch = [Document("x", texts[0]), Document("y", texts[1]), Document("z", texts[10])]
+        prepared = dd.preparer.prepare(batch, known=dd.known)
+        assert prepared.light == {0}
+        dd.check("x", texts[2])  # another writer changes "x" before the batch applies
+        before = dd.counters.plain
+        x, y, z = dd.apply(prepared)
+        assert dd.counters.plain == before
+    assert x.verdict == y.verdict == "unique"
+    assert z.duplicate_of == "x"  # texts[10] is near texts[0]: found through x again
+
+
+def test_a_rerun_transaction_after_map_full_gives_the_same_result(tmp_path: Path) -> None:
+    """A batch larger than the map makes LMDB refuse it (MapFull): the transaction
+    runs again in a grown map, and the bulk path starts over with it."""
+    rnd = random.Random(2)
+    pages = [" ".join(rnd.choices(VOCAB, k=400)) for _ in range(300)]
+    batch = [Document(f"d{i}", t) for i, t in enumerate(pages)]
+    opts = EngineOptions(map_size=1 << 20)
+    seen, plain = _both([batch], opts)
+    assert plain == 300
+    assert len(seen[0][1]) == 300
+
+
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_changes_of_plain_documents_hold_their_data(tmp_path: Path, verify: str) -> None:
+    texts = _texts(9)
+    with Deduplicator(tmp_path / "i", verify=verify) as dd:  # type: ignore[arg-type]
+        dd.check_batch([Document(f"d{i}", t) for i, t in enumerate(texts[:4])])
+        assert dd.counters.plain == 4
+        for i, change in enumerate(dd.changes):
+            assert change.docno == i and change.owns_content
+            assert change.record is not None and change.record.doc_id == f"d{i}"
+            assert change.signature is not None and len(change.signature) == 2 * 128
+            assert (change.text is not None) == (verify == "exact")

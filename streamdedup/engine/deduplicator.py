@@ -18,7 +18,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
-from streamdedup.models import UNIQUE, Change, DocId, Document, Record, Verdict
+from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard
 from streamdedup.store.index import Index
@@ -47,7 +47,7 @@ from streamdedup.store.segments import (
     seal,
     segments,
 )
-from streamdedup.store.tables import Tables
+from streamdedup.store.tables import ABSENT, Tables
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Counters:
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
-    plain: int = 0  # decided and stored in bulk: new id and content, no candidates
+    bulk: int = 0  # decided and stored in bulk (`_classify`): new ids, plain or exact copies
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -91,7 +91,7 @@ class Counters:
         self.replayed += other.replayed
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
-        self.plain += other.plain
+        self.bulk += other.bulk
 
 
 @dataclass
@@ -104,16 +104,25 @@ class _Expiry:
     behind: bool = False
 
 
-@dataclass
-class _Plain:
-    """The plain documents of a batch as the decision loop numbers them: document
-    numbers, stored timestamps, and the places their verdicts and changes take in
-    the batch's lists (`Deduplicator._store_plain` fills them)."""
+PLAIN, COPY = 1, 2  # the kinds of documents decided in bulk (`_classify`)
 
-    docnos: list[int] = field(default_factory=list)
-    timestamps: list[int | None] = field(default_factory=list)
-    verdict_at: list[int] = field(default_factory=list)
-    change_at: list[int] = field(default_factory=list)
+
+class _Bulk:
+    """The documents of a batch decided in bulk: their kinds by position (0: one by
+    one), the content owner (duplicate_of, cluster) of each copy; and as the loop
+    numbers them, their positions, document numbers, stored timestamps, and the
+    places their verdicts and changes take in the batch's lists (`_store_bulk` fills
+    them)."""
+
+    def __init__(self, n: int) -> None:
+        self.kind = np.zeros(n, dtype=np.int8)
+        self.kinds: list[int] = [0] * n
+        self.of: dict[int, tuple[DocId, DocId]] = {}
+        self.positions: list[int] = []
+        self.docnos: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.verdict_at: list[int] = []
+        self.change_at: list[int] = []
 
 
 def _text(p: Prepared, i: int) -> bytes:
@@ -121,7 +130,7 @@ def _text(p: Prepared, i: int) -> bytes:
     return p.texts[i]
 
 
-# placeholders of the plain documents' verdicts and changes until `_store_plain`
+# placeholders of the verdicts and changes of documents decided in bulk (`_store_bulk`)
 _LATER = Verdict("", "unique", None, "", None, False)
 _LATER_CHANGE = Change(b"", -1, None, None, False)
 
@@ -487,12 +496,12 @@ class Deduplicator:
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
         # The batch's plain documents (most of a stream) are decided here at once and
         # stored after the loop, in bulk (`_store_plain`); the loop only numbers them.
-        plain = (
-            self._plain(t, parts, rows)
+        bulk = (
+            self._classify(t, parts, rows)
             if self.bulk and ttl is None and self.sealed is None and isinstance(t, Tables)
             else None
         )
-        bulk = _Plain()
+        kinds = None if bulk is None else bulk.kinds
         out: list[Verdict] = []
         for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
@@ -508,8 +517,10 @@ class Deduplicator:
                 elif ts is not None and ts > clock:
                     clock = ts
                 self._ts = ts
-                if plain is not None and plain[position]:
-                    # its place in `out` and `changes`, filled by `_store_plain`
+                if kinds is not None and kinds[position]:
+                    # its place in `out` and `changes`, filled by `_store_bulk`
+                    assert bulk is not None
+                    bulk.positions.append(position)
                     bulk.docnos.append(next_docno)
                     bulk.timestamps.append(ts)
                     bulk.verdict_at.append(len(out))
@@ -525,9 +536,9 @@ class Deduplicator:
                 verdict, inserted = self._check_one(t, p, i, next_docno)
                 next_docno += inserted
                 out.append(verdict)
-        if plain is not None and bulk.docnos:
+        if bulk is not None and bulk.docnos:
             assert isinstance(t, Tables)
-            self._store_plain(t, parts, rows, plain, bulk, out)
+            self._store_bulk(t, parts, rows, bulk, out)
         t.flush_postings()
         self._memory.end_batch()  # its arrays are let go; exact sets kept once committed
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
@@ -541,50 +552,90 @@ class Deduplicator:
             t.set_meta(MetaKey.CAPS, caps)
         return out
 
-    def _plain(self, t: Tables, parts: list[Prepared], rows: list[list[bytes]]) -> list[bool]:
-        """Which of the batch's documents are plain, one flag per position: decided
-        `unique` without a search, stored in bulk (`_store_plain`).  Found by set and
-        numpy operations over the whole batch (after `prefetch` and `batch_postings`),
-        for an engine without a time window or sealed segments.
+    def _classify(self, t: Tables, parts: list[Prepared], rows: list[list[bytes]]) -> _Bulk:
+        """Which of the batch's documents are decided in bulk, by kind, one per
+        position (`_Bulk`), found by set and numpy operations over the whole batch
+        (after `prefetch` and `batch_postings`), for an engine without a time window
+        or sealed segments.  Each a new id: in neither the index nor another
+        document of the batch; not `light`; with shingles.  Then either
 
-        A plain document: not `light`; has shingles; its id is in neither the index
-        nor another document of the batch; its content hash neither; its row is
-        quiet.  Its checks would then answer as here whatever comes before it in the
-        batch: no one else's id or content is its own (only a replaced id or an
-        expired document is forgotten, and neither is plain or ever its content's
-        heir), and nothing it could meet in a bucket is written before it -- a quiet
-        row shares no key with a stored document or a searching row of the batch;
-        the rows `_searching` leaves out (exact copies) are their content owner's,
-        stored or searching, so they share none either; an adopted copy takes a
-        stored owner's keys or a searching row's.  What remains is a `light`
-        document prepared again inside the transaction (its row is unforeseen):
-        when one may be (its id is repeated in the batch, or no longer holds its
-        content), no document of the batch is plain.
+        PLAIN: its content hash is in neither the index nor another document of the
+        batch, and its row is quiet: `unique`, stored as the owner of its content; or
+        the first of the batch's documents with a content new to the index, all
+        others of which are new ids (COPY);
 
-        Conversely nothing is written for a plain document before the loop ends,
-        and no other document reads its entries: its id and content are its own and
-        its keys are in no other row."""
+        COPY: an exact copy of a stored document whose id no document of the batch
+        has (so it keeps its content), or of such a first document: `duplicate`,
+        `exact`, stored as a copy.
+
+        Their checks would answer as here whatever comes before them in the batch:
+        no one else's id or content is theirs (only a replaced id is forgotten, and
+        none of these is, nor a stored owner of their content), and nothing a plain
+        document could meet in a bucket is written before it -- a quiet row shares
+        no key with a stored document or a searching row of the batch; the rows
+        `_searching` leaves out (exact copies) are their content owner's, stored or
+        searching, so they share none either; an adopted copy takes a stored
+        owner's keys or a searching row's.  What remains is a `light` document
+        prepared again inside the transaction (its row is unforeseen): when one may
+        be (its id is repeated in the batch, or no longer holds its content),
+        nothing is decided in bulk.  Conversely, nothing is written for these
+        documents before the loop ends, and no document decided one by one reads
+        their entries: their ids and contents are not its own, and a plain
+        document's keys are in no other row."""
         n = sum(len(p.docs) for p in parts)
+        out = _Bulk(n)
         keys = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]
-        ok = t.unknown(keys, contents)
-        ok &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
-        ok &= np.fromiter(
-            map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
-        )
-        for values in (keys, contents):
-            if len(set(values)) < n:  # some repeat: only those seen once may be plain
-                seen = Counter(values)
-                ok &= np.fromiter((seen[v] == 1 for v in values), dtype=np.bool_, count=n)
+        ids, owners = t.read_ahead(keys, contents)
+        free = ids == ABSENT
+        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
+        if len(set(keys)) < n:  # some ids repeat: only those seen once may be free
+            seen = Counter(keys)
+            free &= np.fromiter((seen[k] == 1 for k in keys), dtype=np.bool_, count=n)
         start = 0
         for p in parts:
             if p.light:
-                light = [start + i for i in p.light]
-                ok[light] = False
+                free[[start + i for i in p.light]] = False
                 if not self._replays(t, p, keys):
-                    return [False] * n
+                    return out
             start += len(p.docs)
-        return ok.tolist()  # type: ignore[no-any-return]
+        quiet = np.fromiter(
+            map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
+        )
+        new = owners == ABSENT
+        kind = out.kind
+        if len(set(contents)) == n:
+            kind[free & new & quiet] = PLAIN
+        else:
+            seen = Counter(contents)
+            once = np.fromiter((seen[c] == 1 for c in contents), dtype=np.bool_, count=n)
+            kind[free & new & quiet & once] = PLAIN
+            # a content new to the index, several times in the batch: all or none
+            groups: dict[bytes, list[int]] = {}
+            for j in np.flatnonzero(new & ~once).tolist():
+                groups.setdefault(contents[j], []).append(j)
+            docs = [d for p in parts for d in p.docs]
+            for group in groups.values():
+                first = group[0]
+                if quiet[first] and free[group].all():
+                    kind[first] = PLAIN
+                    kind[group[1:]] = COPY
+                    d = docs[first].id
+                    out.of.update(dict.fromkeys(group[1:], (d, d)))
+        copies = np.flatnonzero(free & (owners >= 0))
+        if len(copies):  # of stored documents
+            batch_keys = set(keys)
+            stored: dict[int, tuple[DocId, DocId] | None] = {}
+            for j, owner in zip(copies.tolist(), owners[copies].tolist(), strict=True):
+                if owner not in stored:
+                    rec = t.record(owner)
+                    kept = rec is not None and id_key(rec.doc_id) not in batch_keys
+                    stored[owner] = (rec.doc_id, rec.cluster) if rec is not None and kept else None
+                if (got := stored[owner]) is not None:
+                    kind[j] = COPY
+                    out.of[j] = got
+        out.kinds = kind.tolist()
+        return out
 
     @staticmethod
     def _replays(t: Tables, p: Prepared, batch_keys: list[bytes]) -> bool:
@@ -604,48 +655,93 @@ class Deduplicator:
                 return False
         return True
 
-    def _store_plain(
+    def _store_bulk(
         self,
         t: Tables,
         parts: list[Prepared],
         rows: list[list[bytes]],
-        plain: list[bool],
-        bulk: _Plain,
+        b: _Bulk,
         out: list[Verdict],
     ) -> None:
-        """Decide and store the plain documents (`_plain`) the loop numbered: what
-        `_check_one` and `_insert` do for each (verdict `unique`, its own cluster;
-        stored as the owner of its content, with signature, postings and text), in
-        whole-list operations.  Their verdicts and changes take the places the loop
-        kept, so `out` and `changes` are as the one-by-one path makes them."""
-        where: list[tuple[Prepared, int, bytes]] = []
-        start = 0
-        for p, part_rows in zip(parts, rows, strict=True):
-            where += [(p, i, part_rows[i]) for i in range(len(p.docs)) if plain[start + i]]
-            start += len(p.docs)
-        ids = [p.docs[i].id for p, i, _ in where]
-        keys = [p.keys[i] for p, i, _ in where]
-        sigs = [p.sig_bytes[i] for p, i, _ in where]
-        # exact verification stores every indexed document's text (all parts or none)
-        texts = None if parts[0].texts is None else [_text(p, i) for p, i, _ in where]
-        records = [
-            Record(d, UNIQUE, None, d, None, False, p.content[i], ts, None, p.shingles[i])
-            for d, (p, i, _), ts in zip(ids, where, bulk.timestamps, strict=True)
-        ]
-        docnos = bulk.docnos
-        t.put_plain(docnos, keys, records, sigs, [r for _, _, r in where], texts)
-        for at, d in zip(bulk.verdict_at, ids, strict=True):
-            out[at] = Verdict(d, "unique", None, d, None, False)
+        """Decide and store the documents `_classify` found and the loop numbered:
+        what `_check_one` and `_insert` do for each, in whole-list operations.  A
+        plain one: `unique`, its own cluster, stored as the owner of its content
+        with signature, postings and text.  A copy: `duplicate` of its content's
+        owner, exact, stored as one of the content's copies.  Their verdicts and
+        changes take the places the loop kept, so `out` and `changes` are as the
+        one-by-one path makes them."""
+        at = [(p, i) for p in parts for i in range(len(p.docs))]
+        flat_rows = [r for part in rows for r in part]
+        kinds = b.kinds
+        plain = [m for m, pos in enumerate(b.positions) if kinds[pos] == PLAIN]
+        copy = [m for m, pos in enumerate(b.positions) if kinds[pos] == COPY]
         changes = self.changes
-        text_of: list[bytes] | list[None] = [None] * len(docnos) if texts is None else texts
-        for at, key, docno, rec, sig, text in zip(
-            bulk.change_at, keys, docnos, records, sigs, text_of, strict=True
-        ):
-            changes[at] = Change(key, docno, rec, sig, True, text)
-        self._counts["unique"] = self._counts.get("unique", 0) + len(docnos)
-        self._batch.plain += len(docnos)
-        # later documents of the batch meet them (if at all) through memory
-        self._memory.fresh.update(zip(docnos, [(p, i) for p, i, _ in where], strict=True))
+        if plain:
+            where = [at[b.positions[m]] for m in plain]
+            docnos = [b.docnos[m] for m in plain]
+            ids = [p.docs[i].id for p, i in where]
+            keys = [p.keys[i] for p, i in where]
+            sigs = [p.sig_bytes[i] for p, i in where]
+            # exact verification stores every indexed document's text (all parts or none)
+            texts = None if parts[0].texts is None else [_text(p, i) for p, i in where]
+            records = [
+                Record(
+                    d,
+                    UNIQUE,
+                    None,
+                    d,
+                    None,
+                    False,
+                    p.content[i],
+                    b.timestamps[m],
+                    None,
+                    p.shingles[i],
+                )
+                for d, (p, i), m in zip(ids, where, plain, strict=True)
+            ]
+            t.put_plain(
+                docnos, keys, records, sigs, [flat_rows[b.positions[m]] for m in plain], texts
+            )
+            for m, d in zip(plain, ids, strict=True):
+                out[b.verdict_at[m]] = Verdict(d, "unique", None, d, None, False)
+            text_of: list[bytes] | list[None] = [None] * len(docnos) if texts is None else texts
+            for m, key, docno, rec, sig, text in zip(
+                plain, keys, docnos, records, sigs, text_of, strict=True
+            ):
+                changes[b.change_at[m]] = Change(key, docno, rec, sig, True, text)
+            self._counts["unique"] = self._counts.get("unique", 0) + len(docnos)
+            # later documents of the batch meet them (if at all) through memory
+            self._memory.fresh.update(zip(docnos, where, strict=True))
+        if copy:
+            where = [at[b.positions[m]] for m in copy]
+            docnos = [b.docnos[m] for m in copy]
+            keys = [p.keys[i] for p, i in where]
+            verdicts = [
+                Verdict(p.docs[i].id, "duplicate", *b.of[b.positions[m]], 1.0, True)
+                for (p, i), m in zip(where, copy, strict=True)
+            ]
+            records = [
+                Record(
+                    v.id,
+                    DUPLICATE,
+                    v.duplicate_of,
+                    v.cluster,
+                    1.0,
+                    True,
+                    p.content[i],
+                    b.timestamps[m],
+                    None,
+                    p.shingles[i],
+                )
+                for v, (p, i), m in zip(verdicts, where, copy, strict=True)
+            ]
+            t.put_copies(docnos, keys, records)
+            for m, v, key, docno, rec in zip(copy, verdicts, keys, docnos, records, strict=True):
+                out[b.verdict_at[m]] = v
+                changes[b.change_at[m]] = Change(key, docno, rec, None, False)
+            for kind in ("duplicate", "exact"):
+                self._counts[kind] = self._counts.get(kind, 0) + len(docnos)
+        self._batch.bulk += len(plain) + len(copy)
 
     @staticmethod
     def _searching(t: Store, parts: list[Prepared], rows: list[list[bytes]]) -> list[bytes]:

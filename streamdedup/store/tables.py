@@ -109,6 +109,7 @@ def text_chunks(docno: int, text: bytes) -> list[tuple[bytes, bytes]]:
 
 
 ABSENT = -1  # read ahead: no document (docnos are >= 0)
+UNREAD = -2  # not read ahead (`Tables.read_ahead`)
 
 
 @dataclass
@@ -362,14 +363,16 @@ class Tables:
         w.copies.append((content_hash + dk, b""))
         return False
 
-    def unknown(self, keys: list[bytes], contents: list[bytes]) -> npt.NDArray[np.bool_]:
-        """Which of these (id, content hash) pairs point to nothing at all, neither id
-        nor content, as read ahead (`prefetch`) or written since: one flag per pair.
-        An id or content not read ahead counts as known (the safe answer)."""
+    def read_ahead(
+        self, keys: list[bytes], contents: list[bytes]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """What these ids and content hashes point to, as read ahead (`prefetch`) or
+        written since: a docno, ABSENT (nothing), or UNREAD (not read ahead)."""
         ids, content = self._ids.get, self._content.get
-        known_id = np.fromiter(map(ids, keys, itertools.repeat(0)), np.int64, len(keys))
-        got = np.fromiter(map(content, contents, itertools.repeat(0)), np.int64, len(contents))
-        return (known_id == ABSENT) & (got == ABSENT)  # type: ignore[no-any-return]
+        return (
+            np.fromiter(map(ids, keys, itertools.repeat(UNREAD)), np.int64, len(keys)),
+            np.fromiter(map(content, contents, itertools.repeat(UNREAD)), np.int64, len(contents)),
+        )
 
     def put_plain(
         self,
@@ -391,15 +394,8 @@ class Tables:
         by one, in order, and these after): `_flush` then sorts."""
         if not docnos:
             return
-        dks = [d.to_bytes(DOCNO_BYTES, "big") for d in docnos]
+        dks = self._put_records(docnos, keys, records)
         w = self._writes
-        w.pending = True
-        if w.docs and w.docs[-1][0] > dks[0]:
-            w.mixed = True
-        w.ids += zip(keys, dks, strict=True)
-        self._ids.update(zip(keys, docnos, strict=True))
-        w.docs += zip(dks, Record.pack_many(records), strict=True)
-        w.records.update(zip(docnos, records, strict=True))
         w.sigs += zip(dks, signatures, strict=True)
         if texts is not None:
             chunks = w.texts
@@ -422,6 +418,38 @@ class Tables:
             flat = native_keys(b"".join(rows))
             per = np.fromiter(map(len, rows), np.int64, len(rows)) // 8
             self.postings.add(flat, np.repeat(np.asarray(docnos, dtype=np.uint64), per))
+
+    def put_copies(self, docnos: list[int], keys: list[bytes], records: list[Record]) -> None:
+        """Store exact copies the engine decided in bulk: each a new id (as in
+        `put_plain`), of a content hash that has an owner, listed among its copies
+        -- what `put_document` writes for a copy (not indexed: no signature,
+        postings or text), in whole-list operations."""
+        if not docnos:
+            return
+        dks = self._put_records(docnos, keys, records)
+        w = self._writes
+        w.copies += [(r.content_hash + dk, b"") for r, dk in zip(records, dks, strict=True)]
+        w.expiry += [
+            (expiry_key(r.timestamp_ms, d), b"")
+            for d, r in zip(docnos, records, strict=True)
+            if r.timestamp_ms is not None
+        ]
+
+    def _put_records(
+        self, docnos: list[int], keys: list[bytes], records: list[Record]
+    ) -> list[bytes]:
+        """Buffer the `ids` and `docs` entries of new documents (docnos ascending);
+        their docno keys."""
+        dks = [d.to_bytes(DOCNO_BYTES, "big") for d in docnos]
+        w = self._writes
+        w.pending = True
+        if w.docs and w.docs[-1][0] > dks[0]:
+            w.mixed = True
+        w.ids += zip(keys, dks, strict=True)
+        self._ids.update(zip(keys, docnos, strict=True))
+        w.docs += zip(dks, Record.pack_many(records), strict=True)
+        w.records.update(zip(docnos, records, strict=True))
+        return dks
 
     def _flush(self) -> None:
         """Write the buffered document entries, each table's in one call, in key order."""

@@ -68,7 +68,7 @@ def _run(
         for batch in batches:
             verdicts = dd.check_batch(batch)
             seen.append((verdicts, list(dd.changes), list(dd.touched), list(dd.outliers)))
-        return seen, _tables(dd), dd.counters.plain
+        return seen, _tables(dd), dd.counters.bulk
 
 
 def _both(
@@ -154,8 +154,9 @@ def test_a_batch_mixing_plain_and_other_documents() -> None:
         "unique",
         "unique",
     ]
-    # first batch: all three; second: p2, p4, p5 (p1's id repeats; p3's content does)
-    assert plain == 3 + 3
+    # first batch: all three; second: p2, p4, p5 plain, x1 a copy of a stored
+    # document, p3 plain with its copy x2; not p1 (its id repeats), nor the others
+    assert plain == 3 + 3 + 1 + 2
 
 
 def test_plain_documents_carry_their_timestamps_and_outliers() -> None:
@@ -186,10 +187,10 @@ def test_no_bulk_path_with_sealed_segments(tmp_path: Path) -> None:
     texts = _texts(6)
     with Deduplicator(tmp_path / "i") as dd:
         dd.check_batch([Document("a", texts[0])])
-        assert dd.counters.plain == 1
+        assert dd.counters.bulk == 1
         dd.seal()
         dd.check_batch([Document(f"d{i}", t) for i, t in enumerate(texts[1:9])])
-        assert dd.counters.plain == 1
+        assert dd.counters.bulk == 1
 
 
 def test_a_known_document_that_changed_turns_the_bulk_path_off(tmp_path: Path) -> None:
@@ -203,9 +204,9 @@ def test_a_known_document_that_changed_turns_the_bulk_path_off(tmp_path: Path) -
         prepared = dd.preparer.prepare(batch, known=dd.known)
         assert prepared.light == {0}
         dd.check("x", texts[2])  # another writer changes "x" before the batch applies
-        before = dd.counters.plain
+        before = dd.counters.bulk
         x, y, z = dd.apply(prepared)
-        assert dd.counters.plain == before
+        assert dd.counters.bulk == before
     assert x.verdict == y.verdict == "unique"
     assert z.duplicate_of == "x"  # texts[10] is near texts[0]: found through x again
 
@@ -227,7 +228,7 @@ def test_changes_of_plain_documents_hold_their_data(tmp_path: Path, verify: str)
     texts = _texts(9)
     with Deduplicator(tmp_path / "i", verify=verify) as dd:  # type: ignore[arg-type]
         dd.check_batch([Document(f"d{i}", t) for i, t in enumerate(texts[:4])])
-        assert dd.counters.plain == 4
+        assert dd.counters.bulk == 4
         for i, change in enumerate(dd.changes):
             assert change.docno == i and change.owns_content
             assert change.record is not None and change.record.doc_id == f"d{i}"

@@ -621,9 +621,10 @@ class Deduplicator:
         for p in parts:
             if p.light:
                 free[[start + i for i in p.light]] = False
-                if not self._replays(t, p, keys):
-                    return out
             start += len(p.docs)
+        # (a batch of replays only has nothing to check)
+        if not free.any() or not all(self._replays(t, p, keys) for p in parts if p.light):
+            return out
         quiet = np.fromiter(
             map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
         )

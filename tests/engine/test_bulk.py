@@ -217,10 +217,16 @@ def test_a_rerun_transaction_after_map_full_gives_the_same_result(tmp_path: Path
     rnd = random.Random(2)
     pages = [" ".join(rnd.choices(VOCAB, k=400)) for _ in range(300)]
     batch = [Document(f"d{i}", t) for i, t in enumerate(pages)]
-    opts = EngineOptions(map_size=1 << 20)
+    opts = EngineOptions(map_size=1 << 18)
     seen, plain = _both([batch], opts)
     assert plain == 300
     assert len(seen[0][1]) == 300
+    runs = []
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        apply = dd._apply
+        dd._apply = lambda t, parts: runs.append(1) or apply(t, parts)  # type: ignore[method-assign]
+        dd.check_batch(batch)
+    assert len(runs) > 1  # it did run again
 
 
 @pytest.mark.parametrize("verify", ["exact", "signature"])

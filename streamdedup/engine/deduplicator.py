@@ -9,6 +9,15 @@ Decision order for one document: same id already indexed (same content: its stor
 verdict; changed content: forget it and check again) -> no shingles (unique, reason
 "empty") -> identical normalised content (duplicate, exact) -> LSH candidates,
 verified by signature or by exact Jaccard (verify.py) -> unique.
+
+Most documents of a stream need none of that order's subtleties: a new id, with a
+new content and no candidates (unique), or an exact copy of a content held by a
+document that stays (duplicate, exact).  Without a time window or sealed segments,
+`_classify` finds them for the whole batch up front (set and numpy operations over
+its ids, contents, quiet rows and read-ahead) and `_store_bulk` decides and stores
+them together after the loop; the loop only numbers them in their place.  Their
+verdicts, stored entries and changes are those the one-by-one path would make
+(tests/engine/test_bulk.py compares the two on random batches).
 """
 
 from __future__ import annotations

@@ -77,6 +77,7 @@ def test_map_grows_before_a_batch_rather_than_redoing_it(tmp_path) -> None:
 def test_failed_batch_leaves_no_trace(index_dir, monkeypatch) -> None:
     with Deduplicator(index_dir) as dd:
         dd.check("a", "the first document of the index, long enough to matter")
+        dd.bulk = False  # every document one by one: fail at the third
         calls = {"n": 0}
         real = dd._check_one
 
@@ -91,6 +92,24 @@ def test_failed_batch_leaves_no_trace(index_dir, monkeypatch) -> None:
             dd.check_batch([("b", "second document text here"), ("c", "third one"), ("d", "x y z")])
         assert dd.index.read(lambda t: t.count("docs")) == 1
         assert dd.index.read(lambda t: t.docno_for_id(id_key("b"))) is None
+
+
+def test_failed_batch_after_its_bulk_writes_leaves_no_trace(index_dir, monkeypatch) -> None:
+    """The documents decided in bulk are written, then the batch fails: none stays."""
+    with Deduplicator(index_dir) as dd:
+        dd.check("a", "the first document of the index, long enough to matter")
+        real = dd._store_bulk
+
+        def failing(*args):
+            real(*args)
+            raise RuntimeError("crash after the bulk writes")
+
+        monkeypatch.setattr(dd, "_store_bulk", failing)
+        with pytest.raises(RuntimeError):
+            dd.check_batch([("b", "second document text here"), ("c", "third one"), ("d", "x y z")])
+        assert dd.index.read(lambda t: t.count("docs")) == 1
+        assert dd.index.read(lambda t: t.docno_for_id(id_key("b"))) is None
+        assert dd.counters.bulk == 1  # only "a"'s batch counted
 
 
 def test_missing_index_is_a_clear_error(tmp_path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from streamdedup.config import EngineOptions
+from streamdedup.config import EngineOptions, Verify
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.models import Document, Verdict
 from streamdedup.store.keys import MetaKey
@@ -58,12 +58,16 @@ def _tables(dd: Deduplicator) -> dict[str, Any]:
 
 
 def _run(
-    path: Path, batches: list[list[Document]], bulk: bool, options: EngineOptions | None = None
+    path: Path,
+    batches: list[list[Document]],
+    bulk: bool,
+    options: EngineOptions | None = None,
+    verify: Verify = "exact",
 ) -> tuple[list[Any], dict[str, Any], int]:
     """Each batch's verdicts, changes, touched ids and outliers; the tables at the
     end; how many documents went the bulk path."""
     seen: list[Any] = []
-    with Deduplicator(path, options=options) as dd:
+    with Deduplicator(path, options=options, verify=verify) as dd:
         dd.bulk = bulk
         for batch in batches:
             verdicts = dd.check_batch(batch)
@@ -72,11 +76,11 @@ def _run(
 
 
 def _both(
-    batches: list[list[Document]], options: EngineOptions | None = None
+    batches: list[list[Document]], options: EngineOptions | None = None, verify: Verify = "exact"
 ) -> tuple[list[Any], int]:
     with tempfile.TemporaryDirectory(prefix="bulk-") as tmp:
-        bulk, bulk_tables, plain = _run(Path(tmp) / "bulk", batches, True, options)
-        one, one_tables, none = _run(Path(tmp) / "one", batches, False, options)
+        bulk, bulk_tables, plain = _run(Path(tmp) / "bulk", batches, True, options, verify)
+        one, one_tables, none = _run(Path(tmp) / "one", batches, False, options, verify)
     assert none == 0
     assert bulk == one  # verdicts, changes (in order), touched, outliers
     assert bulk_tables == one_tables
@@ -94,13 +98,16 @@ documents = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     docs=documents,
     cuts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
     seed=st.integers(0, 3),
+    verify=st.sampled_from(["exact", "signature"]),
 )
-def test_bulk_path_equals_one_by_one(docs: list[tuple[int, int, int | None]], cuts, seed) -> None:
+def test_bulk_path_equals_one_by_one(
+    docs: list[tuple[int, int, int | None]], cuts: list[int], seed: int, verify: Verify
+) -> None:
     texts = _texts(seed)
     stream = [
         Document(f"d{i}", texts[t], None if m is None else T0 + m * 60_000) for i, t, m in docs
@@ -114,7 +121,7 @@ def test_bulk_path_equals_one_by_one(docs: list[tuple[int, int, int | None]], cu
         size = cuts[k % len(cuts)]
         batches.append(stream[at : at + size])
         at, k = at + size, k + 1
-    _, plain = _both(batches)
+    _, plain = _both(batches, verify=verify)
     event(f"plain documents: {'1' if plain == 1 else 'more than 1'}")
 
 
@@ -138,7 +145,9 @@ def test_a_batch_mixing_plain_and_other_documents() -> None:
         Document("p1", texts[8]),  # p1 again, in the same batch: replaces it
         Document("p5", texts[9]),
     ]
-    seen, plain = _both([first, second])
+    # a copy of a stored near duplicate: its cluster is the near duplicate's
+    third = [Document("x3", texts[10]), Document("p6", texts[11])]
+    seen, plain = _both([first, second, third])
     verdicts: list[Verdict] = seen[1][0]
     assert [v.verdict for v in verdicts] == [
         "unique",
@@ -156,7 +165,9 @@ def test_a_batch_mixing_plain_and_other_documents() -> None:
     ]
     # first batch: all three; second: p2, p4, p5 plain, x1 a copy of a stored
     # document, p3 plain with its copy x2; not p1 (its id repeats), nor the others
-    assert plain == 3 + 3 + 1 + 2
+    assert plain == 3 + 3 + 1 + 2 + 2
+    x3 = seen[2][0][0]
+    assert (x3.duplicate_of, x3.cluster, x3.exact) == ("n1", "a", True)
 
 
 def test_plain_documents_carry_their_timestamps_and_outliers() -> None:

@@ -23,9 +23,15 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
+from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
 from streamdedup.engine.sealed import Store
-from streamdedup.sketch.jaccard import Summary, choose_ranked, exact_jaccard, summarise
+from streamdedup.sketch.jaccard import (
+    Summary,
+    choose_ranked,
+    exact_jaccard,
+    summary_of,
+    summary_values,
+)
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_gathered
 
@@ -166,7 +172,7 @@ class BatchMemory:
         """The exact set of the document being checked (kept with it once stored)."""
         mine = self._mine
         if mine is None or mine[0] is not p or mine[1] != i:
-            mine = self._mine = (p, i, summarise(own_shingles(p, i)))
+            mine = self._mine = (p, i, summary_of(own_hashes(p, i)))
         return mine[2]
 
     def exact_shingles(self, t: Store, docno: int) -> Summary:
@@ -180,9 +186,9 @@ class BatchMemory:
             return got
         fresh = self.fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
-            got = self.pending[docno] = summarise(own_shingles(*fresh))
+            got = self.pending[docno] = summary_of(own_hashes(*fresh))
             return got
-        got = summarise(exact_shingles(self._shingler, t.text(docno)))
+        got = summary_of(stored_hashes(self._shingler, t.text(docno)))
         if docno < self._first:  # committed before this batch: kept at once
             self._keep(docno, got)
         else:  # this batch's (a copy that took its owner's text): once committed
@@ -264,7 +270,7 @@ def best_exact(
 
 def _size(got: Summary) -> int:
     """What a kept set costs, in 8-byte values (its counts included)."""
-    return len(got[1]) + len(got[0]) // 4
+    return summary_values(got)
 
 
 def choose_exact(

@@ -31,9 +31,11 @@ sets = st.lists(values, min_size=0, max_size=40, unique=True).map(
 )
 
 
-def _summary(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray]:
+def _summary(values: np.ndarray, counted: bool) -> bytes:
     """`summarise`, or the form of a set too large to count (no slice filter)."""
-    return summarise(values) if counted else (np.zeros(0, np.uint16), values)
+    if counted:
+        return summarise(values)
+    return np.array([0], "<u8").tobytes() + values.astype("<u8").tobytes()
 
 
 @st.composite
@@ -73,7 +75,7 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
         margin,
         max_checks,
     )
-    dicts: tuple[dict[int, tuple[np.ndarray, np.ndarray]], ...] = ({}, {})
+    dicts: tuple[dict[int, bytes], ...] = ({}, {})
     for d, where in zip(docnos, held, strict=True):
         if where < 2:
             dicts[where][d] = _summary(theirs[d - 100], counted[d - 100])
@@ -119,13 +121,18 @@ def test_refused_when_the_arrays_disagree() -> None:
     native = kernels.load("compiled")
     if native is None:
         pytest.skip("the compiled kernels were not built")
-    one, none = np.ones(1, dtype=np.float64), np.zeros(0, np.uint64)
+    one, mine = np.ones(1, dtype=np.float64), summarise(np.zeros(0, np.uint64))
     with pytest.raises(ValueError, match="disagree"):
-        native.choose(b"", none, ({},), [1, 2], one, 0.8, 0.1, 5, 0, -1, 0.0)
+        native.choose_packed(mine, ({},), [1, 2], one, 0.8, 0.1, 5, 0, -1, 0.0)
     with pytest.raises(TypeError, match="tuple of dicts"):
-        native.choose(b"", none, ([],), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="counts, values"):
-        native.choose(b"", none, ({1: none},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[dict-item]
+        native.choose_packed(mine, ([],), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be bytes"):
+        native.choose_packed(
+            mine, ({1: np.zeros(0, np.uint64)},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0
+        )  # type: ignore[dict-item]
+    for wrong in (b"", mine[:-1], np.array([7], "<u8").tobytes() + mine[8:]):
+        with pytest.raises(ValueError, match="layout"):
+            native.choose_packed(mine, ({1: wrong},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)
 
 
 def test_signatures_of_many_are_each_ones_signature(tmp_path: Path) -> None:

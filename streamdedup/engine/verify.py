@@ -33,7 +33,7 @@ from streamdedup.sketch.jaccard import (
     summary_values,
 )
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import estimate_gathered
+from streamdedup.sketch.signature import rank_gathered
 
 # Exact sets kept across batches, in 64-bit values (8 bytes each): 64 MB, about 13,000
 # template-heavy pages.  A page's siblings are checked against the same earlier pages
@@ -119,33 +119,43 @@ class BatchMemory:
         fresh = self.fresh.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
 
-    def estimates(
-        self, t: Store, sig: npt.NDArray[np.uint16], docnos: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
-        """Which of `docnos` (any order) have a signature, and the estimated Jaccard of
-        `sig` against each of those.  Each docno's signature is read from the store
-        once a batch (`Store.signatures`, one call for a document's new ones)."""
+    def ranked(
+        self,
+        t: Store,
+        sig: npt.NDArray[np.uint16],
+        docnos: npt.NDArray[np.int64],
+        bar: float,
+        limit: int,
+    ) -> tuple[int, list[int], npt.NDArray[np.float64]]:
+        """`docnos` (ascending) ranked by their signatures' estimates against `sig`
+        (`rank_gathered`): how many have a signature, and the first `limit` of them
+        whose estimate reaches `bar`, with their estimates.  Each docno's signature is
+        read from the store once a batch (`Store.signatures`, one call for a
+        document's new ones) into the matrix the compiled ranking reads in place."""
         if not len(docnos):
-            return np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.float64)
-        self._room(int(docnos.max()))
-        rows = self._slot[docnos]
-        missing = rows < 0
-        if missing.any():
-            want = np.unique(docnos[missing])
-            fresh = self.fresh
-            mine = [d in fresh for d in want.tolist()] if fresh else []
-            if any(mine):  # this batch's documents: from their prepared rows
-                ours = want[mine]
-                rows_of = [fresh[d] for d in ours.tolist()]
-                self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
-                want = want[~np.asarray(mine)]
-            if len(want):
-                found, sigs = t.signatures(want)
-                if found.any():
-                    self._put_rows(want[found], sigs[found])
-            rows = self._slot[docnos]
-        keep = rows >= 0
-        return keep, estimate_gathered(sig, self._rows, rows[keep])
+            return 0, [], np.zeros(0, dtype=np.float64)
+        missing, kept, ranked, est = rank_gathered(
+            sig, self._rows, self._slot, docnos, bar, limit, fill=True
+        )
+        if missing is None:
+            return kept, ranked, est
+        want = missing
+        self._room(int(want[-1]))
+        fresh = self.fresh
+        mine = [d in fresh for d in want.tolist()] if fresh else []
+        if any(mine):  # this batch's documents: from their prepared rows
+            ours = want[mine]
+            rows_of = [fresh[d] for d in ours.tolist()]
+            self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
+            want = want[~np.asarray(mine)]
+        if len(want):
+            found, sigs = t.signatures(want)
+            if found.any():
+                self._put_rows(want[found], sigs[found])
+        _, kept, ranked, est = rank_gathered(
+            sig, self._rows, self._slot, docnos, bar, limit, fill=False
+        )
+        return kept, ranked, est
 
     def _room(self, top: int) -> None:
         if top >= len(self._slot):
@@ -219,27 +229,26 @@ def best_exact(
     memory: BatchMemory,
     p: Prepared,
     i: int,
-    docnos: npt.NDArray[np.int64],
-    est: npt.NDArray[np.float64],
-    order: npt.NDArray[np.intp],
+    ranked: list[int],
+    ranked_est: npt.NDArray[np.float64],
     threshold: float,
     margin: float,
     max_checks: int,
 ) -> tuple[tuple[float, int] | None, int]:
-    """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
-    similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
+    """The candidate (of `ranked`, in rank order, with their estimates `ranked_est`)
+    most similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
     (similarity, docno); and the number of exact checks made.
 
     `choose_exact`'s rule, run by one compiled call (`choose_ranked`) over the exact
     sets of the candidates it can reach: those whose estimate is at least
-    `threshold - margin` (the bar only rises from `threshold`), at most `max_checks`."""
-    ranked_est = est[order]
-    reach = min(int(np.count_nonzero(ranked_est >= threshold - margin)), max_checks)
+    `threshold - margin` (the bar only rises from `threshold`: `ranked` holds only
+    those, `rank_gathered`), at most `max_checks` (any beyond are not tried)."""
+    reach = min(len(ranked), max_checks)
     if reach == 0:
         return None, 0
-    ranked: list[int] = docnos[order[:reach]].tolist()
-    # the rule stops at `reach` at the latest, with `reach` checks made, as it does here
-    ranked_est = ranked_est[:reach]
+    if reach < len(ranked):
+        # the rule stops at `reach` at the latest, with `reach` checks made, as here
+        ranked, ranked_est = ranked[:reach], ranked_est[:reach]
     mine = memory.own(p, i)
     # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
     # is read here (the text shingled again) and the search resumes where it stopped.

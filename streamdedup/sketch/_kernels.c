@@ -601,47 +601,6 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
     return jaccard_of(inter, na, nb);
 }
 
-PyDoc_STRVAR(estimates_doc,
-"estimates(sig, matrix, rows) -> bytes\n\n"
-"signature.estimate_jaccard of `sig` (K uint16) against rows `rows` (int32) of\n"
-"`matrix` (uint16, K per row), as float64 bytes, value for value: the rows are read\n"
-"in place, where numpy would first copy them out.");
-
-static PyObject *estimates(PyObject *self, PyObject *args)
-{
-    PyObject *sig_obj, *matrix_obj, *rows_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &sig_obj, &matrix_obj, &rows_obj))
-        return NULL;
-    Py_buffer views[3];
-    if (get_buffers(3, views, (PyObject *[]){sig_obj, matrix_obj, rows_obj},
-                    (Py_ssize_t[]){2, 2, 4}, (const char *[]){"sig", "matrix", "rows"}) < 0)
-        return NULL;
-    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
-    const int32_t *rows = views[2].buf;
-    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0, m = views[2].len / 4;
-    for (Py_ssize_t j = 0; j < m; j++)
-        if (rows[j] < 0 || rows[j] >= n_rows) {
-            release_buffers(3, views);
-            PyErr_SetString(PyExc_IndexError, "estimates: a row outside the matrix");
-            return NULL;
-        }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 8);
-    if (out) {
-        double *est = (double *)PyBytes_AS_STRING(out);
-        const double accidental = 1.0 / 65536.0;
-        for (Py_ssize_t j = 0; j < m; j++) {
-            const uint16_t *row = matrix + (Py_ssize_t)rows[j] * k;
-            uint32_t agree = 0; /* 32 bits: the compiler vectorises the count */
-            for (Py_ssize_t x = 0; x < k; x++)
-                agree += row[x] == sig[x];
-            double e = ((double)agree / (double)k - accidental) / (1.0 - accidental);
-            est[j] = e > 0.0 ? e : 0.0;
-        }
-    }
-    release_buffers(3, views);
-    return out;
-}
-
 /* ------------------------------------------------------------------ publishing */
 
 /* Kafka's murmur2 (the Java client's Utils.murmur2), 32-bit arithmetic throughout. */
@@ -1048,18 +1007,140 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(rank_doc,
+"rank(sig, matrix, slot, docnos, bar, limit, fill) -> (missing, kept, ranked, est)\n\n"
+"signature.rank_gathered: the candidates `docnos` (int64, ascending) whose signature\n"
+"is a row of `matrix` (uint16, K per row; `slot`: int32 docno -> row, -1 none),\n"
+"ranked by their estimate against `sig` (estimate_jaccard's arithmetic), highest\n"
+"first, ties by docno: `kept` how many have a row, `ranked` (list of int) and `est`\n"
+"(float64 bytes) the first `limit` of those whose estimate is at least `bar`.  With\n"
+"`fill`, a candidate without a row (or past `slot`) stops it first: `missing` is then\n"
+"their distinct docnos (int64 bytes; else None), for the caller to read and ask again.\n"
+"The estimate is a strictly increasing function of the agreeing positions, so a\n"
+"counting sort by those is numpy's lexsort by (-estimate, docno), value for value.");
+
+static PyObject *rank(PyObject *self, PyObject *args)
+{
+    PyObject *sig_obj, *matrix_obj, *slot_obj, *docnos_obj;
+    double bar;
+    Py_ssize_t limit;
+    int fill;
+    if (!PyArg_ParseTuple(args, "OOOOdnp", &sig_obj, &matrix_obj, &slot_obj, &docnos_obj, &bar,
+                          &limit, &fill))
+        return NULL;
+    Py_buffer views[4];
+    if (get_buffers(4, views, (PyObject *[]){sig_obj, matrix_obj, slot_obj, docnos_obj},
+                    (Py_ssize_t[]){2, 2, 4, 8},
+                    (const char *[]){"sig", "matrix", "slot", "docnos"}) < 0)
+        return NULL;
+    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
+    const int32_t *slot = views[2].buf;
+    const int64_t *docnos = views[3].buf;
+    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0;
+    Py_ssize_t n_slot = views[2].len / 4, n = views[3].len / 8;
+    PyObject *result = NULL;
+    int32_t *agree = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    Py_ssize_t *start = PyMem_Calloc((size_t)k + 2, sizeof(Py_ssize_t));
+    Py_ssize_t *order = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (!agree || !start || !order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t missing = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t d = docnos[j];
+        if (d < 0 || (j && d <= docnos[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "rank: docnos must ascend from 0");
+            goto done;
+        }
+        int32_t row = d < n_slot ? slot[d] : -1;
+        if (row >= n_rows) {
+            PyErr_SetString(PyExc_IndexError, "rank: a row outside the matrix");
+            goto done;
+        }
+        agree[j] = row; /* for now */
+        missing += row < 0;
+    }
+    if (fill && missing) { /* ascending and distinct already */
+        PyObject *raw = PyBytes_FromStringAndSize(NULL, missing * 8);
+        if (raw == NULL)
+            goto done;
+        int64_t *out = (int64_t *)PyBytes_AS_STRING(raw);
+        for (Py_ssize_t j = 0, m = 0; j < n; j++)
+            if (agree[j] < 0)
+                out[m++] = docnos[j];
+        result = Py_BuildValue("Nn[]y#", raw, (Py_ssize_t)0, "", (Py_ssize_t)0);
+        goto done;
+    }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int32_t row = agree[j];
+        if (row < 0) {
+            agree[j] = -1;
+            continue;
+        }
+        const uint16_t *r = matrix + (Py_ssize_t)row * k;
+        uint32_t a = 0; /* 32 bits: the compiler vectorises the count */
+        for (Py_ssize_t x = 0; x < k; x++)
+            a += r[x] == sig[x];
+        agree[j] = (int32_t)a;
+        start[k - a + 1]++; /* bucket k - a: the most agreeing first */
+        kept++;
+    }
+    for (Py_ssize_t a = 0; a <= k; a++)
+        start[a + 1] += start[a];
+    for (Py_ssize_t j = 0; j < n; j++) /* stable: docnos ascending within a bucket */
+        if (agree[j] >= 0)
+            order[start[k - agree[j]]++] = j;
+    const double accidental = 1.0 / 65536.0;
+    Py_ssize_t take = 0;
+    if (limit < 0)
+        limit = 0;
+    while (take < kept && take < limit) {
+        double e = ((double)agree[order[take]] / (double)k - accidental) / (1.0 - accidental);
+        if ((e > 0.0 ? e : 0.0) < bar)
+            break;
+        take++;
+    }
+    PyObject *ranked = PyList_New(take);
+    PyObject *est = ranked ? PyBytes_FromStringAndSize(NULL, take * 8) : NULL;
+    if (est == NULL) {
+        Py_XDECREF(ranked);
+        goto done;
+    }
+    double *e = (double *)PyBytes_AS_STRING(est);
+    for (Py_ssize_t j = 0; j < take; j++) {
+        PyObject *d = PyLong_FromLongLong(docnos[order[j]]);
+        if (d == NULL) {
+            Py_DECREF(ranked);
+            Py_DECREF(est);
+            goto done;
+        }
+        PyList_SET_ITEM(ranked, j, d);
+        double v = ((double)agree[order[j]] / (double)k - accidental) / (1.0 - accidental);
+        e[j] = v > 0.0 ? v : 0.0;
+    }
+    result = Py_BuildValue("OnNN", Py_None, kept, ranked, est);
+done:
+    PyMem_Free(agree);
+    PyMem_Free(start);
+    PyMem_Free(order);
+    release_buffers(4, views);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
-    {"estimates", estimates, METH_VARARGS, estimates_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},
     /* candidate search (the section above) */
     {"summarise", summarise, METH_VARARGS, summarise_doc},
     {"choose_packed", choose_packed, METH_VARARGS, choose_packed_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
+    {"rank", rank, METH_VARARGS, rank_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,8 +30,6 @@ class Kernels(Protocol):
 
     def jaccard(self, a: Buffer, b: Buffer) -> float: ...
 
-    def estimates(self, sig: Buffer, matrix: Buffer, rows: Buffer) -> bytes: ...
-
     def kafka_partitions(self, keys: list[bytes], n: int) -> list[int]: ...
 
     # candidate search
@@ -59,6 +57,17 @@ class Kernels(Protocol):
         hot: set[bytes],
         cap: int,
     ) -> tuple[bytes, bool]: ...
+
+    def rank(
+        self,
+        sig: Buffer,
+        matrix: Buffer,
+        slot: Buffer,
+        docnos: Buffer,
+        bar: float,
+        limit: int,
+        fill: bool,
+    ) -> tuple[bytes | None, int, list[int], bytes]: ...
 
 
 def load(choice: str | None = None) -> Kernels | None:

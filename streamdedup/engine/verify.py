@@ -71,6 +71,12 @@ class BatchMemory:
         self._rows: npt.NDArray[np.uint16] = np.empty((0, 0), dtype=np.uint16)
         self._used = 0
         self._filled: list[npt.NDArray[np.int64]] = []
+        # this batch's indexed documents: their parts' signatures copied into `_rows`
+        # whole (id of the part -> its first row), their docnos set in `_slot` as they
+        # are stored (`remember`), so a later document of the batch ranks them without
+        # a second look
+        self._blocks: dict[int, tuple[Prepared, int]] = {}  # (held: ids stay unique)
+        self._mine_rows: list[int] = []
         self._first = 0  # the first document number of the batch: those below committed
 
     def clear(self, first: int) -> None:
@@ -87,7 +93,10 @@ class BatchMemory:
         self._mine = None
         for docnos in self._filled:
             self._slot[docnos] = -1
+        self._slot[self._mine_rows] = -1
         self._filled = []
+        self._mine_rows = []
+        self._blocks = {}
         self._used = 0
 
     def commit(self) -> None:
@@ -97,7 +106,16 @@ class BatchMemory:
         self.pending = {}
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
-        self.fresh[docno] = (p, i)  # its signature row is copied only if it is a candidate
+        self.fresh[docno] = (p, i)
+        block = self._blocks.get(id(p))
+        if block is None:  # the part's signatures, copied once (a few hundred KB at most)
+            block = self._blocks[id(p)] = (p, self._used)
+            self._put_rows(np.empty(0, dtype=np.int64), p.sigs)
+        base = block[1]
+        if docno >= len(self._slot):
+            self._room(docno)
+        self._slot[docno] = base + i
+        self._mine_rows.append(docno)
         mine = self._mine
         if mine is not None and mine[0] is p and mine[1] == i:
             self.pending[docno] = mine[2]
@@ -139,19 +157,12 @@ class BatchMemory:
         )
         if missing is None:
             return kept, ranked, est
-        want = missing
-        self._room(int(want[-1]))
-        fresh = self.fresh
-        mine = [d in fresh for d in want.tolist()] if fresh else []
-        if any(mine):  # this batch's documents: from their prepared rows
-            ours = want[mine]
-            rows_of = [fresh[d] for d in ours.tolist()]
-            self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
-            want = want[~np.asarray(mine)]
-        if len(want):
-            found, sigs = t.signatures(want)
-            if found.any():
-                self._put_rows(want[found], sigs[found])
+        # not read in this batch yet (the batch's own documents have their rows:
+        # `remember`)
+        self._room(int(missing[-1]))
+        found, sigs = t.signatures(missing)
+        if found.any():
+            self._put_rows(missing[found], sigs[found])
         _, kept, ranked, est = rank_gathered(
             sig, self._rows, self._slot, docnos, bar, limit, fill=False
         )
@@ -164,17 +175,21 @@ class BatchMemory:
             self._slot = grown
 
     def _put_rows(self, docnos: npt.NDArray[np.int64], sigs: npt.NDArray[np.uint16]) -> None:
+        """Append `sigs` to the matrix, as the rows of `docnos` (none: a part's block,
+        its slots set one by one by `remember`)."""
         n, k = sigs.shape
-        self._room(int(docnos.max()))
+        if len(docnos):
+            self._room(int(docnos.max()))
         if self._rows.shape[1] != k or self._used + n > len(self._rows):
             grown_rows = np.empty((max(2 * len(self._rows), self._used + n, 1024), k), np.uint16)
             if self._rows.shape[1] == k:
                 grown_rows[: self._used] = self._rows[: self._used]
             self._rows = grown_rows
         self._rows[self._used : self._used + n] = sigs
-        self._slot[docnos] = np.arange(self._used, self._used + n, dtype=np.int32)
+        if len(docnos):
+            self._slot[docnos] = np.arange(self._used, self._used + n, dtype=np.int32)
+            self._filled.append(docnos)
         self._used += n
-        self._filled.append(docnos)
 
     # -- exact sets
 

@@ -34,7 +34,7 @@ from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import (
@@ -54,8 +54,11 @@ log = logging.getLogger(__name__)
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
 # At most this many candidates, their signatures are read one by one (`_one_by_one`);
-# more are gathered by the batch's signature matrix (BatchMemory.estimates).
+# more are gathered by the batch's signature matrix (BatchMemory.ranked).
 _FEW = 8
+# row j of a few candidates' signatures is candidate j's (`_best_match`)
+_POSITIONS = np.arange(_FEW + 1, dtype=np.int32)
+_DOCNO_OF_POSITION = np.arange(_FEW + 1, dtype=np.int64)
 
 
 class _SegmentsChanged(Exception):
@@ -608,7 +611,7 @@ class Deduplicator:
         # tells whether that cap stopped it); the signature rule takes the first
         bar = -math.inf if signature_only else threshold - self._margin
         limit = 1 if signature_only else self.options.max_exact_checks + 1
-        if self._expiry.behind or len(found) <= _FEW:
+        if self._expiry.behind:  # successors may stand in: any order
             kept_docnos, rows = self._one_by_one(t, found)
             docnos = np.asarray(kept_docnos, dtype=np.int64)
             est = estimate_jaccard(sig, rows)
@@ -616,6 +619,15 @@ class Deduplicator:
             est = est[order]
             take = min(int(np.count_nonzero(est >= bar)), limit)
             kept, ranked, ranked_est = len(docnos), docnos[order[:take]].tolist(), est[:take]
+        elif len(found) <= _FEW:
+            # ranked by their positions among the (ascending) candidates kept: the
+            # same order, ties by position being ties by docno
+            kept_docnos, rows = self._one_by_one(t, found)
+            n = len(kept_docnos)
+            _, kept, at, ranked_est = rank_gathered(
+                sig, rows, _POSITIONS[:n], _DOCNO_OF_POSITION[:n], bar, limit, fill=False
+            )
+            ranked = [kept_docnos[j] for j in at]
         else:  # the candidates' signatures gathered and ranked at once (compiled)
             kept, ranked, ranked_est = self._memory.ranked(t, sig, found, bar, limit)
         if not kept:

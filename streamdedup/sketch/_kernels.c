@@ -539,6 +539,24 @@ static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
  * and a template sibling below the bar is left part way through. */
 #define SLICES 256 /* counts of a set's values by their top 8 bits (jaccard.py `slice_counts`) */
 
+/* sum over slices of min(ca, cb): a bound on the values two sets share */
+static inline uint32_t slice_bound(const uint16_t *ca, const uint16_t *cb)
+{
+    uint32_t bound = 0;
+    for (int x = 0; x < SLICES; x++)
+        bound += ca[x] < cb[x] ? ca[x] : cb[x];
+    return bound;
+}
+
+/* positions where two signatures agree */
+static inline uint32_t agreeing(const uint16_t *r, const uint16_t *sig, Py_ssize_t k)
+{
+    uint32_t a = 0; /* 32 bits: the compiler vectorises the count */
+    for (Py_ssize_t x = 0; x < k; x++)
+        a += r[x] == sig[x];
+    return a;
+}
+
 static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
                                Py_ssize_t nb, const uint16_t *ca, const uint16_t *cb,
                                double floor)
@@ -553,9 +571,7 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
          * range are at most the fewer of the two sets' values there.  256 counts
          * compared in a few dozen instructions reject most template siblings below the
          * bar without touching the sets. */
-        uint32_t bound = 0;
-        for (int x = 0; x < SLICES; x++)
-            bound += ca[x] < cb[x] ? ca[x] : cb[x];
+        uint32_t bound = slice_bound(ca, cb);
         if ((Py_ssize_t)bound < lo)
             lo = bound;
         if (jaccard_of(lo, na, nb) < floor)
@@ -1079,10 +1095,7 @@ static PyObject *rank(PyObject *self, PyObject *args)
             agree[j] = -1;
             continue;
         }
-        const uint16_t *r = matrix + (Py_ssize_t)row * k;
-        uint32_t a = 0; /* 32 bits: the compiler vectorises the count */
-        for (Py_ssize_t x = 0; x < k; x++)
-            a += r[x] == sig[x];
+        uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
         agree[j] = (int32_t)a;
         start[k - a + 1]++; /* bucket k - a: the most agreeing first */
         kept++;

@@ -228,3 +228,44 @@ def test_default_caps_leave_a_templated_site_to_the_exact_check(tmp_path: Path) 
     assert verdicts["default"] == verdicts["none"]
     duplicates = {name: sum(v[0] == "duplicate" for v in got) for name, got in verdicts.items()}
     assert duplicates["tight"] < duplicates["none"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        EngineOptions(),
+        EngineOptions(max_bucket_candidates=5, max_exact_checks=2),
+        EngineOptions(max_bucket_candidates=1, max_exact_checks=0),
+    ],
+    ids=["default", "tight", "tightest"],
+)
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_the_compiled_search_counts_and_decides_as_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: EngineOptions, verify: str
+) -> None:
+    """The compiled candidate search (gather, rank, summarise, choose_packed) against
+    the numpy and Python code it mirrors on a templated site, batch after batch (the
+    batch's own documents among the candidates, earlier ones read from the index):
+    the same verdicts, similarities and counters -- candidates, caps bitten, exact
+    checks -- with caps that bite and caps that do not."""
+    from streamdedup.sketch import kernels
+
+    compiled = kernels.load("compiled")
+    if compiled is None:
+        pytest.skip("the compiled kernels were not built")
+    docs = _site(300, seed=5)
+    runs = {}
+    for name, native in (("compiled", compiled), ("numpy", None)):
+        monkeypatch.setattr(kernels, "native", native)
+        with Deduplicator(tmp_path / name, threshold=0.8, verify=verify, options=options) as dd:
+            got = []
+            for start in range(0, len(docs), 70):
+                got += dd.check_batch(docs[start : start + 70])
+            c = dd.counters
+            runs[name] = (
+                [(v.verdict, v.duplicate_of, v.similarity) for v in got],
+                (c.candidates, c.most_candidates, c.bucket_capped, c.exact_capped, c.exact_checks),
+            )
+    assert runs["compiled"] == runs["numpy"]
+    if verify == "signature" or options.max_exact_checks:  # (0 checks: nothing passes)
+        assert any(v[0] == "duplicate" for v in runs["compiled"][0])

@@ -540,12 +540,25 @@ static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
 #define SLICES 256 /* counts of a set's values by their top 8 bits (jaccard.py `slice_counts`) */
 
 /* sum over slices of min(ca, cb): a bound on the values two sets share */
-static inline uint32_t slice_bound(const uint16_t *ca, const uint16_t *cb)
+static inline uint32_t slice_bound(const uint8_t *ca, const uint8_t *cb)
 {
+#if defined(__SSE2__)
+    /* 16 counts at a time: the unsigned byte minimum, summed by psadbw */
+    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128();
+    for (int x = 0; x < SLICES; x += 16) {
+        __m128i m = _mm_min_epu8(_mm_loadu_si128((const __m128i *)(ca + x)),
+                                 _mm_loadu_si128((const __m128i *)(cb + x)));
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(m, zero));
+    }
+    uint64_t lanes[2];
+    _mm_storeu_si128((__m128i *)lanes, acc);
+    return (uint32_t)(lanes[0] + lanes[1]);
+#else
     uint32_t bound = 0;
     for (int x = 0; x < SLICES; x++)
         bound += ca[x] < cb[x] ? ca[x] : cb[x];
     return bound;
+#endif
 }
 
 /* positions where two signatures agree */
@@ -558,7 +571,7 @@ static inline uint32_t agreeing(const uint16_t *r, const uint16_t *sig, Py_ssize
 }
 
 static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
-                               Py_ssize_t nb, const uint16_t *ca, const uint16_t *cb,
+                               Py_ssize_t nb, const uint8_t *ca, const uint8_t *cb,
                                double floor)
 {
     if (!na || !nb)
@@ -695,9 +708,12 @@ static PyObject *kafka_partitions(PyObject *self, PyObject *args)
  * without the buffer protocol (two PyObject_GetBuffer calls per check on numpy arrays
  * cost more than the check's slice filter):
  *   uint64 header: the number of slice counts (SLICES, or 0 for a set too large to count)
- *   uint16 counts[header], uint64 values[...] (sorted, distinct). */
+ *   uint8 counts[header], uint64 values[...] (sorted, distinct).
+ * A byte a count: 256 bytes, four cache lines to read per check where 16-bit counts
+ * took eight, and SSE2 has the unsigned byte minimum; a set with a slice of more than
+ * 255 values (tens of thousands of shingles) goes without counts. */
 typedef struct {
-    const uint16_t *counts; /* NULL: none */
+    const uint8_t *counts; /* NULL: none */
     const uint64_t *values;
     Py_ssize_t n;
 } Packed;
@@ -717,10 +733,10 @@ static int unpack_summary(PyObject *obj, Packed *out)
     header = le64(header);
     if (header != 0 && header != SLICES)
         goto bad;
-    Py_ssize_t at = 8 + (Py_ssize_t)header * 2;
+    Py_ssize_t at = 8 + (Py_ssize_t)header;
     if (len < at || (len - at) % 8)
         goto bad;
-    out->counts = header ? (const uint16_t *)(p + 8) : NULL;
+    out->counts = header ? (const uint8_t *)(p + 8) : NULL;
     out->values = (const uint64_t *)(p + at);
     out->n = (len - at) / 8;
     return 0;
@@ -775,7 +791,7 @@ static PyObject *summarise(PyObject *self, PyObject *args)
     for (int x = 0; x < SLICES; x++)
         start[x + 1] += start[x];
     uint64_t *tmp = PyMem_Malloc((size_t)(n ? n : 1) * 8);
-    PyObject *out = tmp ? PyBytes_FromStringAndSize(NULL, 8 + SLICES * 2 + n * 8) : NULL;
+    PyObject *out = tmp ? PyBytes_FromStringAndSize(NULL, 8 + SLICES + n * 8) : NULL;
     if (out == NULL) {
         PyMem_Free(tmp);
         PyBuffer_Release(&view);
@@ -787,8 +803,9 @@ static PyObject *summarise(PyObject *self, PyObject *args)
         tmp[fill[h[i] >> 56]++] = h[i];
     PyBuffer_Release(&view);
     char *base = PyBytes_AS_STRING(out);
-    uint16_t counts[SLICES];
-    uint64_t *values = (uint64_t *)(base + 8 + SLICES * 2);
+    uint8_t counts[SLICES];
+    uint64_t *values = (uint64_t *)(base + 8 + SLICES);
+    int fits = 1;
     Py_ssize_t m = 0;
     for (int x = 0; x < SLICES; x++) {
         uint64_t *s = tmp + start[x];
@@ -797,17 +814,18 @@ static PyObject *summarise(PyObject *self, PyObject *args)
         for (Py_ssize_t i = 0; i < k; i++)
             if (i == 0 || s[i] != s[i - 1])
                 values[m++] = s[i];
-        counts[x] = (uint16_t)(m - before); /* unused when m reaches 1 << 16 */
+        fits &= m - before <= 255;
+        counts[x] = (uint8_t)(m - before); /* unused unless every count fits */
     }
     PyMem_Free(tmp);
-    uint64_t header = le64(m < (1 << 16) ? SLICES : 0);
+    uint64_t header = le64(fits ? SLICES : 0);
     memcpy(base, &header, 8);
     if (header) {
         memcpy(base + 8, counts, sizeof(counts));
     } else {
         memmove(base + 8, values, (size_t)m * 8);
     }
-    if (_PyBytes_Resize(&out, 8 + (header ? SLICES * 2 : 0) + m * 8) < 0)
+    if (_PyBytes_Resize(&out, 8 + (header ? SLICES : 0) + m * 8) < 0)
         return NULL;
     return out;
 }

@@ -44,11 +44,12 @@ def numpy_jaccard(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
 SLICES = 256  # slices of the 64-bit hash range, by the top 8 bits
 _HEADER = np.dtype("<u8")
 _VALUES = np.dtype("<u8")
-_COUNTS = np.dtype("<u2")
+_COUNTS = np.dtype("u1")
 
 # A set as the candidate search keeps it, packed in one bytes object: a uint64 header
-# (the number of slice counts: SLICES, or 0 for a set too large to count), its values'
-# counts per slice (uint16), then its values (sorted, distinct uint64), little-endian.
+# (the number of slice counts: SLICES, or 0 for a set with more than 255 values in a
+# slice), its values' counts per slice (a byte each), then its values (sorted,
+# distinct uint64), little-endian.
 # One bytes object, not two numpy arrays: the compiled check reads it in place, where
 # the buffer protocol on two arrays cost more per check than the check's slice filter
 # (a template-heavy page makes about 90 checks).
@@ -57,16 +58,17 @@ Summary = bytes
 
 def summarise(values: npt.NDArray[np.uint64]) -> Summary:
     """A sorted distinct set with its counts per slice of the hash range (none for a
-    set so large that a count could pass 16 bits).  Two sets share at most the fewer
-    of their counts in each slice: the compiled check (`choose_ranked`) sums those
-    minima, a sound bound on the intersection, and rejects a candidate it proves
-    below the bar without a merge.  512 bytes a set, about a tenth of a page's."""
+    set with a count past a byte: tens of thousands of values).  Two sets share at
+    most the fewer of their counts in each slice: the compiled check (`choose_ranked`)
+    sums those minima, a sound bound on the intersection, and rejects a candidate it
+    proves below the bar without a merge.  256 bytes a set, about a twentieth of a
+    page's (bytes, not 16-bit counts: the check reads half as much memory)."""
     body = np.ascontiguousarray(values, dtype=_VALUES).tobytes()
-    if len(values) >= 1 << 16:
-        return np.array([0], _HEADER).tobytes() + body
     top = (np.asarray(values, dtype=np.uint64) >> np.uint64(56)).astype(np.intp)
-    counts = np.bincount(top, minlength=SLICES).astype(_COUNTS)
-    return np.array([SLICES], _HEADER).tobytes() + counts.tobytes() + body
+    counts = np.bincount(top, minlength=SLICES)
+    if counts.max() > 255:
+        return np.array([0], _HEADER).tobytes() + body
+    return np.array([SLICES], _HEADER).tobytes() + counts.astype(_COUNTS).tobytes() + body
 
 
 def summary_of(hashes: npt.NDArray[np.uint64]) -> Summary:
@@ -88,11 +90,11 @@ def sorted_distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
 
 def values_of(summary: Summary) -> npt.NDArray[np.uint64]:
     """The set of a summary (a read-only view)."""
-    at = 8 + 2 * int(np.frombuffer(summary, _HEADER, count=1)[0])
+    at = 8 + int(np.frombuffer(summary, _HEADER, count=1)[0])
     return np.frombuffer(summary, _VALUES, offset=at)
 
 
-def counts_of(summary: Summary) -> npt.NDArray[np.uint16]:
+def counts_of(summary: Summary) -> npt.NDArray[np.uint8]:
     """A summary's counts per slice (empty: a set too large to count)."""
     n = int(np.frombuffer(summary, _HEADER, count=1)[0])
     return np.frombuffer(summary, _COUNTS, count=n, offset=8)

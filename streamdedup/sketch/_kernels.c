@@ -707,7 +707,7 @@ static PyObject *kafka_partitions(PyObject *self, PyObject *args)
 /* A summary (jaccard.py `summarise`) packed in one bytes object, so a check reads it
  * without the buffer protocol (two PyObject_GetBuffer calls per check on numpy arrays
  * cost more than the check's slice filter):
- *   uint64 header: the number of slice counts (SLICES, or 0 for a set too large to count)
+ *   uint64 header: the number of slice counts (SLICES, or 0: a slice past 255 values)
  *   uint8 counts[header], uint64 values[...] (sorted, distinct).
  * A byte a count: 256 bytes, four cache lines to read per check where 16-bit counts
  * took eight, and SSE2 has the unsigned byte minimum; a set with a slice of more than

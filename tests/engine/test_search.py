@@ -1,8 +1,9 @@
 """The candidate search of a document (engine/verify.py, sketch/jaccard.py, the
-`choose` and `estimates` kernels): the compiled rule gives exactly `choose_exact`'s
-answer -- the definition the backfill also applies -- however the candidates' sets
-are spread over the memory's dicts, and the default caps leave a templated site's
-near duplicates to the exact check instead of cutting them off."""
+`choose_packed`, `rank`, `gather` and `summarise` kernels): the compiled rule gives
+exactly `choose_exact`'s answer -- the definition the backfill also applies --
+however the candidates' sets are spread over the memory's dicts, and the default caps
+leave a templated site's near duplicates to the exact check instead of cutting them
+off."""
 
 from __future__ import annotations
 

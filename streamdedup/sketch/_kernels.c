@@ -909,6 +909,26 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
  * the largest value needs; insertion sort for a few); returns the count kept. */
 static Py_ssize_t sort_distinct_docnos(int64_t *a, int64_t *tmp, Py_ssize_t n)
 {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    if (n > 32 && (uint64_t)(hi - lo) / 64 < (uint64_t)n) {
+        /* Docnos close together (a page's siblings, numbered as they came): a bitmap
+         * of the span, set then read in order, sorts and makes distinct in two
+         * passes; `tmp` (n values) holds the span's n words at most. */
+        uint64_t *bits = (uint64_t *)tmp;
+        Py_ssize_t words = (Py_ssize_t)((uint64_t)(hi - lo) / 64) + 1;
+        memset(bits, 0, (size_t)words * 8);
+        for (Py_ssize_t i = 0; i < n; i++)
+            bits[(a[i] - lo) >> 6] |= 1ULL << ((a[i] - lo) & 63);
+        Py_ssize_t m = 0;
+        for (Py_ssize_t w = 0; w < words; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1)
+                a[m++] = lo + w * 64 + __builtin_ctzll(b);
+        return m;
+    }
     if (n <= 32) {
         small_sort_u64((uint64_t *)a, n);
     } else {

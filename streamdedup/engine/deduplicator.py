@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -45,7 +46,7 @@ from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
 from streamdedup.store.segments import (
@@ -65,8 +66,11 @@ log = logging.getLogger(__name__)
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
 # At most this many candidates, their signatures are read one by one (`_one_by_one`);
-# more are gathered by the batch's signature matrix (BatchMemory.estimates).
+# more are gathered by the batch's signature matrix (BatchMemory.ranked).
 _FEW = 8
+# row j of a few candidates' signatures is candidate j's (`_best_match`)
+_POSITIONS = np.arange(_FEW + 1, dtype=np.int32)
+_DOCNO_OF_POSITION = np.arange(_FEW + 1, dtype=np.int64)
 
 
 class _SegmentsChanged(Exception):
@@ -886,41 +890,55 @@ class Deduplicator:
         c.most_candidates = max(c.most_candidates, len(found))
         if not len(found):
             return None
-        docnos = found
-        if self._expiry.behind or len(docnos) <= _FEW:
-            kept, rows = self._one_by_one(t, docnos)
-            docnos = np.asarray(kept, dtype=np.int64)
-            est = estimate_jaccard(sig, rows)
-        else:  # the candidates' signatures gathered at once (BatchMemory.estimates)
-            keep, est = self._memory.estimates(t, sig, docnos)
-            docnos = docnos[keep]
-        if not len(docnos):
-            return None
         threshold = self.params.threshold
-        # highest estimate first, ties by document number (the stream's tie-break)
-        order = np.lexsort((docnos, -est))
-        if self.params.verify == "signature":
-            j = int(order[0])
-            if est[j] < threshold:
+        signature_only = self.params.verify == "signature"
+        # the candidates in rank order (highest estimate first, ties by document
+        # number: the stream's tie-break), as far as any rule may look: the exact
+        # check tries those within the margin, at most `max_exact_checks` (one more
+        # tells whether that cap stopped it); the signature rule takes the first
+        bar = -math.inf if signature_only else threshold - self._margin
+        limit = 1 if signature_only else self.options.max_exact_checks + 1
+        if self._expiry.behind:  # successors may stand in: any order
+            kept_docnos, rows = self._one_by_one(t, found)
+            docnos = np.asarray(kept_docnos, dtype=np.int64)
+            est = estimate_jaccard(sig, rows)
+            order = np.lexsort((docnos, -est))
+            est = est[order]
+            take = min(int(np.count_nonzero(est >= bar)), limit)
+            kept, ranked, ranked_est = len(docnos), docnos[order[:take]].tolist(), est[:take]
+        elif len(found) <= _FEW:
+            # ranked by their positions among the (ascending) candidates kept: the
+            # same order, ties by position being ties by docno
+            kept_docnos, rows = self._one_by_one(t, found)
+            n = len(kept_docnos)
+            _, kept, at, ranked_est = rank_gathered(
+                sig, rows, _POSITIONS[:n], _DOCNO_OF_POSITION[:n], bar, limit, fill=False
+            )
+            ranked = [kept_docnos[j] for j in at]
+        else:  # the candidates' signatures gathered and ranked at once (compiled)
+            kept, ranked, ranked_est = self._memory.ranked(t, sig, found, bar, limit)
+        if not kept:
+            return None
+        if signature_only:
+            if ranked_est[0] < threshold:
                 return None
-            rec = t.record(int(docnos[j]))
-            return None if rec is None else (float(est[j]), rec)
+            rec = t.record(ranked[0])
+            return None if rec is None else (float(ranked_est[0]), rec)
         best, checks = best_exact(
             t,
             self._memory,
             p,
             i,
-            docnos,
-            est,
-            order,
+            ranked,
+            ranked_est,
             threshold,
             self._margin,
             self.options.max_exact_checks,
         )
         c.exact_checks += checks
-        if checks < len(order) and checks >= self.options.max_exact_checks:
+        if len(ranked) > checks >= self.options.max_exact_checks:
             floor = threshold if best is None else best[0]
-            if est[order[checks]] >= floor - self._margin:  # the cap stopped the search
+            if ranked_est[checks] >= floor - self._margin:  # the cap stopped the search
                 c.exact_capped += 1
         if best is None:
             return None

@@ -172,15 +172,26 @@ def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
 def exact_shingles(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
     """The sorted distinct 64-bit shingle hashes of a stored (compressed, normalised,
     `encode`d) text: the set exact verification measures."""
+    return _distinct(stored_hashes(shingler, text))
+
+
+def stored_hashes(shingler: Shingler, text: bytes) -> npt.NDArray[np.uint64]:
+    """The 64-bit shingle hashes of a stored text, in text order, repeats included
+    (`exact_shingles` before its sort: the engine sorts and summarises in one call)."""
     raw = decompress_text(text)
     norm = None if shingler.spec.kind == "word" else raw.decode("utf-8", "surrogatepass")
-    return _distinct(shingler.one(norm, raw))
+    return shingler.one(norm, raw)
 
 
 def own_shingles(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
     """A prepared document's sorted distinct 64-bit shingle hashes."""
+    return _distinct(own_hashes(p, i))
+
+
+def own_hashes(p: Prepared, i: int) -> npt.NDArray[np.uint64]:
+    """A prepared document's 64-bit shingle hashes, in text order, repeats included."""
     assert p.hashes is not None
-    return _distinct(p.hashes.of(i))
+    return p.hashes.of(i)
 
 
 def _distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:

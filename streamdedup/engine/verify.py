@@ -23,11 +23,17 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.engine.prepare import Prepared, exact_shingles, own_shingles
+from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
 from streamdedup.engine.sealed import Store
-from streamdedup.sketch.jaccard import Summary, choose_ranked, exact_jaccard, summarise
+from streamdedup.sketch.jaccard import (
+    Summary,
+    choose_ranked,
+    exact_jaccard,
+    summary_of,
+    summary_values,
+)
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import estimate_gathered
+from streamdedup.sketch.signature import rank_gathered
 
 # Exact sets kept across batches, in 64-bit values (8 bytes each): 64 MB, about 13,000
 # template-heavy pages.  A page's siblings are checked against the same earlier pages
@@ -65,6 +71,12 @@ class BatchMemory:
         self._rows: npt.NDArray[np.uint16] = np.empty((0, 0), dtype=np.uint16)
         self._used = 0
         self._filled: list[npt.NDArray[np.int64]] = []
+        # this batch's indexed documents: their parts' signatures copied into `_rows`
+        # whole (id of the part -> its first row), their docnos set in `_slot` as they
+        # are stored (`remember`), so a later document of the batch ranks them without
+        # a second look
+        self._blocks: dict[int, tuple[Prepared, int]] = {}  # (held: ids stay unique)
+        self._mine_rows: list[int] = []
         self._first = 0  # the first document number of the batch: those below committed
 
     def clear(self, first: int) -> None:
@@ -81,7 +93,10 @@ class BatchMemory:
         self._mine = None
         for docnos in self._filled:
             self._slot[docnos] = -1
+        self._slot[self._mine_rows] = -1
         self._filled = []
+        self._mine_rows = []
+        self._blocks = {}
         self._used = 0
 
     def commit(self) -> None:
@@ -91,7 +106,16 @@ class BatchMemory:
         self.pending = {}
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
-        self.fresh[docno] = (p, i)  # its signature row is copied only if it is a candidate
+        self.fresh[docno] = (p, i)
+        block = self._blocks.get(id(p))
+        if block is None:  # the part's signatures, copied once (a few hundred KB at most)
+            block = self._blocks[id(p)] = (p, self._used)
+            self._put_rows(np.empty(0, dtype=np.int64), p.sigs)
+        base = block[1]
+        if docno >= len(self._slot):
+            self._room(docno)
+        self._slot[docno] = base + i
+        self._mine_rows.append(docno)
         mine = self._mine
         if mine is not None and mine[0] is p and mine[1] == i:
             self.pending[docno] = mine[2]
@@ -113,33 +137,36 @@ class BatchMemory:
         fresh = self.fresh.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
 
-    def estimates(
-        self, t: Store, sig: npt.NDArray[np.uint16], docnos: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
-        """Which of `docnos` (any order) have a signature, and the estimated Jaccard of
-        `sig` against each of those.  Each docno's signature is read from the store
-        once a batch (`Store.signatures`, one call for a document's new ones)."""
+    def ranked(
+        self,
+        t: Store,
+        sig: npt.NDArray[np.uint16],
+        docnos: npt.NDArray[np.int64],
+        bar: float,
+        limit: int,
+    ) -> tuple[int, list[int], npt.NDArray[np.float64]]:
+        """`docnos` (ascending) ranked by their signatures' estimates against `sig`
+        (`rank_gathered`): how many have a signature, and the first `limit` of them
+        whose estimate reaches `bar`, with their estimates.  Each docno's signature is
+        read from the store once a batch (`Store.signatures`, one call for a
+        document's new ones) into the matrix the compiled ranking reads in place."""
         if not len(docnos):
-            return np.zeros(0, dtype=np.bool_), np.zeros(0, dtype=np.float64)
-        self._room(int(docnos.max()))
-        rows = self._slot[docnos]
-        missing = rows < 0
-        if missing.any():
-            want = np.unique(docnos[missing])
-            fresh = self.fresh
-            mine = [d in fresh for d in want.tolist()] if fresh else []
-            if any(mine):  # this batch's documents: from their prepared rows
-                ours = want[mine]
-                rows_of = [fresh[d] for d in ours.tolist()]
-                self._put_rows(ours, np.stack([p.sigs[i] for p, i in rows_of]))
-                want = want[~np.asarray(mine)]
-            if len(want):
-                found, sigs = t.signatures(want)
-                if found.any():
-                    self._put_rows(want[found], sigs[found])
-            rows = self._slot[docnos]
-        keep = rows >= 0
-        return keep, estimate_gathered(sig, self._rows, rows[keep])
+            return 0, [], np.zeros(0, dtype=np.float64)
+        missing, kept, ranked, est = rank_gathered(
+            sig, self._rows, self._slot, docnos, bar, limit, fill=True
+        )
+        if missing is None:
+            return kept, ranked, est
+        # not read in this batch yet (the batch's own documents have their rows:
+        # `remember`)
+        self._room(int(missing[-1]))
+        found, sigs = t.signatures(missing)
+        if found.any():
+            self._put_rows(missing[found], sigs[found])
+        _, kept, ranked, est = rank_gathered(
+            sig, self._rows, self._slot, docnos, bar, limit, fill=False
+        )
+        return kept, ranked, est
 
     def _room(self, top: int) -> None:
         if top >= len(self._slot):
@@ -148,17 +175,21 @@ class BatchMemory:
             self._slot = grown
 
     def _put_rows(self, docnos: npt.NDArray[np.int64], sigs: npt.NDArray[np.uint16]) -> None:
+        """Append `sigs` to the matrix, as the rows of `docnos` (none: a part's block,
+        its slots set one by one by `remember`)."""
         n, k = sigs.shape
-        self._room(int(docnos.max()))
+        if len(docnos):
+            self._room(int(docnos.max()))
         if self._rows.shape[1] != k or self._used + n > len(self._rows):
             grown_rows = np.empty((max(2 * len(self._rows), self._used + n, 1024), k), np.uint16)
             if self._rows.shape[1] == k:
                 grown_rows[: self._used] = self._rows[: self._used]
             self._rows = grown_rows
         self._rows[self._used : self._used + n] = sigs
-        self._slot[docnos] = np.arange(self._used, self._used + n, dtype=np.int32)
+        if len(docnos):
+            self._slot[docnos] = np.arange(self._used, self._used + n, dtype=np.int32)
+            self._filled.append(docnos)
         self._used += n
-        self._filled.append(docnos)
 
     # -- exact sets
 
@@ -166,7 +197,7 @@ class BatchMemory:
         """The exact set of the document being checked (kept with it once stored)."""
         mine = self._mine
         if mine is None or mine[0] is not p or mine[1] != i:
-            mine = self._mine = (p, i, summarise(own_shingles(p, i)))
+            mine = self._mine = (p, i, summary_of(own_hashes(p, i)))
         return mine[2]
 
     def exact_shingles(self, t: Store, docno: int) -> Summary:
@@ -180,9 +211,9 @@ class BatchMemory:
             return got
         fresh = self.fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
-            got = self.pending[docno] = summarise(own_shingles(*fresh))
+            got = self.pending[docno] = summary_of(own_hashes(*fresh))
             return got
-        got = summarise(exact_shingles(self._shingler, t.text(docno)))
+        got = summary_of(stored_hashes(self._shingler, t.text(docno)))
         if docno < self._first:  # committed before this batch: kept at once
             self._keep(docno, got)
         else:  # this batch's (a copy that took its owner's text): once committed
@@ -213,27 +244,26 @@ def best_exact(
     memory: BatchMemory,
     p: Prepared,
     i: int,
-    docnos: npt.NDArray[np.int64],
-    est: npt.NDArray[np.float64],
-    order: npt.NDArray[np.intp],
+    ranked: list[int],
+    ranked_est: npt.NDArray[np.float64],
     threshold: float,
     margin: float,
     max_checks: int,
 ) -> tuple[tuple[float, int] | None, int]:
-    """The candidate (of `docnos`, tried in `order` of their estimates `est`) most
-    similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
+    """The candidate (of `ranked`, in rank order, with their estimates `ranked_est`)
+    most similar to document `i` of `p` by exact Jaccard, at least `threshold`, as
     (similarity, docno); and the number of exact checks made.
 
     `choose_exact`'s rule, run by one compiled call (`choose_ranked`) over the exact
     sets of the candidates it can reach: those whose estimate is at least
-    `threshold - margin` (the bar only rises from `threshold`), at most `max_checks`."""
-    ranked_est = est[order]
-    reach = min(int(np.count_nonzero(ranked_est >= threshold - margin)), max_checks)
+    `threshold - margin` (the bar only rises from `threshold`: `ranked` holds only
+    those, `rank_gathered`), at most `max_checks` (any beyond are not tried)."""
+    reach = min(len(ranked), max_checks)
     if reach == 0:
         return None, 0
-    ranked: list[int] = docnos[order[:reach]].tolist()
-    # the rule stops at `reach` at the latest, with `reach` checks made, as it does here
-    ranked_est = ranked_est[:reach]
+    if reach < len(ranked):
+        # the rule stops at `reach` at the latest, with `reach` checks made, as here
+        ranked, ranked_est = ranked[:reach], ranked_est[:reach]
     mine = memory.own(p, i)
     # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
     # is read here (the text shingled again) and the search resumes where it stopped.
@@ -264,7 +294,7 @@ def best_exact(
 
 def _size(got: Summary) -> int:
     """What a kept set costs, in 8-byte values (its counts included)."""
-    return len(got[1]) + len(got[0]) // 4
+    return summary_values(got)
 
 
 def choose_exact(

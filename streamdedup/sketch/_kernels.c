@@ -539,8 +539,39 @@ static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
  * and a template sibling below the bar is left part way through. */
 #define SLICES 256 /* counts of a set's values by their top 8 bits (jaccard.py `slice_counts`) */
 
+/* sum over slices of min(ca, cb): a bound on the values two sets share */
+static inline uint32_t slice_bound(const uint8_t *ca, const uint8_t *cb)
+{
+#if defined(__SSE2__)
+    /* 16 counts at a time: the unsigned byte minimum, summed by psadbw */
+    __m128i acc = _mm_setzero_si128(), zero = _mm_setzero_si128();
+    for (int x = 0; x < SLICES; x += 16) {
+        __m128i m = _mm_min_epu8(_mm_loadu_si128((const __m128i *)(ca + x)),
+                                 _mm_loadu_si128((const __m128i *)(cb + x)));
+        acc = _mm_add_epi64(acc, _mm_sad_epu8(m, zero));
+    }
+    uint64_t lanes[2];
+    _mm_storeu_si128((__m128i *)lanes, acc);
+    return (uint32_t)(lanes[0] + lanes[1]);
+#else
+    uint32_t bound = 0;
+    for (int x = 0; x < SLICES; x++)
+        bound += ca[x] < cb[x] ? ca[x] : cb[x];
+    return bound;
+#endif
+}
+
+/* positions where two signatures agree */
+static inline uint32_t agreeing(const uint16_t *r, const uint16_t *sig, Py_ssize_t k)
+{
+    uint32_t a = 0; /* 32 bits: the compiler vectorises the count */
+    for (Py_ssize_t x = 0; x < k; x++)
+        a += r[x] == sig[x];
+    return a;
+}
+
 static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
-                               Py_ssize_t nb, const uint16_t *ca, const uint16_t *cb,
+                               Py_ssize_t nb, const uint8_t *ca, const uint8_t *cb,
                                double floor)
 {
     if (!na || !nb)
@@ -553,9 +584,7 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
          * range are at most the fewer of the two sets' values there.  256 counts
          * compared in a few dozen instructions reject most template siblings below the
          * bar without touching the sets. */
-        uint32_t bound = 0;
-        for (int x = 0; x < SLICES; x++)
-            bound += ca[x] < cb[x] ? ca[x] : cb[x];
+        uint32_t bound = slice_bound(ca, cb);
         if ((Py_ssize_t)bound < lo)
             lo = bound;
         if (jaccard_of(lo, na, nb) < floor)
@@ -599,129 +628,6 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
         j += y <= x;
     }
     return jaccard_of(inter, na, nb);
-}
-
-PyDoc_STRVAR(choose_doc,
-"choose(mine_counts, mine, sets, ranked, est, threshold, margin, max_checks,\n"
-"       start, best, best_sim) -> (best, best_sim, checks, more)\n\n"
-"verify.choose_exact over candidates already in rank order: `ranked` their docnos (a\n"
-"list of int), `est` their float64 estimates, `sets` a tuple of dicts docno -> (slice counts,\n"
-"sorted distinct uint64 set), looked up in turn (counts: 256 uint16, or empty).  It resumes at rank `start` with the best so far\n"
-"(`best` -1: none) and returns the best's rank and exact Jaccard, the number of\n"
-"checks as choose_exact counts them, and `more`: the rule wants the set of rank\n"
-"`checks`, which no dict holds (the caller reads it, and calls again).  A candidate\n"
-"that cannot beat the current bar is left as soon as a bound proves it\n"
-"(jaccard_at_least): the answer is choose_exact's, value for value.");
-
-static PyObject *choose(PyObject *self, PyObject *args)
-{
-    PyObject *mine_obj, *mine_counts_obj, *sets, *ranked, *est_obj;
-    double threshold, margin, best_sim;
-    Py_ssize_t max_checks, checks, best;
-    if (!PyArg_ParseTuple(args, "OOO!O!Oddnnnd", &mine_counts_obj, &mine_obj, &PyTuple_Type,
-                          &sets, &PyList_Type, &ranked, &est_obj, &threshold, &margin,
-                          &max_checks, &checks, &best, &best_sim))
-        return NULL;
-    Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets);
-    for (Py_ssize_t d = 0; d < n_dicts; d++)
-        if (!PyDict_Check(PyTuple_GET_ITEM(sets, d))) {
-            PyErr_SetString(PyExc_TypeError, "choose: sets must be a tuple of dicts");
-            return NULL;
-        }
-    Py_buffer views[3];
-    if (get_buffers(3, views, (PyObject *[]){mine_obj, est_obj, mine_counts_obj},
-                    (Py_ssize_t[]){8, 8, 2}, (const char *[]){"mine", "est", "counts"}) < 0)
-        return NULL;
-    const uint64_t *mine = views[0].buf;
-    const double *est = views[1].buf;
-    const uint16_t *mine_counts = views[2].len == SLICES * 2 ? views[2].buf : NULL;
-    Py_ssize_t n_mine = views[0].len / 8, n = views[1].len / 8;
-    int more = 0;
-    if (PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
-        release_buffers(3, views);
-        PyErr_SetString(PyExc_ValueError, "choose: ranked and est disagree");
-        return NULL;
-    }
-    for (; checks < n; checks++) {
-        double floor = best < 0 ? threshold : best_sim;
-        if (checks >= max_checks || est[checks] < floor - margin)
-            break;
-        PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
-        for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
-            set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
-            if (set == NULL && PyErr_Occurred()) {
-                release_buffers(3, views);
-                return NULL;
-            }
-        }
-        if (set == NULL) {
-            more = 1;
-            break;
-        }
-        /* (slice counts, set): the counts are used when both sides have them */
-        if (!PyTuple_Check(set) || PyTuple_GET_SIZE(set) != 2) {
-            release_buffers(3, views);
-            PyErr_SetString(PyExc_TypeError, "choose: a set must be (counts, values)");
-            return NULL;
-        }
-        Py_buffer their[2];
-        if (get_buffers(2, their, (PyObject *[]){PyTuple_GET_ITEM(set, 0), PyTuple_GET_ITEM(set, 1)},
-                        (Py_ssize_t[]){2, 8}, (const char *[]){"counts", "values"}) < 0) {
-            release_buffers(3, views);
-            return NULL;
-        }
-        const uint16_t *cb = their[0].len == SLICES * 2 ? their[0].buf : NULL;
-        double sim = jaccard_at_least(mine, n_mine, their[1].buf, their[1].len / 8,
-                                      cb ? mine_counts : NULL, cb, floor);
-        release_buffers(2, their);
-        if (sim >= threshold && (best < 0 || sim > best_sim)) {
-            best = checks;
-            best_sim = sim;
-        }
-    }
-    release_buffers(3, views);
-    return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
-}
-
-PyDoc_STRVAR(estimates_doc,
-"estimates(sig, matrix, rows) -> bytes\n\n"
-"signature.estimate_jaccard of `sig` (K uint16) against rows `rows` (int32) of\n"
-"`matrix` (uint16, K per row), as float64 bytes, value for value: the rows are read\n"
-"in place, where numpy would first copy them out.");
-
-static PyObject *estimates(PyObject *self, PyObject *args)
-{
-    PyObject *sig_obj, *matrix_obj, *rows_obj;
-    if (!PyArg_ParseTuple(args, "OOO", &sig_obj, &matrix_obj, &rows_obj))
-        return NULL;
-    Py_buffer views[3];
-    if (get_buffers(3, views, (PyObject *[]){sig_obj, matrix_obj, rows_obj},
-                    (Py_ssize_t[]){2, 2, 4}, (const char *[]){"sig", "matrix", "rows"}) < 0)
-        return NULL;
-    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
-    const int32_t *rows = views[2].buf;
-    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0, m = views[2].len / 4;
-    for (Py_ssize_t j = 0; j < m; j++)
-        if (rows[j] < 0 || rows[j] >= n_rows) {
-            release_buffers(3, views);
-            PyErr_SetString(PyExc_IndexError, "estimates: a row outside the matrix");
-            return NULL;
-        }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, m * 8);
-    if (out) {
-        double *est = (double *)PyBytes_AS_STRING(out);
-        const double accidental = 1.0 / 65536.0;
-        for (Py_ssize_t j = 0; j < m; j++) {
-            const uint16_t *row = matrix + (Py_ssize_t)rows[j] * k;
-            uint32_t agree = 0; /* 32 bits: the compiler vectorises the count */
-            for (Py_ssize_t x = 0; x < k; x++)
-                agree += row[x] == sig[x];
-            double e = ((double)agree / (double)k - accidental) / (1.0 - accidental);
-            est[j] = e > 0.0 ? e : 0.0;
-        }
-    }
-    release_buffers(3, views);
-    return out;
 }
 
 /* ------------------------------------------------------------------ publishing */
@@ -793,15 +699,499 @@ static PyObject *kafka_partitions(PyObject *self, PyObject *args)
     return out;
 }
 
+
+/* ================================================================== candidate search
+ * (engine/verify.py, store/tables.py `candidates`): packed exact-set summaries, the
+ * exact-check rule over them, and the gathering of a document's candidates. */
+
+/* A summary (jaccard.py `summarise`) packed in one bytes object, so a check reads it
+ * without the buffer protocol (two PyObject_GetBuffer calls per check on numpy arrays
+ * cost more than the check's slice filter):
+ *   uint64 header: the number of slice counts (SLICES, or 0: a slice past 255 values)
+ *   uint8 counts[header], uint64 values[...] (sorted, distinct).
+ * A byte a count: 256 bytes, four cache lines to read per check where 16-bit counts
+ * took eight, and SSE2 has the unsigned byte minimum; a set with a slice of more than
+ * 255 values (tens of thousands of shingles) goes without counts. */
+typedef struct {
+    const uint8_t *counts; /* NULL: none */
+    const uint64_t *values;
+    Py_ssize_t n;
+} Packed;
+
+static int unpack_summary(PyObject *obj, Packed *out)
+{
+    if (!PyBytes_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "a summary must be bytes (jaccard.summarise)");
+        return -1;
+    }
+    const char *p = PyBytes_AS_STRING(obj);
+    Py_ssize_t len = PyBytes_GET_SIZE(obj);
+    uint64_t header;
+    if (len < 8)
+        goto bad;
+    memcpy(&header, p, 8);
+    header = le64(header);
+    if (header != 0 && header != SLICES)
+        goto bad;
+    Py_ssize_t at = 8 + (Py_ssize_t)header;
+    if (len < at || (len - at) % 8)
+        goto bad;
+    out->counts = header ? (const uint8_t *)(p + 8) : NULL;
+    out->values = (const uint64_t *)(p + at);
+    out->n = (len - at) / 8;
+    return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "a summary's layout is wrong (jaccard.summarise)");
+    return -1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void small_sort_u64(uint64_t *a, Py_ssize_t n)
+{
+    if (n > 24) {
+        qsort(a, (size_t)n, sizeof(uint64_t), cmp_u64);
+        return;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        uint64_t v = a[i];
+        Py_ssize_t j = i;
+        while (j > 0 && a[j - 1] > v) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = v;
+    }
+}
+
+PyDoc_STRVAR(summarise_doc,
+"summarise(hashes) -> bytes\n\n"
+"jaccard.summarise(prepare._distinct(hashes)), packed: the sorted distinct values of\n"
+"the uint64 `hashes` (any order, repeats allowed) with their counts per slice of the\n"
+"hash range, in one pass by the top byte (which is the slice) and a small sort of\n"
+"each slice's few values.");
+
+static PyObject *summarise(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "O", &obj))
+        return NULL;
+    Py_buffer view;
+    if (get_buffer(obj, &view, 8, "hashes") < 0)
+        return NULL;
+    const uint64_t *h = view.buf;
+    Py_ssize_t n = view.len / 8;
+    Py_ssize_t start[SLICES + 1] = {0};
+    for (Py_ssize_t i = 0; i < n; i++)
+        start[(h[i] >> 56) + 1]++;
+    for (int x = 0; x < SLICES; x++)
+        start[x + 1] += start[x];
+    uint64_t *tmp = PyMem_Malloc((size_t)(n ? n : 1) * 8);
+    PyObject *out = tmp ? PyBytes_FromStringAndSize(NULL, 8 + SLICES + n * 8) : NULL;
+    if (out == NULL) {
+        PyMem_Free(tmp);
+        PyBuffer_Release(&view);
+        return tmp ? NULL : PyErr_NoMemory();
+    }
+    Py_ssize_t fill[SLICES];
+    memcpy(fill, start, sizeof(fill));
+    for (Py_ssize_t i = 0; i < n; i++)
+        tmp[fill[h[i] >> 56]++] = h[i];
+    PyBuffer_Release(&view);
+    char *base = PyBytes_AS_STRING(out);
+    uint8_t counts[SLICES];
+    uint64_t *values = (uint64_t *)(base + 8 + SLICES);
+    int fits = 1;
+    Py_ssize_t m = 0;
+    for (int x = 0; x < SLICES; x++) {
+        uint64_t *s = tmp + start[x];
+        Py_ssize_t k = start[x + 1] - start[x], before = m;
+        small_sort_u64(s, k);
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (i == 0 || s[i] != s[i - 1])
+                values[m++] = s[i];
+        fits &= m - before <= 255;
+        counts[x] = (uint8_t)(m - before); /* unused unless every count fits */
+    }
+    PyMem_Free(tmp);
+    uint64_t header = le64(fits ? SLICES : 0);
+    memcpy(base, &header, 8);
+    if (header) {
+        memcpy(base + 8, counts, sizeof(counts));
+    } else {
+        memmove(base + 8, values, (size_t)m * 8);
+    }
+    if (_PyBytes_Resize(&out, 8 + (header ? SLICES : 0) + m * 8) < 0)
+        return NULL;
+    return out;
+}
+
+PyDoc_STRVAR(choose_packed_doc,
+"choose_packed(mine, sets, ranked, est, threshold, margin, max_checks, start, best,\n"
+"              best_sim) -> (best, best_sim, checks, more)\n\n"
+"jaccard.choose_ranked: verify.choose_exact over candidates already in rank order,\n"
+"`ranked` their docnos (a list of int), `est` their float64 estimates, `sets` a tuple\n"
+"of dicts docno -> packed summary (`summarise`), looked up in turn; `mine` the\n"
+"document's own packed summary.  Resumes at rank `start` with the best so far (`best`\n"
+"-1: none); returns the best's rank and exact Jaccard, the checks made as\n"
+"choose_exact counts them, and `more`: the rule wants the set of rank `checks`,\n"
+"which no dict holds.  A candidate that cannot beat the bar is left as soon as a\n"
+"bound proves it (jaccard_at_least): the answer is choose_exact's, value for value.");
+
+static PyObject *choose_packed(PyObject *self, PyObject *args)
+{
+    PyObject *mine_obj, *sets, *ranked, *est_obj;
+    double threshold, margin, best_sim;
+    Py_ssize_t max_checks, checks, best;
+    if (!PyArg_ParseTuple(args, "OO!O!Oddnnnd", &mine_obj, &PyTuple_Type, &sets,
+                          &PyList_Type, &ranked, &est_obj, &threshold, &margin, &max_checks,
+                          &checks, &best, &best_sim))
+        return NULL;
+    Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets);
+    for (Py_ssize_t d = 0; d < n_dicts; d++)
+        if (!PyDict_Check(PyTuple_GET_ITEM(sets, d))) {
+            PyErr_SetString(PyExc_TypeError, "choose_packed: sets must be a tuple of dicts");
+            return NULL;
+        }
+    Packed mine;
+    if (unpack_summary(mine_obj, &mine) < 0)
+        return NULL;
+    Py_buffer view;
+    if (get_buffer(est_obj, &view, 8, "est") < 0)
+        return NULL;
+    const double *est = view.buf;
+    Py_ssize_t n = view.len / 8;
+    int more = 0;
+    if (PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "choose_packed: ranked and est disagree");
+        return NULL;
+    }
+    for (; checks < n; checks++) {
+        double floor = best < 0 ? threshold : best_sim;
+        if (checks >= max_checks || est[checks] < floor - margin)
+            break;
+        PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
+        for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
+            set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
+            if (set == NULL && PyErr_Occurred()) {
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+        }
+        if (set == NULL) {
+            more = 1;
+            break;
+        }
+        Packed theirs;
+        if (unpack_summary(set, &theirs) < 0) {
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        int both = mine.counts && theirs.counts;
+        double sim = jaccard_at_least(mine.values, mine.n, theirs.values, theirs.n,
+                                      both ? mine.counts : NULL, both ? theirs.counts : NULL,
+                                      floor);
+        if (sim >= threshold && (best < 0 || sim > best_sim)) {
+            best = checks;
+            best_sim = sim;
+        }
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
+}
+
+/* Ascending distinct non-negative int64 in place (LSD radix by bytes, as many passes as
+ * the largest value needs; insertion sort for a few); returns the count kept. */
+static Py_ssize_t sort_distinct_docnos(int64_t *a, int64_t *tmp, Py_ssize_t n)
+{
+    int64_t lo = INT64_MAX, hi = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        lo = a[i] < lo ? a[i] : lo;
+        hi = a[i] > hi ? a[i] : hi;
+    }
+    if (n > 32 && (uint64_t)(hi - lo) / 64 < (uint64_t)n) {
+        /* Docnos close together (a page's siblings, numbered as they came): a bitmap
+         * of the span, set then read in order, sorts and makes distinct in two
+         * passes; `tmp` (n values) holds the span's n words at most. */
+        uint64_t *bits = (uint64_t *)tmp;
+        Py_ssize_t words = (Py_ssize_t)((uint64_t)(hi - lo) / 64) + 1;
+        memset(bits, 0, (size_t)words * 8);
+        for (Py_ssize_t i = 0; i < n; i++)
+            bits[(a[i] - lo) >> 6] |= 1ULL << ((a[i] - lo) & 63);
+        Py_ssize_t m = 0;
+        for (Py_ssize_t w = 0; w < words; w++)
+            for (uint64_t b = bits[w]; b; b &= b - 1)
+                a[m++] = lo + w * 64 + __builtin_ctzll(b);
+        return m;
+    }
+    if (n <= 32) {
+        small_sort_u64((uint64_t *)a, n);
+    } else {
+        uint64_t top = 0;
+        for (Py_ssize_t i = 0; i < n; i++)
+            top |= (uint64_t)a[i];
+        int64_t *src = a, *dst = tmp;
+        for (int shift = 0; shift < 64 && (top >> shift); shift += 8) {
+            Py_ssize_t count[257] = {0};
+            for (Py_ssize_t i = 0; i < n; i++)
+                count[(((uint64_t)src[i] >> shift) & 0xFF) + 1]++;
+            for (int x = 0; x < 256; x++)
+                count[x + 1] += count[x];
+            for (Py_ssize_t i = 0; i < n; i++)
+                dst[count[((uint64_t)src[i] >> shift) & 0xFF]++] = src[i];
+            int64_t *t = src;
+            src = dst;
+            dst = t;
+        }
+        if (src != a)
+            memcpy(a, src, (size_t)n * 8);
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (m == 0 || a[i] != a[m - 1])
+            a[m++] = a[i];
+    return m;
+}
+
+/* Append items [from, to) of a list of docnos (int) to buf; -1 on error. */
+static int append_docnos(int64_t *buf, Py_ssize_t *m, PyObject *list, Py_ssize_t from,
+                         Py_ssize_t to)
+{
+    for (Py_ssize_t i = from; i < to; i++) {
+        long long v = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        if (v < 0) {
+            PyErr_SetString(PyExc_ValueError, "gather: a docno below 0");
+            return -1;
+        }
+        buf[(*m)++] = v;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(gather_doc,
+"gather(band_keys, read_ahead, added, hot, cap) -> (bytes, capped)\n\n"
+"tables.gather_newest: the distinct docnos (int64, ascending) of the newest `cap`\n"
+"postings of each bucket of a document whose buckets were read ahead (`read_ahead`:\n"
+"key -> stored docnos newest first; `added`: key -> the batch's docnos, oldest first;\n"
+"`hot`: keys holding more than the cap), and whether a cap cut any bucket.");
+
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    PyObject *keys, *read_ahead, *added_of, *hot;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "O!O!O!On", &PyList_Type, &keys, &PyDict_Type, &read_ahead,
+                          &PyDict_Type, &added_of, &hot, &cap))
+        return NULL;
+    if (!PyAnySet_Check(hot) || cap < 0) {
+        PyErr_SetString(PyExc_TypeError, "gather: hot must be a set, cap >= 0");
+        return NULL;
+    }
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
+    int capped = 0, any_hot = PySet_GET_SIZE(hot) > 0;
+    PyObject **stored = PyMem_Calloc((size_t)(2 * n_keys + 1), sizeof(PyObject *));
+    if (stored == NULL)
+        return PyErr_NoMemory();
+    PyObject **added = stored + n_keys;
+    for (Py_ssize_t b = 0; b < n_keys; b++) { /* borrowed references */
+        PyObject *bk = PyList_GET_ITEM(keys, b);
+        stored[b] = PyDict_GetItemWithError(read_ahead, bk);
+        if (stored[b] == NULL && PyErr_Occurred())
+            goto fail;
+        added[b] = PyDict_GetItemWithError(added_of, bk);
+        if (added[b] == NULL && PyErr_Occurred())
+            goto fail;
+        if ((stored[b] && !PyList_Check(stored[b])) || (added[b] && !PyList_Check(added[b]))) {
+            PyErr_SetString(PyExc_TypeError, "gather: postings must be lists");
+            goto fail;
+        }
+        if (any_hot) {
+            int is_hot = PySet_Contains(hot, bk);
+            if (is_hot < 0)
+                goto fail;
+            capped |= is_hot;
+        }
+        total += (stored[b] ? PyList_GET_SIZE(stored[b]) : 0) +
+                 (added[b] ? PyList_GET_SIZE(added[b]) : 0);
+    }
+    int64_t *buf = PyMem_Malloc((size_t)(2 * total + 1) * 8);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t b = 0; b < n_keys; b++) {
+        Py_ssize_t ns = stored[b] ? PyList_GET_SIZE(stored[b]) : 0;
+        Py_ssize_t na = added[b] ? PyList_GET_SIZE(added[b]) : 0;
+        int bad;
+        if (na == 0) {
+            bad = append_docnos(buf, &m, stored[b], 0, ns);
+        } else {
+            if (na + ns > cap)
+                capped = 1;
+            if (na >= cap) {
+                /* added[-cap:], as Python slices it: all of it for a cap of 0 */
+                bad = append_docnos(buf, &m, added[b], cap ? na - cap : 0, na);
+            } else {
+                Py_ssize_t take = cap - na < ns ? cap - na : ns;
+                bad = append_docnos(buf, &m, added[b], 0, na) ||
+                      append_docnos(buf, &m, stored[b], 0, take);
+            }
+        }
+        if (bad) {
+            PyMem_Free(buf);
+            goto fail;
+        }
+    }
+    PyMem_Free(stored);
+    m = sort_distinct_docnos(buf, buf + total, m);
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)buf, m * 8);
+    PyMem_Free(buf);
+    if (raw == NULL)
+        return NULL;
+    return Py_BuildValue("NO", raw, capped ? Py_True : Py_False);
+fail:
+    PyMem_Free(stored);
+    return NULL;
+}
+
+PyDoc_STRVAR(rank_doc,
+"rank(sig, matrix, slot, docnos, bar, limit, fill) -> (missing, kept, ranked, est)\n\n"
+"signature.rank_gathered: the candidates `docnos` (int64, ascending) whose signature\n"
+"is a row of `matrix` (uint16, K per row; `slot`: int32 docno -> row, -1 none),\n"
+"ranked by their estimate against `sig` (estimate_jaccard's arithmetic), highest\n"
+"first, ties by docno: `kept` how many have a row, `ranked` (list of int) and `est`\n"
+"(float64 bytes) the first `limit` of those whose estimate is at least `bar`.  With\n"
+"`fill`, a candidate without a row (or past `slot`) stops it first: `missing` is then\n"
+"their distinct docnos (int64 bytes; else None), for the caller to read and ask again.\n"
+"The estimate is a strictly increasing function of the agreeing positions, so a\n"
+"counting sort by those is numpy's lexsort by (-estimate, docno), value for value.");
+
+static PyObject *rank(PyObject *self, PyObject *args)
+{
+    PyObject *sig_obj, *matrix_obj, *slot_obj, *docnos_obj;
+    double bar;
+    Py_ssize_t limit;
+    int fill;
+    if (!PyArg_ParseTuple(args, "OOOOdnp", &sig_obj, &matrix_obj, &slot_obj, &docnos_obj, &bar,
+                          &limit, &fill))
+        return NULL;
+    Py_buffer views[4];
+    if (get_buffers(4, views, (PyObject *[]){sig_obj, matrix_obj, slot_obj, docnos_obj},
+                    (Py_ssize_t[]){2, 2, 4, 8},
+                    (const char *[]){"sig", "matrix", "slot", "docnos"}) < 0)
+        return NULL;
+    const uint16_t *sig = views[0].buf, *matrix = views[1].buf;
+    const int32_t *slot = views[2].buf;
+    const int64_t *docnos = views[3].buf;
+    Py_ssize_t k = views[0].len / 2, n_rows = k ? views[1].len / 2 / k : 0;
+    Py_ssize_t n_slot = views[2].len / 4, n = views[3].len / 8;
+    PyObject *result = NULL;
+    int32_t *agree = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    Py_ssize_t *start = PyMem_Calloc((size_t)k + 2, sizeof(Py_ssize_t));
+    Py_ssize_t *order = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
+    if (!agree || !start || !order) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t missing = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t d = docnos[j];
+        if (d < 0 || (j && d <= docnos[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "rank: docnos must ascend from 0");
+            goto done;
+        }
+        int32_t row = d < n_slot ? slot[d] : -1;
+        if (row >= n_rows) {
+            PyErr_SetString(PyExc_IndexError, "rank: a row outside the matrix");
+            goto done;
+        }
+        agree[j] = row; /* for now */
+        missing += row < 0;
+    }
+    if (fill && missing) { /* ascending and distinct already */
+        PyObject *raw = PyBytes_FromStringAndSize(NULL, missing * 8);
+        if (raw == NULL)
+            goto done;
+        int64_t *out = (int64_t *)PyBytes_AS_STRING(raw);
+        for (Py_ssize_t j = 0, m = 0; j < n; j++)
+            if (agree[j] < 0)
+                out[m++] = docnos[j];
+        result = Py_BuildValue("Nn[]y#", raw, (Py_ssize_t)0, "", (Py_ssize_t)0);
+        goto done;
+    }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int32_t row = agree[j];
+        if (row < 0) {
+            agree[j] = -1;
+            continue;
+        }
+        uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
+        agree[j] = (int32_t)a;
+        start[k - a + 1]++; /* bucket k - a: the most agreeing first */
+        kept++;
+    }
+    for (Py_ssize_t a = 0; a <= k; a++)
+        start[a + 1] += start[a];
+    for (Py_ssize_t j = 0; j < n; j++) /* stable: docnos ascending within a bucket */
+        if (agree[j] >= 0)
+            order[start[k - agree[j]]++] = j;
+    const double accidental = 1.0 / 65536.0;
+    Py_ssize_t take = 0;
+    if (limit < 0)
+        limit = 0;
+    while (take < kept && take < limit) {
+        double e = ((double)agree[order[take]] / (double)k - accidental) / (1.0 - accidental);
+        if ((e > 0.0 ? e : 0.0) < bar)
+            break;
+        take++;
+    }
+    PyObject *ranked = PyList_New(take);
+    PyObject *est = ranked ? PyBytes_FromStringAndSize(NULL, take * 8) : NULL;
+    if (est == NULL) {
+        Py_XDECREF(ranked);
+        goto done;
+    }
+    double *e = (double *)PyBytes_AS_STRING(est);
+    for (Py_ssize_t j = 0; j < take; j++) {
+        PyObject *d = PyLong_FromLongLong(docnos[order[j]]);
+        if (d == NULL) {
+            Py_DECREF(ranked);
+            Py_DECREF(est);
+            goto done;
+        }
+        PyList_SET_ITEM(ranked, j, d);
+        double v = ((double)agree[order[j]] / (double)k - accidental) / (1.0 - accidental);
+        e[j] = v > 0.0 ? v : 0.0;
+    }
+    result = Py_BuildValue("OnNN", Py_None, kept, ranked, est);
+done:
+    PyMem_Free(agree);
+    PyMem_Free(start);
+    PyMem_Free(order);
+    release_buffers(4, views);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
-    {"choose", choose, METH_VARARGS, choose_doc},
-    {"estimates", estimates, METH_VARARGS, estimates_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},
+    /* candidate search (the section above) */
+    {"summarise", summarise, METH_VARARGS, summarise_doc},
+    {"choose_packed", choose_packed, METH_VARARGS, choose_packed_doc},
+    {"gather", gather, METH_VARARGS, gather_doc},
+    {"rank", rank, METH_VARARGS, rank_doc},
     {NULL, NULL, 0, NULL},
 };
 

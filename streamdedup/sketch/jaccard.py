@@ -42,22 +42,67 @@ def numpy_jaccard(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
 
 
 SLICES = 256  # slices of the 64-bit hash range, by the top 8 bits
-_NO_COUNTS: npt.NDArray[np.uint16] = np.zeros(0, dtype=np.uint16)
+_HEADER = np.dtype("<u8")
+_VALUES = np.dtype("<u8")
+_COUNTS = np.dtype("u1")
 
-# A set as the candidate search keeps it: (its values' counts per slice, its values).
-Summary = tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint64]]
+# A set as the candidate search keeps it, packed in one bytes object: a uint64 header
+# (the number of slice counts: SLICES, or 0 for a set with more than 255 values in a
+# slice), its values' counts per slice (a byte each), then its values (sorted,
+# distinct uint64), little-endian.
+# One bytes object, not two numpy arrays: the compiled check reads it in place, where
+# the buffer protocol on two arrays cost more per check than the check's slice filter
+# (a template-heavy page makes about 90 checks).
+Summary = bytes
 
 
 def summarise(values: npt.NDArray[np.uint64]) -> Summary:
     """A sorted distinct set with its counts per slice of the hash range (none for a
-    set so large that a count could pass 16 bits).  Two sets share at most the fewer
-    of their counts in each slice: the compiled check (`choose_ranked`) sums those
-    minima, a sound bound on the intersection, and rejects a candidate it proves
-    below the bar without a merge.  512 bytes a set, about a tenth of a page's."""
-    if len(values) >= 1 << 16:
-        return _NO_COUNTS, values
-    top = (values >> np.uint64(56)).astype(np.intp)
-    return np.bincount(top, minlength=SLICES).astype(np.uint16), values
+    set with a count past a byte: tens of thousands of values).  Two sets share at
+    most the fewer of their counts in each slice: the compiled check (`choose_ranked`)
+    sums those minima, a sound bound on the intersection, and rejects a candidate it
+    proves below the bar without a merge.  256 bytes a set, about a twentieth of a
+    page's (bytes, not 16-bit counts: the check reads half as much memory)."""
+    body = np.ascontiguousarray(values, dtype=_VALUES).tobytes()
+    top = (np.asarray(values, dtype=np.uint64) >> np.uint64(56)).astype(np.intp)
+    counts = np.bincount(top, minlength=SLICES)
+    if counts.max() > 255:
+        return np.array([0], _HEADER).tobytes() + body
+    return np.array([SLICES], _HEADER).tobytes() + counts.astype(_COUNTS).tobytes() + body
+
+
+def summary_of(hashes: npt.NDArray[np.uint64]) -> Summary:
+    """`summarise` of the sorted distinct values of `hashes` (any order, repeats
+    allowed): one compiled pass (sorting by the top byte is the slice count's pass
+    already, and leaves each slice a few values to sort), else numpy's sort."""
+    if kernels.native is not None:
+        return kernels.native.summarise(np.ascontiguousarray(hashes, dtype=np.uint64))
+    return summarise(sorted_distinct(hashes))
+
+
+def sorted_distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """The definition `summary_of` mirrors: sorted distinct values, by a sort and a mask."""
+    out = np.sort(np.asarray(hashes, dtype=np.uint64))
+    first = np.ones(len(out), dtype=np.bool_)
+    np.not_equal(out[1:], out[:-1], out=first[1:])
+    return out[first]
+
+
+def values_of(summary: Summary) -> npt.NDArray[np.uint64]:
+    """The set of a summary (a read-only view)."""
+    at = 8 + int(np.frombuffer(summary, _HEADER, count=1)[0])
+    return np.frombuffer(summary, _VALUES, offset=at)
+
+
+def counts_of(summary: Summary) -> npt.NDArray[np.uint8]:
+    """A summary's counts per slice (empty: a set too large to count)."""
+    n = int(np.frombuffer(summary, _HEADER, count=1)[0])
+    return np.frombuffer(summary, _COUNTS, count=n, offset=8)
+
+
+def summary_values(summary: Summary) -> int:
+    """What a kept summary costs, in 8-byte values."""
+    return len(summary) // 8
 
 
 def choose_ranked(
@@ -87,10 +132,9 @@ def choose_ranked(
     fraction of a merge each, and no Python runs per candidate.  The bounds change no
     answer: the loop below, which measures every candidate in full, is the definition."""
     if kernels.native is not None:
-        return kernels.native.choose(
-            mine[0],
-            np.ascontiguousarray(mine[1], dtype=np.uint64),
-            sets,  # summaries: contiguous arrays already (the kernel checks)
+        return kernels.native.choose_packed(
+            mine,
+            sets,
             ranked,
             np.ascontiguousarray(est, dtype=np.float64),
             threshold,
@@ -100,6 +144,7 @@ def choose_ranked(
             best,
             best_sim,
         )
+    mine_values = values_of(mine)
     for checks in range(start, len(est)):
         floor = threshold if best < 0 else best_sim
         if checks >= max_checks or est[checks] < floor - margin:
@@ -107,7 +152,7 @@ def choose_ranked(
         theirs = next((s[ranked[checks]] for s in sets if ranked[checks] in s), None)
         if theirs is None:
             return best, best_sim, checks, True
-        sim = numpy_jaccard(mine[1], theirs[1])
+        sim = numpy_jaccard(mine_values, values_of(theirs))
         if sim >= threshold and (best < 0 or sim > best_sim):
             best, best_sim = checks, sim
     return best, best_sim, max(start, len(est)), False

@@ -30,11 +30,15 @@ class Kernels(Protocol):
 
     def jaccard(self, a: Buffer, b: Buffer) -> float: ...
 
-    def choose(
+    def kafka_partitions(self, keys: list[bytes], n: int) -> list[int]: ...
+
+    # candidate search
+    def summarise(self, hashes: Buffer) -> bytes: ...
+
+    def choose_packed(
         self,
-        mine_counts: Buffer,
-        mine: Buffer,
-        sets: tuple[dict[int, tuple[Buffer, Buffer]], ...],
+        mine: bytes,
+        sets: tuple[dict[int, bytes], ...],
         ranked: list[int],
         est: Buffer,
         threshold: float,
@@ -45,9 +49,25 @@ class Kernels(Protocol):
         best_sim: float,
     ) -> tuple[int, float, int, bool]: ...
 
-    def estimates(self, sig: Buffer, matrix: Buffer, rows: Buffer) -> bytes: ...
+    def gather(
+        self,
+        band_keys: list[bytes],
+        read_ahead: dict[bytes, list[int]],
+        added: dict[bytes, list[int]],
+        hot: set[bytes],
+        cap: int,
+    ) -> tuple[bytes, bool]: ...
 
-    def kafka_partitions(self, keys: list[bytes], n: int) -> list[int]: ...
+    def rank(
+        self,
+        sig: Buffer,
+        matrix: Buffer,
+        slot: Buffer,
+        docnos: Buffer,
+        bar: float,
+        limit: int,
+        fill: bool,
+    ) -> tuple[bytes | None, int, list[int], bytes]: ...
 
 
 def load(choice: str | None = None) -> Kernels | None:

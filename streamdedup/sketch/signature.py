@@ -199,20 +199,63 @@ def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.floa
     return out
 
 
-def estimate_gathered(
-    sig: Signatures, matrix: Signatures, rows: npt.NDArray[np.int32]
-) -> npt.NDArray[np.float64]:
-    """`estimate_jaccard(sig, matrix[rows])`, value for value; compiled, it reads the
-    rows in place (a template-heavy page has hundreds of candidates: numpy would copy
-    each row out, then compare, then sum, three passes where one does)."""
+# What `rank_gathered` answers: the candidates' distinct docnos still to be read (or
+# None), how many have a signature, and the first of those in rank order with their
+# estimates.
+Ranked = tuple[npt.NDArray[np.int64] | None, int, list[int], npt.NDArray[np.float64]]
+
+
+def rank_gathered(
+    sig: Signatures,
+    matrix: Signatures,
+    slot: npt.NDArray[np.int32],
+    docnos: npt.NDArray[np.int64],
+    bar: float,
+    limit: int,
+    fill: bool,
+) -> Ranked:
+    """A document's candidates in the order the exact check tries them: `docnos`
+    (ascending) whose signature is row `slot[docno]` of `matrix` (-1: none), by their
+    `estimate_jaccard` against `sig`, highest first, ties by docno; the first `limit`
+    of them whose estimate is at least `bar`, with those estimates, and how many have
+    a signature.  With `fill`, candidates without a row are answered first (their
+    docnos, nothing ranked), so the caller reads them and asks again.
+
+    One compiled call (`rank`: the rows looked up and compared in place, then a
+    counting sort by the number of agreeing positions, of which the estimate is a
+    strictly increasing function) for what numpy does in a dozen calls; the numpy code
+    below is the definition."""
     if kernels.native is not None:
-        raw = kernels.native.estimates(
+        gone, kept, first, raw = kernels.native.rank(
             np.ascontiguousarray(sig, dtype=np.uint16),
             np.ascontiguousarray(matrix, dtype=np.uint16),
-            np.ascontiguousarray(rows, dtype=np.int32),
+            np.ascontiguousarray(slot, dtype=np.int32),
+            np.ascontiguousarray(docnos, dtype=np.int64),
+            bar,
+            limit,
+            fill,
         )
-        return np.frombuffer(raw, dtype=np.float64)
-    return estimate_jaccard(sig, matrix[rows])
+        return (
+            None if gone is None else np.frombuffer(gone, dtype=np.int64),
+            kept,
+            first,
+            np.frombuffer(raw, dtype=np.float64),
+        )
+    if len(docnos) and (docnos[0] < 0 or np.any(docnos[1:] <= docnos[:-1])):
+        raise ValueError("rank: docnos must ascend from 0")
+    rows = np.full(len(docnos), -1, dtype=np.int32)
+    inside = docnos < len(slot)
+    rows[inside] = slot[docnos[inside]]
+    if fill and np.any(rows < 0):
+        return docnos[rows < 0], 0, [], np.empty(0, dtype=np.float64)
+    keep = rows >= 0
+    found = docnos[keep]
+    est = estimate_jaccard(sig, matrix[rows[keep]])
+    order = np.lexsort((found, -est))
+    est = est[order]
+    take = min(int(np.count_nonzero(est >= bar)), max(limit, 0))
+    ranked: list[int] = found[order[:take]].tolist()
+    return None, len(found), ranked, est[:take]
 
 
 def estimate_rows(sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:

@@ -1,8 +1,9 @@
 """The candidate search of a document (engine/verify.py, sketch/jaccard.py, the
-`choose` and `estimates` kernels): the compiled rule gives exactly `choose_exact`'s
-answer -- the definition the backfill also applies -- however the candidates' sets
-are spread over the memory's dicts, and the default caps leave a templated site's
-near duplicates to the exact check instead of cutting them off."""
+`choose_packed`, `rank`, `gather` and `summarise` kernels): the compiled rule gives
+exactly `choose_exact`'s answer -- the definition the backfill also applies --
+however the candidates' sets are spread over the memory's dicts, and the default caps
+leave a templated site's near duplicates to the exact check instead of cutting them
+off."""
 
 from __future__ import annotations
 
@@ -31,9 +32,11 @@ sets = st.lists(values, min_size=0, max_size=40, unique=True).map(
 )
 
 
-def _summary(values: np.ndarray, counted: bool) -> tuple[np.ndarray, np.ndarray]:
+def _summary(values: np.ndarray, counted: bool) -> bytes:
     """`summarise`, or the form of a set too large to count (no slice filter)."""
-    return summarise(values) if counted else (np.zeros(0, np.uint16), values)
+    if counted:
+        return summarise(values)
+    return np.array([0], "<u8").tobytes() + values.astype("<u8").tobytes()
 
 
 @st.composite
@@ -73,7 +76,7 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
         margin,
         max_checks,
     )
-    dicts: tuple[dict[int, tuple[np.ndarray, np.ndarray]], ...] = ({}, {})
+    dicts: tuple[dict[int, bytes], ...] = ({}, {})
     for d, where in zip(docnos, held, strict=True):
         if where < 2:
             dicts[where][d] = _summary(theirs[d - 100], counted[d - 100])
@@ -119,13 +122,18 @@ def test_refused_when_the_arrays_disagree() -> None:
     native = kernels.load("compiled")
     if native is None:
         pytest.skip("the compiled kernels were not built")
-    one, none = np.ones(1, dtype=np.float64), np.zeros(0, np.uint64)
+    one, mine = np.ones(1, dtype=np.float64), summarise(np.zeros(0, np.uint64))
     with pytest.raises(ValueError, match="disagree"):
-        native.choose(b"", none, ({},), [1, 2], one, 0.8, 0.1, 5, 0, -1, 0.0)
+        native.choose_packed(mine, ({},), [1, 2], one, 0.8, 0.1, 5, 0, -1, 0.0)
     with pytest.raises(TypeError, match="tuple of dicts"):
-        native.choose(b"", none, ([],), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="counts, values"):
-        native.choose(b"", none, ({1: none},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[dict-item]
+        native.choose_packed(mine, ([],), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be bytes"):
+        native.choose_packed(
+            mine, ({1: np.zeros(0, np.uint64)},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0
+        )  # type: ignore[dict-item]
+    for wrong in (b"", mine[:-1], np.array([7], "<u8").tobytes() + mine[8:]):
+        with pytest.raises(ValueError, match="layout"):
+            native.choose_packed(mine, ({1: wrong},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)
 
 
 def test_signatures_of_many_are_each_ones_signature(tmp_path: Path) -> None:
@@ -221,3 +229,44 @@ def test_default_caps_leave_a_templated_site_to_the_exact_check(tmp_path: Path) 
     assert verdicts["default"] == verdicts["none"]
     duplicates = {name: sum(v[0] == "duplicate" for v in got) for name, got in verdicts.items()}
     assert duplicates["tight"] < duplicates["none"]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        EngineOptions(),
+        EngineOptions(max_bucket_candidates=5, max_exact_checks=2),
+        EngineOptions(max_bucket_candidates=1, max_exact_checks=0),
+    ],
+    ids=["default", "tight", "tightest"],
+)
+@pytest.mark.parametrize("verify", ["exact", "signature"])
+def test_the_compiled_search_counts_and_decides_as_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: EngineOptions, verify: str
+) -> None:
+    """The compiled candidate search (gather, rank, summarise, choose_packed) against
+    the numpy and Python code it mirrors on a templated site, batch after batch (the
+    batch's own documents among the candidates, earlier ones read from the index):
+    the same verdicts, similarities and counters -- candidates, caps bitten, exact
+    checks -- with caps that bite and caps that do not."""
+    from streamdedup.sketch import kernels
+
+    compiled = kernels.load("compiled")
+    if compiled is None:
+        pytest.skip("the compiled kernels were not built")
+    docs = _site(300, seed=5)
+    runs = {}
+    for name, native in (("compiled", compiled), ("numpy", None)):
+        monkeypatch.setattr(kernels, "native", native)
+        with Deduplicator(tmp_path / name, threshold=0.8, verify=verify, options=options) as dd:
+            got = []
+            for start in range(0, len(docs), 70):
+                got += dd.check_batch(docs[start : start + 70])
+            c = dd.counters
+            runs[name] = (
+                [(v.verdict, v.duplicate_of, v.similarity) for v in got],
+                (c.candidates, c.most_candidates, c.bucket_capped, c.exact_capped, c.exact_checks),
+            )
+    assert runs["compiled"] == runs["numpy"]
+    if verify == "signature" or options.max_exact_checks:  # (0 checks: nothing passes)
+        assert any(v[0] == "duplicate" for v in runs["compiled"][0])

@@ -26,9 +26,9 @@ from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import (
     FINGERPRINT_BITS,
     FingerprintSets,
-    estimate_gathered,
     estimate_jaccard,
     probe_table,
+    rank_gathered,
     ranks_of,
     signatures,
 )
@@ -291,6 +291,7 @@ def test_few_filled_bins_borrow_as_the_probe_walk_does(
 
 
 @needs_compiled
+@settings(max_examples=300)
 @given(
     st.integers(1, 64).flatmap(
         lambda k: st.tuples(
@@ -300,26 +301,54 @@ def test_few_filled_bins_borrow_as_the_probe_walk_does(
     ),
     st.data(),
 )
-def test_estimates_equal_numpy(
+def test_rank_gathered_equals_numpy(
     sig_rows: tuple[list[int], list[list[int]]], data: st.DataObject
 ) -> None:
-    """Value for value (candidates are ranked by these numbers, ties by docno), with
-    rows taken in any order and more than once; few distinct values, so rows agree
-    with the signature in every proportion."""
+    """The same candidates in the same order (estimate down, docno up: few distinct
+    values, so estimates tie often), the same estimates, value for value, the same
+    count of those with a signature, for any bar and limit; and with `fill`, the same
+    docnos left to read (no row, or past the slot table)."""
     sig = np.array(sig_rows[0], dtype=np.uint16)
     matrix = np.array(sig_rows[1], dtype=np.uint16)
-    rows = np.array(
-        data.draw(st.lists(st.integers(0, len(matrix) - 1), max_size=30)), dtype=np.int32
+    slot = np.array(
+        data.draw(st.lists(st.integers(-1, len(matrix) - 1), max_size=40)), dtype=np.int32
     )
-    got = estimate_gathered(sig, matrix, rows)
+    docnos = np.array(
+        sorted(data.draw(st.sets(st.integers(0, len(slot) + 3), max_size=30))), dtype=np.int64
+    )
+    bar = data.draw(st.sampled_from([-1.0, 0.0, 0.3, 0.5, 0.75, 1.0]))
+    limit = data.draw(st.integers(0, 35))
+    fill = data.draw(st.booleans())
+    got = rank_gathered(sig, matrix, slot, docnos, bar, limit, fill)
     with numpy_code():
-        want = estimate_gathered(sig, matrix, rows)
-    assert got.tolist() == want.tolist() == estimate_jaccard(sig, matrix[rows]).tolist()
+        want = rank_gathered(sig, matrix, slot, docnos, bar, limit, fill)
+    missing, kept, ranked, est = got
+    assert (None if missing is None else missing.tolist()) == (
+        None if want[0] is None else want[0].tolist()
+    )
+    assert (kept, ranked, est.tolist()) == (want[1], want[2], want[3].tolist())
+    rows = np.array([slot[d] if d < len(slot) else -1 for d in docnos], dtype=np.int32)
+    if fill and (rows < 0).any():
+        assert missing is not None and missing.tolist() == docnos[rows < 0].tolist()
+        return
+    # what it means, spelled out: every candidate with a row, by estimate then docno
+    has = rows >= 0
+    full = estimate_jaccard(sig, matrix[rows[has]]).tolist()
+    pairs = sorted(zip(full, docnos[has].tolist(), strict=True), key=lambda x: (-x[0], x[1]))
+    pairs = [x for x in pairs if x[0] >= bar][:limit]
+    assert kept == int(has.sum())
+    assert ranked == [d for _, d in pairs] and est.tolist() == [e for e, _ in pairs]
 
 
 @needs_compiled
-def test_estimates_refuse_a_row_outside_the_matrix() -> None:
+def test_rank_refuses_what_the_engine_never_asks() -> None:
     assert compiled is not None
     matrix = np.zeros((3, 4), np.uint16)
+    sig = np.zeros(4, np.uint16)
+    slot = np.array([0, 3], np.int32)
     with pytest.raises(IndexError, match="outside"):
-        compiled.estimates(np.zeros(4, np.uint16), matrix, np.array([0, 3], np.int32))
+        compiled.rank(sig, matrix, slot, np.array([1], np.int64), 0.0, 5, False)
+    with pytest.raises(ValueError, match="ascend"):
+        compiled.rank(sig, matrix, slot, np.array([2, 0], np.int64), 0.0, 5, False)
+    with pytest.raises(ValueError, match="ascend"):
+        compiled.rank(sig, matrix, slot, np.array([-1], np.int64), 0.0, 5, False)

@@ -1,0 +1,155 @@
+"""The compiled kernels of the candidate search (`summarise`, `choose_packed`, `gather`)
+against the numpy and Python code they mirror, on the same inputs: the engine's
+verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamdedup.sketch import kernels
+from streamdedup.sketch.jaccard import (
+    SLICES,
+    counts_of,
+    sorted_distinct,
+    summarise,
+    summary_of,
+    summary_values,
+    values_of,
+)
+from streamdedup.store.tables import gather_newest
+
+compiled = kernels.load("compiled")
+needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")
+
+
+@contextmanager
+def numpy_code() -> Iterator[None]:
+    saved, kernels.native = kernels.native, None
+    try:
+        yield
+    finally:
+        kernels.native = saved
+
+
+# Hashes spread over the whole range, crowded into a few slices (long runs for the
+# per-slice sort), or tiny; repeats drawn on purpose (a page repeats shingles).
+hashes = st.lists(
+    st.one_of(
+        st.integers(0, 2**64 - 1),
+        st.integers(0, 40).map(lambda v: (v << 58) | 12345),
+        st.integers(0, 3),
+        st.integers(2**64 - 4, 2**64 - 1),
+    ),
+    max_size=300,
+).flatmap(lambda v: st.permutations(v + v[: len(v) // 3]))
+
+
+@needs_compiled
+@settings(max_examples=300)
+@given(hashes)
+def test_summary_of_equals_numpy(values: list[int]) -> None:
+    """Byte for byte: the compiled summary of unsorted hashes with repeats is
+    `summarise` of numpy's sorted distinct values."""
+    h = np.array(values, dtype=np.uint64)
+    got = summary_of(h)
+    with numpy_code():
+        want = summary_of(h)
+    assert got == want == summarise(np.unique(h))
+    assert values_of(got).tolist() == sorted(set(values))
+    assert (
+        counts_of(got).tolist()
+        == np.bincount(
+            np.array([v >> 56 for v in set(values)], dtype=np.intp), minlength=SLICES
+        ).tolist()
+    )
+    assert summary_values(got) == 1 + SLICES // 8 + len(set(values))
+
+
+@needs_compiled
+@pytest.mark.parametrize("crowd", [255, 256])
+def test_a_slice_past_a_byte_leaves_the_set_without_counts(crowd: int) -> None:
+    """Counts are bytes: a set with more than 255 values in one slice has none, both
+    ways (the check then skips the slice filter); 255 still fits."""
+    rng = np.random.default_rng(crowd)
+    spread = rng.integers(0, 2**64 - 1, 3000, dtype=np.uint64, endpoint=True)
+    spread = spread[(spread >> np.uint64(56)) != 7]
+    crowded = (np.uint64(7) << np.uint64(56)) | np.arange(crowd, dtype=np.uint64)
+    h = np.concatenate([spread, crowded, crowded[:50]])  # repeats do not count
+    rng.shuffle(h)
+    got = summary_of(h)
+    with numpy_code():
+        want = summary_of(h)
+    assert got == want
+    assert len(counts_of(got)) == (SLICES if crowd <= 255 else 0)
+    assert np.array_equal(values_of(got), sorted_distinct(h))
+
+
+# -- gather: a document's candidates from the batch's read-ahead and buffer
+
+keys = [bytes([k]) * 8 for k in range(6)]
+docnos = st.lists(st.integers(0, 3000), max_size=40, unique=True)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[object, ...]:
+    """A batch's read-ahead (stored docnos, newest first, at most `cap`, as
+    `batch_postings` cuts them) and buffer (the batch's docnos, oldest first, all
+    newer than stored ones), over a few keys shared by the document's buckets."""
+    cap = draw(st.sampled_from([0, 1, 3, 10, 2000]))
+    read_ahead = {
+        k: sorted(draw(docnos), reverse=True)[: max(cap, 0)]
+        for k in draw(st.sets(st.sampled_from(keys)))
+    }
+    added = {
+        k: sorted(d + 5000 for d in draw(docnos)) for k in draw(st.sets(st.sampled_from(keys)))
+    }
+    hot = draw(st.sets(st.sampled_from(list(read_ahead) or keys[:1])))
+    band_keys = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=8))
+    return band_keys, read_ahead, added, hot, cap
+
+
+@needs_compiled
+@settings(max_examples=400)
+@given(batches())
+def test_gather_equals_the_python_definition(batch: tuple[object, ...]) -> None:
+    """The same docnos, ascending and distinct, and the same `capped`, for caps that
+    bite or not, hot keys, buckets the batch added to or not, and keys repeated."""
+    band_keys, read_ahead, added, hot, cap = batch
+    assert isinstance(band_keys, list) and isinstance(read_ahead, dict)
+    assert isinstance(added, dict) and isinstance(hot, set) and isinstance(cap, int)
+    got, got_capped = gather_newest(band_keys, read_ahead, added, hot, cap)
+    with numpy_code():
+        want, want_capped = gather_newest(band_keys, read_ahead, added, hot, cap)
+    assert got.dtype == want.dtype == np.int64
+    assert got.tolist() == want.tolist() and got_capped == want_capped
+    # what it means: each bucket's newest `cap` docnos (the batch's are the newest)
+    if cap:  # (a cap of 0 keeps the batch's whole buffer, as it always did)
+        plain: set[int] = set()
+        for bk in band_keys:
+            plain |= set(sorted(read_ahead.get(bk, []) + added.get(bk, []), reverse=True)[:cap])
+        assert got.tolist() == sorted(plain)
+    assert got_capped == (
+        bool(set(band_keys) & hot)
+        or any(
+            added.get(bk) and len(added[bk]) + len(read_ahead.get(bk, [])) > cap for bk in band_keys
+        )
+    )
+
+
+@needs_compiled
+def test_gather_refuses_what_is_not_postings() -> None:
+    assert compiled is not None
+    with pytest.raises(TypeError, match="lists"):
+        compiled.gather([keys[0]], {keys[0]: (1, 2)}, {}, set(), 10)  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="below 0"):
+        compiled.gather([keys[0]], {keys[0]: [-1]}, {}, set(), 10)
+    with pytest.raises(TypeError, match="hot must be a set"):
+        compiled.gather([keys[0]], {}, {}, [], 10)  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        compiled.gather([keys[0]], {keys[0]: [2**70]}, {}, set(), 10)

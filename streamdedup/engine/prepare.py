@@ -28,12 +28,7 @@ from streamdedup.sketch.shingle import (
     normalise_utf8,
     split_by_length,
 )
-from streamdedup.sketch.signature import (
-    Signatures,
-    band_keys,
-    fingerprint_sets,
-    signatures,
-)
+from streamdedup.sketch.signature import band_keys, sketch
 from streamdedup.store.keys import chunks, id_key
 
 
@@ -127,21 +122,23 @@ class Preparer:
             raw = [(b"" if i in light else r) for i, r in enumerate(raw)]
         exact = p.verify == "exact"
         shingles: list[int] = []
-        sig_parts: list[Signatures] = []
+        sig_parts: list[npt.NDArray[np.uint16]] = []
+        key_parts: list[bytes] = []
         hash_parts: list[ShingleBatch] = []
         starts: list[int] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
             batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
-            sets = fingerprint_sets(batch, p.seed)
+            got = sketch(batch, p.num_perm, p.seed, p.bands, p.rows)
             shingles += batch.counts.tolist()
-            sig_parts.append(signatures(sets, p.num_perm, p.seed))
+            sig_parts.append(got.sigs)
+            key_parts.append(got.keys)
             if exact:
                 starts.append(part.start)
                 hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
-        flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
+        flat_keys = chunks(b"".join(key_parts), 8)
         return Prepared(
             docs=list(docs),
             keys=keys,

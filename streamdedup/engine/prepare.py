@@ -12,7 +12,7 @@ import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -45,9 +45,10 @@ class Prepared:
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
     # Exact verification only: the zstd-compressed normalised texts, stored so that
-    # a candidate's exact shingle set can be computed again, and the documents'
-    # 64-bit shingle hashes (each one's own exact set, when it meets a candidate).
-    texts: list[bytes] | None = None
+    # a candidate's exact shingle set can be computed again (each compressed when
+    # first read: only indexed documents' are), and the documents' 64-bit shingle
+    # hashes (each one's own exact set, when it meets a candidate).
+    texts: Texts | None = None
     hashes: HashParts | None = None
 
 
@@ -76,6 +77,48 @@ def compress_texts(raw: list[bytes]) -> list[bytes]:
     are cheap to make, and one kept on the Preparer would not pickle to `--workers`."""
     compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
     return [compress(r) for r in raw]
+
+
+class Texts(Sequence[bytes]):
+    """`compress_texts(raw)`, each text compressed when it is first read.  The engine
+    reads the text of the documents it indexes only: an exact copy, a replayed or
+    known (`light`) document or a near duplicate of a stored one never needs one,
+    and compressing every text was a seventh of preparing a crawl page.  Pickled (to
+    or from `--workers`) in the compressed form, so the worker does that work."""
+
+    def __init__(self, raw: list[bytes]) -> None:
+        self._raw = raw
+        self._done: list[bytes | None] = [None] * len(raw)
+        self._compress: Callable[[bytes], bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        got = self._done[i]
+        if got is None:
+            if self._compress is None:
+                self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
+            got = self._done[i] = self._compress(self._raw[i])
+        return got
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable cache: compared by value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_raw": [], "_done": list(self), "_compress": None}
 
 
 def decompress_text(text: bytes) -> bytes:
@@ -149,7 +192,7 @@ class Preparer:
             sig_bytes=_rows(sigs.astype("<u2")),
             band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
             hashes=HashParts(hash_parts, starts) if exact else None,
-            texts=compress_texts(raw) if exact else None,
+            texts=Texts(raw) if exact else None,
         )
 
 

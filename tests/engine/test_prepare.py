@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.engine.prepare import SMALL_SET, _distinct
+from streamdedup.config import IndexParams
+from streamdedup.engine.prepare import (
+    SMALL_SET,
+    Preparer,
+    Texts,
+    _distinct,
+    compress_texts,
+    decompress_text,
+)
+from streamdedup.models import Document
+from streamdedup.sketch.shingle import normalise_utf8
 
 
 @given(
@@ -22,3 +34,42 @@ def test_distinct_is_sorted_unique_either_way(values: list[int]) -> None:
     got = _distinct(np.array(values, dtype=np.uint64))
     assert got.dtype == np.uint64
     assert got.tolist() == sorted(set(values))
+
+
+texts = st.lists(
+    st.binary(max_size=3000) | st.sampled_from([b"", b"a b c", b"x" * 5000]), max_size=12
+)
+
+
+@given(texts, st.data())
+def test_texts_are_compressed_when_read_as_compress_texts_would(
+    raw: list[bytes], data: st.DataObject
+) -> None:
+    """Any subset read in any order, and the rest after a pickle (what a `--workers`
+    process sends back): each the bytes `compress_texts` stores, and each decompresses
+    to its text."""
+    want = compress_texts(raw)
+    lazy = Texts(raw)
+    assert len(lazy) == len(raw)
+    order = data.draw(st.permutations(range(len(raw))))[: data.draw(st.integers(0, len(raw)))]
+    for i in order:
+        assert lazy[i] == want[i]
+    shipped = pickle.loads(pickle.dumps(lazy))
+    assert list(shipped) == list(lazy) == want
+    assert [decompress_text(t) for t in shipped] == raw
+    assert lazy[1:3] == want[1:3] and lazy == want
+
+
+def test_only_the_texts_read_are_compressed() -> None:
+    lazy = Texts([b"one two three", b"four five"])
+    assert lazy[1] == compress_texts([b"four five"])[0]
+    assert lazy._done[0] is None  # the first was never read: never compressed
+
+
+def test_prepared_texts_are_the_compressed_normalised_texts() -> None:
+    docs = [Document(1, "Caf\u00e9 OK  here"), Document(2, ""), Document(3, "A b c d e f")]
+    p = Preparer(IndexParams()).prepare(docs)
+    assert p.texts is not None
+    assert [decompress_text(p.texts[i]) for i in (2, 0, 1)] == [
+        normalise_utf8(docs[i].text) for i in (2, 0, 1)
+    ]

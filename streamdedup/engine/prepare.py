@@ -29,7 +29,7 @@ from streamdedup.sketch.shingle import (
     split_by_length,
 )
 from streamdedup.sketch.signature import band_keys, sketch
-from streamdedup.store.keys import chunks, id_key
+from streamdedup.store.keys import id_key
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,6 @@ class Preparer:
                 starts.append(part.start)
                 hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
-        flat_keys = chunks(b"".join(key_parts), 8)
         return Prepared(
             docs=list(docs),
             keys=keys,
@@ -189,17 +188,30 @@ class Preparer:
             light=frozenset(light),
             shingles=shingles,
             sigs=sigs,
-            sig_bytes=_rows(sigs.astype("<u2")),
-            band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
+            sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
+            band_keys=_rows(np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)),
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=Texts(raw) if exact else None,
         )
 
 
-def _rows(a: npt.NDArray[Any]) -> list[bytes]:
-    """Each row of a 2-D array as bytes, sliced from one buffer."""
-    raw, width = a.tobytes(), a.shape[1] * a.itemsize
-    return [raw[i : i + width] for i in range(0, len(raw), width)]
+@overload
+def _rows(a: npt.NDArray[np.void]) -> list[list[bytes]]: ...
+
+
+@overload
+def _rows(a: npt.NDArray[np.uint16]) -> list[bytes]: ...
+
+
+def _rows(a: npt.NDArray[Any]) -> list[bytes] | list[list[bytes]]:
+    """Each row of a C-contiguous 2-D array as one bytes object (numbers), or as a
+    list of its items' bytes (an array of fixed-width byte strings, "V8"): numpy's
+    `tolist` makes them in C, three times faster than slicing one buffer in Python."""
+    if a.dtype.kind == "V":
+        rows: list[list[bytes]] = a.tolist()
+        return rows
+    whole: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
+    return whole
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -80,16 +80,21 @@ def compress_texts(raw: list[bytes]) -> list[bytes]:
 
 
 class Texts(Sequence[bytes]):
-    """`compress_texts(raw)`, each text compressed when it is first read.  The engine
-    reads the text of the documents it indexes only: an exact copy, a replayed or
-    known (`light`) document or a near duplicate of a stored one never needs one,
-    and compressing every text was a seventh of preparing a crawl page.  Pickled (to
-    or from `--workers`) in the compressed form, so the worker does that work."""
+    """`compress_texts(raw)`, but the texts the engine cannot need (`later`: known,
+    empty, exact copies of an earlier document of the batch) are compressed only if
+    it reads one after all.  Pickled (to or from `--workers`) compressed.  Up front,
+    in one pass, for the rest: compressing on first read, inside the engine's
+    transaction, cost more than it saved where most texts are stored (crawl pages:
+    48,305 of 50,000 are, near duplicates too)."""
 
-    def __init__(self, raw: list[bytes]) -> None:
+    def __init__(self, raw: list[bytes], later: Collection[int] = ()) -> None:
         self._raw = raw
-        self._done: list[bytes | None] = [None] * len(raw)
-        self._compress: Callable[[bytes], bytes] | None = None
+        self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
+        compress = self._compress
+        if later:
+            self._done = [None if i in later else compress(r) for i, r in enumerate(raw)]
+        else:
+            self._done = [compress(r) for r in raw]
 
     def __len__(self) -> int:
         return len(self._done)
@@ -105,8 +110,6 @@ class Texts(Sequence[bytes]):
             return [self[j] for j in range(*i.indices(len(self)))]
         got = self._done[i]
         if got is None:
-            if self._compress is None:
-                self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
             got = self._done[i] = self._compress(self._raw[i])
         return got
 
@@ -118,7 +121,11 @@ class Texts(Sequence[bytes]):
     __hash__ = None  # type: ignore[assignment]  # mutable cache: compared by value
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_raw": [], "_done": list(self), "_compress": None}
+        return {"_raw": [], "_done": list(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
 
 
 def decompress_text(text: bytes) -> bytes:
@@ -191,8 +198,19 @@ class Preparer:
             sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
             band_keys=_rows(np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)),
             hashes=HashParts(hash_parts, starts) if exact else None,
-            texts=Texts(raw) if exact else None,
+            texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
         )
+
+
+def _never_stored(light: set[int], shingles: list[int], content: list[bytes]) -> set[int]:
+    """The documents whose text the engine will not store, as far as the batch alone
+    tells: known ones, empty ones (nothing to verify against) and exact copies of an
+    earlier document of the batch (their verdict points to it)."""
+    out = set(light)
+    out.update(i for i, n in enumerate(shingles) if not n)
+    first: dict[bytes, int] = {}
+    out.update(i for i, c in enumerate(content) if first.setdefault(c, i) != i)
+    return out
 
 
 @overload

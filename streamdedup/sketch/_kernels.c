@@ -380,7 +380,7 @@ done:
  * `source` and `best` are K-long scratch space. */
 static void densify(const uint32_t *minima, Py_ssize_t K, const Py_ssize_t *filled,
                     Py_ssize_t n_filled, const int64_t *probes, Py_ssize_t rounds,
-                    const int32_t *ranks, Py_ssize_t *source, int32_t *best, uint16_t *sig)
+                    const int32_t *ranks, int32_t *source, int32_t *best, uint16_t *sig)
 {
     if (n_filled * n_filled < K) {
         /* Few filled bins (short documents): a probe walk would take about
@@ -392,16 +392,18 @@ static void densify(const uint32_t *minima, Py_ssize_t K, const Py_ssize_t *fill
         const int32_t *row = ranks + filled[0] * K;
         for (Py_ssize_t b = 0; b < K; b++) {
             best[b] = row[b];
-            source[b] = filled[0];
+            source[b] = (int32_t)filled[0];
         }
         for (Py_ssize_t f = 1; f < n_filled; f++) {
-            const Py_ssize_t c = filled[f];
+            const int32_t c = (int32_t)filled[f];
             row = ranks + c * K;
-            for (Py_ssize_t b = 0; b < K; b++)
-                if (row[b] < best[b]) {
-                    best[b] = row[b];
-                    source[b] = c;
-                }
+            /* branch-free, all 32-bit: the compiler makes it a vector loop */
+            for (Py_ssize_t b = 0; b < K; b++) {
+                const int32_t r = row[b], o = best[b];
+                const int32_t less = -(int32_t)(r < o);
+                best[b] = (r & less) | (o & ~less);
+                source[b] = (c & less) | (source[b] & ~less);
+            }
         }
         for (Py_ssize_t b = 0; b < K; b++) {
             uint32_t m = minima[b];
@@ -454,8 +456,8 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     const Py_buffer vb = views[0], ob = views[1], pb = views[2], rb = views[3];
     PyObject *out = NULL;
     uint32_t *minima = NULL;
-    Py_ssize_t *filled = NULL, *source = NULL;
-    int32_t *best = NULL;
+    Py_ssize_t *filled = NULL;
+    int32_t *source = NULL, *best = NULL;
     const uint32_t *values = vb.buf;
     const int64_t *offsets = ob.buf, *probes = pb.buf;
     const int32_t *ranks = rb.buf;
@@ -468,7 +470,7 @@ static PyObject *signatures(PyObject *self, PyObject *args)
     out = PyBytes_FromStringAndSize(NULL, (n_docs > 0 ? n_docs : 0) * K * 2);
     minima = PyMem_Malloc(K * sizeof(uint32_t));
     filled = PyMem_Malloc(K * sizeof(Py_ssize_t));
-    source = PyMem_Malloc(K * sizeof(Py_ssize_t));
+    source = PyMem_Malloc(K * sizeof(int32_t));
     best = PyMem_Malloc(K * sizeof(int32_t));
     if (!out || !minima || !filled || !source || !best) {
         Py_CLEAR(out);
@@ -851,8 +853,8 @@ static PyObject *sketch(PyObject *self, PyObject *args)
     const Py_buffer hb = views[0], ob = views[1], pb = views[2], rb = views[3], bb = views[4];
     PyObject *sigs = NULL, *keys = NULL, *result = NULL;
     uint32_t *minima = NULL;
-    Py_ssize_t *filled = NULL, *source = NULL;
-    int32_t *best = NULL;
+    Py_ssize_t *filled = NULL;
+    int32_t *source = NULL, *best = NULL;
     const uint64_t *hashes = hb.buf, *bases = bb.buf;
     const int64_t *offsets = ob.buf, *probes = pb.buf;
     const int32_t *ranks = rb.buf;
@@ -869,7 +871,7 @@ static PyObject *sketch(PyObject *self, PyObject *args)
     keys = PyBytes_FromStringAndSize(NULL, n_docs * bands * 8);
     minima = PyMem_Malloc(K * sizeof(uint32_t));
     filled = PyMem_Malloc(K * sizeof(Py_ssize_t));
-    source = PyMem_Malloc(K * sizeof(Py_ssize_t));
+    source = PyMem_Malloc(K * sizeof(int32_t));
     best = PyMem_Malloc(K * sizeof(int32_t));
     if (!sigs || !keys || !minima || !filled || !source || !best) {
         if (!PyErr_Occurred())

@@ -42,14 +42,13 @@ texts = st.lists(
 
 
 @given(texts, st.data())
-def test_texts_are_compressed_when_read_as_compress_texts_would(
-    raw: list[bytes], data: st.DataObject
-) -> None:
-    """Any subset read in any order, and the rest after a pickle (what a `--workers`
-    process sends back): each the bytes `compress_texts` stores, and each decompresses
-    to its text."""
+def test_texts_are_compress_texts_whenever_read(raw: list[bytes], data: st.DataObject) -> None:
+    """Those left for later or not, any subset read in any order, and the rest after
+    a pickle (what a `--workers` process sends back): each the bytes `compress_texts`
+    stores, each decompressing to its text."""
     want = compress_texts(raw)
-    lazy = Texts(raw)
+    later = data.draw(st.sets(st.integers(0, max(len(raw) - 1, 0))))
+    lazy = Texts(raw, later)
     assert len(lazy) == len(raw)
     order = data.draw(st.permutations(range(len(raw))))[: data.draw(st.integers(0, len(raw)))]
     for i in order:
@@ -60,10 +59,19 @@ def test_texts_are_compressed_when_read_as_compress_texts_would(
     assert lazy[1:3] == want[1:3] and lazy == want
 
 
-def test_only_the_texts_read_are_compressed() -> None:
-    lazy = Texts([b"one two three", b"four five"])
-    assert lazy[1] == compress_texts([b"four five"])[0]
-    assert lazy._done[0] is None  # the first was never read: never compressed
+def test_texts_left_for_later_are_compressed_only_when_read() -> None:
+    lazy = Texts([b"one two three", b"four five", b"six"], later={0, 2})
+    assert lazy._done[0] is None and lazy._done[1] is not None
+    assert lazy[2] == compress_texts([b"six"])[0] and lazy._done[0] is None
+
+
+def test_prepare_leaves_for_later_the_texts_the_engine_does_not_store() -> None:
+    """Empty documents and exact copies within the batch (after normalising)."""
+    docs = [Document(i, t) for i, t in enumerate(["A b c", "", "a B c", "d e", "A b c"])]
+    p = Preparer(IndexParams()).prepare(docs)
+    assert p.texts is not None
+    assert [t is None for t in p.texts._done] == [False, True, True, False, True]
+    assert decompress_text(p.texts[4]) == b"a b c"
 
 
 def test_prepared_texts_are_the_compressed_normalised_texts() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, overload
 
 import numpy as np
@@ -50,6 +50,18 @@ class Prepared:
     # hashes (each one's own exact set, when it meets a candidate).
     texts: Texts | None = None
     hashes: HashParts | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (from `--workers`) with the signature rows and band keys as the
+        arrays they come from, not a million small bytes objects: those took most of
+        unpickling a batch in the main process, which is the one that waits."""
+        bands = len(self.band_keys[0]) if self.band_keys else 0
+        flat = b"".join([b"".join(row) for row in self.band_keys])
+        state = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _REBUILT}
+        return (_unpickled, (state, flat, bands))
+
+
+_REBUILT = ("sig_bytes", "band_keys")  # `Prepared.__reduce__` ships them as arrays
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,16 @@ class Preparer:
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
         )
+
+
+def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared:
+    """The inverse of `Prepared.__reduce__`."""
+    sigs = state["sigs"]
+    return Prepared(
+        **state,
+        sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
+        band_keys=_rows(np.frombuffer(band_bytes, dtype="V8").reshape(-1, max(bands, 1))),
+    )
 
 
 def _never_stored(light: set[int], shingles: list[int], content: list[bytes]) -> set[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -81,3 +82,22 @@ def test_prepared_texts_are_the_compressed_normalised_texts() -> None:
     assert [decompress_text(p.texts[i]) for i in (2, 0, 1)] == [
         normalise_utf8(docs[i].text) for i in (2, 0, 1)
     ]
+
+
+def test_a_pickled_prepared_batch_is_the_same_batch() -> None:
+    """What a `--workers` process sends back: every field as prepared here (the
+    signature rows and band keys are shipped as arrays and cut again)."""
+    docs = [Document(i, t) for i, t in enumerate(["A b c d e f g", "", "x y", "A b c d e f g"])]
+    p = Preparer(IndexParams()).prepare(docs)
+    back = pickle.loads(pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL))
+    for f in dataclasses.fields(p):
+        mine, theirs = getattr(p, f.name), getattr(back, f.name)
+        if f.name == "sigs":
+            assert np.array_equal(mine, theirs) and theirs.dtype == np.uint16
+        elif f.name == "hashes":
+            assert all(np.array_equal(mine.of(i), theirs.of(i)) for i in range(len(docs)))
+        else:
+            assert mine == theirs, f.name
+    assert len(back.band_keys[0]) == 18 and all(len(k) == 8 for k in back.band_keys[3])
+    empty = pickle.loads(pickle.dumps(Preparer(IndexParams()).prepare([])))
+    assert empty.band_keys == [] and empty.sig_bytes == [] and empty.sigs.shape == (0, 128)

@@ -44,10 +44,13 @@ class Prepared:
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
+    # Each document's band keys end to end (`b"".join(band_keys[i])`), cut from the
+    # same buffer: what a batch's read-ahead of postings and the segments take.
+    band_rows: list[bytes]
     # Exact verification only: the zstd-compressed normalised texts, stored so that
-    # a candidate's exact shingle set can be computed again (each compressed when
-    # first read: only indexed documents' are), and the documents' 64-bit shingle
-    # hashes (each one's own exact set, when it meets a candidate).
+    # a candidate's exact shingle set can be computed again (`Texts`: those the
+    # engine cannot need are compressed only if read), and the documents' 64-bit
+    # shingle hashes (each one's own exact set, when it meets a candidate).
     texts: Texts | None = None
     hashes: HashParts | None = None
 
@@ -56,12 +59,12 @@ class Prepared:
         arrays they come from, not a million small bytes objects: those took most of
         unpickling a batch in the main process, which is the one that waits."""
         bands = len(self.band_keys[0]) if self.band_keys else 0
-        flat = b"".join([b"".join(row) for row in self.band_keys])
+        flat = b"".join(self.band_rows)
         state = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _REBUILT}
         return (_unpickled, (state, flat, bands))
 
 
-_REBUILT = ("sig_bytes", "band_keys")  # `Prepared.__reduce__` ships them as arrays
+_REBUILT = ("sig_bytes", "band_keys", "band_rows")  # `Prepared.__reduce__` ships them as arrays
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,7 @@ class Preparer:
                 starts.append(part.start)
                 hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
+        band_keys = np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)
         return Prepared(
             docs=list(docs),
             keys=keys,
@@ -208,7 +212,8 @@ class Preparer:
             shingles=shingles,
             sigs=sigs,
             sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-            band_keys=_rows(np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)),
+            band_keys=_items(band_keys),
+            band_rows=_rows(band_keys),
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
         )
@@ -217,10 +222,12 @@ class Preparer:
 def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared:
     """The inverse of `Prepared.__reduce__`."""
     sigs = state["sigs"]
+    keys = np.frombuffer(band_bytes, dtype="V8").reshape(-1, max(bands, 1))
     return Prepared(
         **state,
         sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-        band_keys=_rows(np.frombuffer(band_bytes, dtype="V8").reshape(-1, max(bands, 1))),
+        band_keys=_items(keys),
+        band_rows=_rows(keys),
     )
 
 
@@ -235,23 +242,18 @@ def _never_stored(light: set[int], shingles: list[int], content: list[bytes]) ->
     return out
 
 
-@overload
-def _rows(a: npt.NDArray[np.void]) -> list[list[bytes]]: ...
+def _rows(a: npt.NDArray[Any]) -> list[bytes]:
+    """Each row of a C-contiguous 2-D array as one bytes object: numpy's `tolist` of
+    the rows viewed as single byte strings makes them in C, three times faster than
+    slicing one buffer in Python."""
+    rows: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
+    return rows
 
 
-@overload
-def _rows(a: npt.NDArray[np.uint16]) -> list[bytes]: ...
-
-
-def _rows(a: npt.NDArray[Any]) -> list[bytes] | list[list[bytes]]:
-    """Each row of a C-contiguous 2-D array as one bytes object (numbers), or as a
-    list of its items' bytes (an array of fixed-width byte strings, "V8"): numpy's
-    `tolist` makes them in C, three times faster than slicing one buffer in Python."""
-    if a.dtype.kind == "V":
-        rows: list[list[bytes]] = a.tolist()
-        return rows
-    whole: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
-    return whole
+def _items(a: npt.NDArray[np.void]) -> list[list[bytes]]:
+    """Each row of a 2-D array of byte strings ("V8") as a list of them."""
+    items: list[list[bytes]] = a.tolist()
+    return items
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:

@@ -99,5 +99,6 @@ def test_a_pickled_prepared_batch_is_the_same_batch() -> None:
         else:
             assert mine == theirs, f.name
     assert len(back.band_keys[0]) == 18 and all(len(k) == 8 for k in back.band_keys[3])
+    assert back.band_rows == [b"".join(keys) for keys in p.band_keys]
     empty = pickle.loads(pickle.dumps(Preparer(IndexParams()).prepare([])))
     assert empty.band_keys == [] and empty.sig_bytes == [] and empty.sigs.shape == (0, 128)

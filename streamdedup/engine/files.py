@@ -15,6 +15,7 @@ import os
 import stat
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -59,9 +60,18 @@ class Summary:
             self.rejected += 1
             self.reasons[item.reason] = self.reasons.get(item.reason, 0) + 1
         else:
-            for kind in item.kinds():
-                name = "duplicates" if kind == "duplicate" else kind
-                setattr(self, name, getattr(self, name) + 1)
+            self._count(item.kinds(), 1)
+
+    def add_verdicts(self, verdicts: list[Verdict]) -> None:
+        """`add` of each verdict, counted by their few distinct `kinds` first."""
+        self.lines += len(verdicts)
+        for kinds, n in Counter([v.kinds() for v in verdicts]).items():
+            self._count(kinds, n)
+
+    def _count(self, kinds: tuple[str, ...], n: int) -> None:
+        for kind in kinds:
+            name = "duplicates" if kind == "duplicate" else kind
+            setattr(self, name, getattr(self, name) + n)
 
     def text(self) -> str:
         parts = [
@@ -78,16 +88,44 @@ class Summary:
         return "; ".join(parts)
 
 
-def read_lines(stream: IO[bytes], batch_size: int) -> Iterator[list[bytes]]:
+READ_BYTES = 1 << 20  # what `read_lines` asks of the stream at a time
+
+
+def read_lines(
+    stream: IO[bytes], batch_size: int, block_bytes: int = READ_BYTES
+) -> Iterator[list[bytes]]:
+    """The input's lines without their line ends (trailing CRs dropped too, as
+    `line.rstrip(b"\r\n")` of each of the stream's lines), `batch_size` at a time.
+    Read in blocks cut by `bytes.split`, not line by line: the per-line iteration was
+    a tenth of a one-line document's time.  `read1` returns what one read brings, so
+    a slow pipe's batches come out as soon as their lines are in, as before."""
+    batch_size = max(batch_size, 1)
     batch: list[bytes] = []
-    try:
-        for raw in stream:
-            batch.append(raw.rstrip(b"\r\n"))
-            if len(batch) >= batch_size:
-                yield batch
-                batch = []
-    except OSError as exc:
-        raise read_error(stream, exc) from exc
+    partial: list[bytes] = []  # the start of a line that runs past the block read
+    while True:
+        try:
+            block = (
+                stream.read1(READ_BYTES) if hasattr(stream, "read1") else stream.read(READ_BYTES)
+            )
+        except OSError as exc:
+            raise read_error(stream, exc) from exc
+        if not block:
+            break
+        if b"\n" not in block:
+            partial.append(block)
+            continue
+        if partial:
+            partial.append(block)
+            block, partial = b"".join(partial), []
+        lines = block.split(b"\n")
+        partial.append(lines.pop())
+        batch += [line.rstrip(b"\r") for line in lines] if b"\r" in block else lines
+        while len(batch) >= batch_size:
+            yield batch[:batch_size]
+            del batch[:batch_size]
+    last = b"".join(partial)
+    if last:
+        batch.append(last.rstrip(b"\r"))
     if batch:
         yield batch
 
@@ -127,19 +165,24 @@ def run_dedup(
     try:
         for group in _ahead(groups, dedup):
             decoded = [item for d, _ in group for item in d]
-            verdicts = iter(dedup.apply([p for _, p in group]))  # committed before writing
-            out: list[bytes] = []
-            dumps = orjson.dumps
-            for item in decoded:
-                if isinstance(item, Rejected):  # an error record says where its line was
-                    summary.add(item)
-                    line = {"line": summary.lines - first, **(where or {})}
-                    out.append(dumps(output_record(item, **line)))
-                else:
-                    verdict = next(verdicts)
-                    summary.add(verdict)
-                    out.append(dumps(output_record(verdict)))
-            _write_batch(sink, out, summary, progress, len(decoded), started)
+            verdicts = dedup.apply([p for _, p in group])  # committed before writing
+            records: list[dict[str, Any]]
+            if len(verdicts) == len(decoded):  # no rejected line: all at once
+                summary.add_verdicts(verdicts)
+                records = [v.to_dict() for v in verdicts]
+            else:
+                records = []
+                each = iter(verdicts)
+                for item in decoded:
+                    if isinstance(item, Rejected):  # an error record says where its line was
+                        summary.add(item)
+                        line = {"line": summary.lines - first, **(where or {})}
+                        records.append(output_record(item, **line))
+                    else:
+                        verdict = next(each)
+                        summary.add(verdict)
+                        records.append(output_record(verdict))
+            _write_batch(sink, json_lines(records), summary, progress, len(decoded), started)
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
@@ -164,17 +207,38 @@ def _ahead(
         current = following
 
 
+_BOUNDARY = b'},{"id":'  # between two records in a JSON array of them
+
+
+def json_lines(records: list[dict[str, Any]]) -> bytes:
+    """`orjson.dumps` of each record (flat objects whose first key is "id", as
+    `output_record` makes them), a line each.  One call for the batch, whose array
+    is cut into lines where one record ends and the next begins: a call per record
+    cost 25 times as much (4 against 0.15 us a verdict, measured).  The cut is safe
+    because orjson writes compact JSON in which a quote inside a string is always
+    escaped, so `{"` -- and with it `},{"id":` -- cannot occur inside a string; and
+    a raw line feed never occurs in its output, so counting them checks that every
+    record got one line (if not -- a nested object starting with "id" -- each record
+    is written on its own)."""
+    if not records:
+        return b""
+    data = orjson.dumps(records)[1:-1].replace(_BOUNDARY, b'}\n{"id":') + b"\n"
+    if data.count(b"\n") == len(records):
+        return data
+    dumps = orjson.dumps
+    return b"".join([dumps(r) + b"\n" for r in records])
+
+
 def _write_batch(
     sink: IO[bytes],
-    out: list[bytes],
+    data: bytes,
     summary: Summary,
     progress: Any,
     count: int,
     started: float,
 ) -> None:
     """One batch's output lines written (after its commit), the progress moved on."""
-    out.append(b"")
-    _deliver(sink, b"\n".join(out), summary.lines - count)
+    _deliver(sink, data, summary.lines - count)
     summary.seconds = time.perf_counter() - started
     if progress is not None:
         progress.update(count)
@@ -215,15 +279,15 @@ def run_warc(
                 kept.append((item, ref, number))
         docs = [item for item, _, _ in kept if isinstance(item, Document)]
         verdicts = iter(dedup.check_batch(docs))  # committed before writing
-        out: list[bytes] = []
+        records: list[dict[str, Any]] = []
         for item, ref, n in kept:
             result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)
             summary.add(result)
             extra: dict[str, Any] = ref.fields()
             if isinstance(result, Rejected):
                 extra["record"] = n
-            out.append(orjson.dumps(output_record(result, **extra)))
-        _write_batch(sink, out, summary, progress, len(kept), started)
+            records.append(output_record(result, **extra))
+        _write_batch(sink, json_lines(records), summary, progress, len(kept), started)
     summary.seconds = time.perf_counter() - started
     return summary
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,13 +28,8 @@ from streamdedup.sketch.shingle import (
     normalise_utf8,
     split_by_length,
 )
-from streamdedup.sketch.signature import (
-    Signatures,
-    band_keys,
-    fingerprint_sets,
-    signatures,
-)
-from streamdedup.store.keys import chunks, id_key
+from streamdedup.sketch.signature import band_keys, sketch
+from streamdedup.store.keys import id_key
 
 
 @dataclass(frozen=True)
@@ -49,11 +44,27 @@ class Prepared:
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
     band_keys: list[list[bytes]]
+    # Each document's band keys end to end (`b"".join(band_keys[i])`), cut from the
+    # same buffer: what a batch's read-ahead of postings and the segments take.
+    band_rows: list[bytes]
     # Exact verification only: the zstd-compressed normalised texts, stored so that
-    # a candidate's exact shingle set can be computed again, and the documents'
-    # 64-bit shingle hashes (each one's own exact set, when it meets a candidate).
-    texts: list[bytes] | None = None
+    # a candidate's exact shingle set can be computed again (`Texts`: those the
+    # engine cannot need are compressed only if read), and the documents' 64-bit
+    # shingle hashes (each one's own exact set, when it meets a candidate).
+    texts: Texts | None = None
     hashes: HashParts | None = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled (from `--workers`) with the signature rows and band keys as the
+        arrays they come from, not a million small bytes objects: those took most of
+        unpickling a batch in the main process, which is the one that waits."""
+        bands = len(self.band_keys[0]) if self.band_keys else 0
+        flat = b"".join(self.band_rows)
+        state = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _REBUILT}
+        return (_unpickled, (state, flat, bands))
+
+
+_REBUILT = ("sig_bytes", "band_keys", "band_rows")  # `Prepared.__reduce__` ships them as arrays
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,55 @@ def compress_texts(raw: list[bytes]) -> list[bytes]:
     are cheap to make, and one kept on the Preparer would not pickle to `--workers`."""
     compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
     return [compress(r) for r in raw]
+
+
+class Texts(Sequence[bytes]):
+    """`compress_texts(raw)`, but the texts the engine cannot need (`later`: known,
+    empty, exact copies of an earlier document of the batch) are compressed only if
+    it reads one after all.  Pickled (to or from `--workers`) compressed.  Up front,
+    in one pass, for the rest: compressing on first read, inside the engine's
+    transaction, cost more than it saved where most texts are stored (crawl pages:
+    48,305 of 50,000 are, near duplicates too)."""
+
+    def __init__(self, raw: list[bytes], later: Collection[int] = ()) -> None:
+        self._raw = raw
+        self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
+        compress = self._compress
+        if later:
+            self._done = [None if i in later else compress(r) for i, r in enumerate(raw)]
+        else:
+            self._done = [compress(r) for r in raw]
+
+    def __len__(self) -> int:
+        return len(self._done)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | list[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        got = self._done[i]
+        if got is None:
+            got = self._done[i] = self._compress(self._raw[i])
+        return got
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable cache: compared by value
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_raw": [], "_done": list(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
 
 
 def decompress_text(text: bytes) -> bytes:
@@ -127,21 +187,23 @@ class Preparer:
             raw = [(b"" if i in light else r) for i, r in enumerate(raw)]
         exact = p.verify == "exact"
         shingles: list[int] = []
-        sig_parts: list[Signatures] = []
+        sig_parts: list[npt.NDArray[np.uint16]] = []
+        key_parts: list[bytes] = []
         hash_parts: list[ShingleBatch] = []
         starts: list[int] = []
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
             batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
-            sets = fingerprint_sets(batch, p.seed)
+            got = sketch(batch, p.num_perm, p.seed, p.bands, p.rows)
             shingles += batch.counts.tolist()
-            sig_parts.append(signatures(sets, p.num_perm, p.seed))
+            sig_parts.append(got.sigs)
+            key_parts.append(got.keys)
             if exact:
                 starts.append(part.start)
                 hash_parts.append(batch)
         sigs = np.concatenate(sig_parts)
-        flat_keys = chunks(band_keys(sigs, p.bands, p.rows, p.seed).astype(">u8").tobytes(), 8)
+        band_keys = np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)
         return Prepared(
             docs=list(docs),
             keys=keys,
@@ -149,17 +211,49 @@ class Preparer:
             light=frozenset(light),
             shingles=shingles,
             sigs=sigs,
-            sig_bytes=_rows(sigs.astype("<u2")),
-            band_keys=[flat_keys[i : i + p.bands] for i in range(0, len(flat_keys), p.bands)],
+            sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
+            band_keys=_items(band_keys),
+            band_rows=_rows(band_keys),
             hashes=HashParts(hash_parts, starts) if exact else None,
-            texts=compress_texts(raw) if exact else None,
+            texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
         )
 
 
+def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared:
+    """The inverse of `Prepared.__reduce__`."""
+    sigs = state["sigs"]
+    keys = np.frombuffer(band_bytes, dtype="V8").reshape(-1, max(bands, 1))
+    return Prepared(
+        **state,
+        sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
+        band_keys=_items(keys),
+        band_rows=_rows(keys),
+    )
+
+
+def _never_stored(light: set[int], shingles: list[int], content: list[bytes]) -> set[int]:
+    """The documents whose text the engine will not store, as far as the batch alone
+    tells: known ones, empty ones (nothing to verify against) and exact copies of an
+    earlier document of the batch (their verdict points to it)."""
+    out = set(light)
+    out.update(i for i, n in enumerate(shingles) if not n)
+    first: dict[bytes, int] = {}
+    out.update(i for i, c in enumerate(content) if first.setdefault(c, i) != i)
+    return out
+
+
 def _rows(a: npt.NDArray[Any]) -> list[bytes]:
-    """Each row of a 2-D array as bytes, sliced from one buffer."""
-    raw, width = a.tobytes(), a.shape[1] * a.itemsize
-    return [raw[i : i + width] for i in range(0, len(raw), width)]
+    """Each row of a C-contiguous 2-D array as one bytes object: numpy's `tolist` of
+    the rows viewed as single byte strings makes them in C, three times faster than
+    slicing one buffer in Python."""
+    rows: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
+    return rows
+
+
+def _items(a: npt.NDArray[np.void]) -> list[list[bytes]]:
+    """Each row of a 2-D array of byte strings ("V8") as a list of them."""
+    items: list[list[bytes]] = a.tolist()
+    return items
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:

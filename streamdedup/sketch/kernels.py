@@ -20,6 +20,18 @@ Buffer = Any
 class Kernels(Protocol):
     """The functions of `_kernels.c` (each one's docstring names what it mirrors)."""
 
+    def sketch(
+        self,
+        hashes: Buffer,
+        offsets: Buffer,
+        num_perm: int,
+        key: int,
+        probes: Buffer,
+        ranks: Buffer,
+        bases: Buffer,
+        rows: int,
+    ) -> tuple[bytes, bytes]: ...
+
     def word_shingles(
         self, data: bytes, is_word: Buffer, doc_ends: Buffer, k: int
     ) -> tuple[bytes, bytes] | int: ...

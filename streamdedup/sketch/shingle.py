@@ -291,16 +291,25 @@ def _doc_ends(encoded: Sequence[bytes]) -> npt.NDArray[np.int64]:
 
 
 def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
-    """Split a batch into runs of documents holding at most `budget` characters each."""
+    """Split a batch into runs of documents holding at most `budget` characters each
+    (a document and its separator count n + 1; the last one's separator, and a first
+    document over the budget on its own, are let through).  One search per run over
+    the running totals: a Python step per document cost a tenth of preparing a
+    one-line one."""
+    n = len(lengths)
+    total = np.zeros(n + 1, dtype=np.int64)  # total[j]: what documents < j hold
+    np.cumsum(np.fromiter(lengths, np.int64, n) + 1, out=total[1:])
     out: list[slice] = []
-    first, used = 0, 0
-    for i, n in enumerate(lengths):
-        if used and used + n > budget:
-            out.append(slice(first, i))
-            first, used = i, 0
-        used += n + 1
-    out.append(slice(first, len(lengths)))
-    return out
+    first = 0
+    while True:
+        # the run takes document i while total[i + 1] - total[first] - 1 <= budget
+        end = int(np.searchsorted(total, total[first] + budget + 1, side="right")) - 1
+        end = min(max(end, first + 1), n)
+        if end >= n:
+            out.append(slice(first, n))
+            return out
+        out.append(slice(first, end))
+        first = end
 
 
 class Shingler:

@@ -12,6 +12,12 @@ first non-empty bin on a fixed, seeded probe sequence (optimal densification,
 Shrivastava 2017), so P[sig_i(A) == sig_i(B)] = J(A, B) still holds, for the
 fingerprint sets.
 
+The production path, `sketch`, computes the same signatures without the sets: a
+bin's minimum over all of a document's fingerprints, repeats and all, is the first
+of the bin in the sorted set, so one compiled pass per document takes the minima,
+densifies and hashes the band keys (`fingerprint_sets` and `signatures` stay the
+definition, and the numpy fallback).
+
 Stored signatures keep the low 16 bits of each bin's minimum (b-bit minwise
 hashing, Li & Koenig 2010): two different minima agree by accident with
 probability about 2**-16, which `estimate_jaccard` corrects for.
@@ -180,12 +186,55 @@ def _densify(
 def band_keys(sigs: Signatures, bands: int, rows: int, seed: int) -> U64:
     """(n_docs, bands) 64-bit bucket keys; band j hashes rows [j*r, (j+1)*r)."""
     n = sigs.shape[0]
-    base = fmix64_np(np.arange(bands, dtype=np.uint64) ^ np.uint64(seed_key(seed, 3)))
-    acc = np.broadcast_to(base, (n, bands)).copy()
+    acc = np.broadcast_to(_band_bases(bands, seed), (n, bands)).copy()
     banded = sigs[:, : bands * rows].reshape(n, bands, rows).astype(np.uint64)
     for i in range(rows):
         acc = fmix64_np(acc ^ (banded[:, :, i] + np.uint64(i << 16)))
     return acc
+
+
+@dataclass(frozen=True)
+class Sketches:
+    """What the index stores of a batch's documents, from their shingle hashes: the
+    signatures (n, K) and the band keys, n x bands 8-byte big-endian keys end to end
+    (the store's key format, so nothing converts them again)."""
+
+    sigs: Signatures
+    keys: bytes
+
+
+def sketch(batch: ShingleBatch, num_perm: int, seed: int, bands: int, rows: int) -> Sketches:
+    """`sketch_numpy`'s signatures and band keys, in one compiled pass per document
+    when the kernels are built: a bin's minimum needs no sorted, distinct set, and the
+    sort that made one was a fifth of preparing a crawl page."""
+    native = kernels.native
+    if native is None:
+        return sketch_numpy(batch, num_perm, seed, bands, rows)
+    sigs, keys = native.sketch(
+        np.ascontiguousarray(batch.hashes, dtype=np.uint64),
+        np.ascontiguousarray(batch.offsets, dtype=np.int64),
+        num_perm,
+        seed_key(seed, 1),
+        probe_table(num_perm, seed),
+        rank_table(num_perm, seed),
+        _band_bases(bands, seed),
+        rows,
+    )
+    n = len(batch.offsets) - 1
+    return Sketches(np.frombuffer(sigs, dtype=np.uint16).reshape(n, num_perm), keys)
+
+
+def sketch_numpy(batch: ShingleBatch, num_perm: int, seed: int, bands: int, rows: int) -> Sketches:
+    """The definition `sketch` computes: fingerprint sets, signatures, band keys."""
+    sigs = signatures(fingerprint_sets(batch, seed), num_perm, seed)
+    keys = band_keys(sigs, bands, rows, seed).astype(">u8").tobytes()
+    return Sketches(sigs, keys)
+
+
+@cache
+def _band_bases(bands: int, seed: int) -> U64:
+    """Where each band's hash chain starts (`band_keys`)."""
+    return fmix64_np(np.arange(bands, dtype=np.uint64) ^ np.uint64(seed_key(seed, 3)))
 
 
 def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:

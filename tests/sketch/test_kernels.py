@@ -22,15 +22,18 @@ from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.sketch import kernels
 from streamdedup.sketch.jaccard import exact_jaccard
-from streamdedup.sketch.shingle import Shingler, WordTable, normalise_utf8
+from streamdedup.sketch.shingle import ShingleBatch, Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import (
     FINGERPRINT_BITS,
     FingerprintSets,
     estimate_jaccard,
     probe_table,
     rank_gathered,
+    rank_table,
     ranks_of,
     signatures,
+    sketch,
+    sketch_numpy,
 )
 from streamdedup.store.index import Index
 
@@ -181,6 +184,62 @@ def test_exact_jaccard_refuses_buffers_of_other_widths() -> None:
 def test_probe_table_is_what_signatures_read() -> None:
     table = probe_table(128, 7)
     assert table.dtype == np.int64 and table.flags.c_contiguous and table.shape[0] == 128
+
+
+# Shingle hashes as the shingler makes them: 64-bit, repeats within a document, empty
+# documents, and documents of one to a few shingles (which fill few bins and densify).
+hash_batches = st.lists(
+    st.one_of(
+        st.lists(st.integers(0, (1 << 64) - 1), max_size=3),
+        st.lists(st.integers(0, (1 << 64) - 1), max_size=600),
+        st.lists(st.sampled_from([0, 1, 2**63, 2**64 - 1, 12345]), max_size=8),
+    ),
+    min_size=1,
+    max_size=8,
+).map(
+    lambda docs: ShingleBatch(
+        np.array([h for d in docs for h in d], dtype=np.uint64),
+        np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64),
+    )
+)
+
+
+@needs_compiled
+@given(
+    hash_batches,
+    st.sampled_from([(1, 1, 1), (3, 1, 2), (64, 8, 8), (128, 18, 7), (256, 20, 10)]),
+    st.integers(0, 2**32),
+)
+@example(ShingleBatch(np.zeros(0, np.uint64), np.zeros(3, np.int64)), (128, 18, 7), 1)
+def test_fused_sketch_equals_sets_signatures_and_band_keys(
+    batch: ShingleBatch, shape: tuple[int, int, int], seed: int
+) -> None:
+    """The fused kernel (no sets: a bin's minimum over all the hashes, repeats and all)
+    against its definition, fingerprint sets -> signatures -> band keys in numpy."""
+    num_perm, bands, rows = shape
+    got = sketch(batch, num_perm, seed, bands, rows)
+    want = sketch_numpy(batch, num_perm, seed, bands, rows)
+    assert got.sigs.shape == want.sigs.shape == (len(batch.offsets) - 1, num_perm)
+    assert np.array_equal(got.sigs, want.sigs)
+    assert got.keys == want.keys
+    with numpy_code():  # and the fallback path of `sketch` is the definition
+        assert sketch(batch, num_perm, seed, bands, rows).keys == want.keys
+
+
+@needs_compiled
+def test_fused_sketch_refuses_inconsistent_arguments() -> None:
+    assert compiled is not None
+    hashes, offsets = np.arange(5, dtype=np.uint64), np.array([0, 5], np.int64)
+    probes, ranks = probe_table(16, 1), rank_table(16, 1)
+    bases = np.zeros(5, np.uint64)
+    with pytest.raises(ValueError, match="bands x rows"):
+        compiled.sketch(hashes, offsets, 16, 7, probes, ranks, bases, 4)  # 5 x 4 > 16
+    with pytest.raises(ValueError, match="offsets"):
+        compiled.sketch(hashes, np.array([0, 6], np.int64), 16, 7, probes, ranks, bases, 2)
+    with pytest.raises(ValueError, match="at least 1"):
+        compiled.sketch(hashes, offsets, 16, 7, probes, ranks, bases, 0)
+    with pytest.raises(ValueError, match="8-byte"):
+        compiled.sketch(b"\x00" * 12, offsets, 16, 7, probes, ranks, bases, 2)
 
 
 # ------------------------------------------------------------ a whole index

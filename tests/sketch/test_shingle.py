@@ -17,6 +17,7 @@ from streamdedup.sketch.shingle import (
     normalise_utf8,
     reference_hash,
     reference_shingles,
+    split_by_length,
 )
 
 # every test here runs on the compiled kernels and on the numpy code (conftest)
@@ -163,3 +164,26 @@ def test_long_tokens_read_all_their_chunks() -> None:
     words = ["a" * n for n in range(1, 40)] + ["\u00e9" * 9, "x" * 1000 + "y", "x" * 1001]
     _check([" ".join(words), " ".join(reversed(words))], ShingleSpec("word", 1))
     _check([" ".join(words)], ShingleSpec("word", 3))
+
+
+def _greedy_runs(lengths: list[int], budget: int) -> list[slice]:
+    """The rule `split_by_length` follows, one document at a time: a run takes the
+    next document (n characters and a separator) unless it is not empty and would
+    then hold more than `budget`."""
+    out, first, used = [], 0, 0
+    for i, n in enumerate(lengths):
+        if used and used + n > budget:
+            out.append(slice(first, i))
+            first, used = i, 0
+        used += n + 1
+    out.append(slice(first, len(lengths)))
+    return out
+
+
+@given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 80))
+@example([], 10)
+@example([100, 0, 0, 100], 10)  # documents over the budget on their own
+@example([4, 5, 4, 5], 9)  # a run exactly full (4 + 1 + 5... without the last separator)
+def test_split_by_length_is_the_greedy_rule(lengths: list[int], budget: int) -> None:
+    got = split_by_length(lengths, budget)
+    assert got == _greedy_runs(lengths, budget)

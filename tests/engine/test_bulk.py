@@ -20,9 +20,12 @@ from hypothesis import strategies as st
 
 from streamdedup.config import EngineOptions, Verify
 from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document, Verdict
+from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import DATA_TABLES, Tables
+from tests.support.store import dump
 
 VOCAB = [f"w{i}" for i in range(300)]
 T0 = 1_750_000_000_000
@@ -251,3 +254,29 @@ def test_changes_of_plain_documents_hold_their_data(tmp_path: Path, verify: str)
             assert change.record is not None and change.record.doc_id == f"d{i}"
             assert change.signature is not None and len(change.signature) == 2 * 128
             assert (change.text is not None) == (verify == "exact")
+
+
+def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_path: Path) -> None:
+    """What a worker publishes to its changelog (`changes`) rebuilds the index, for
+    batches mostly decided in bulk, with replaced ids and exact copies among them."""
+    rnd = random.Random(5)
+    texts = _texts(5)
+    docs = [
+        Document(f"d{rnd.randrange(i + 1)}" if rnd.random() < 0.05 else f"d{i}", rnd.choice(texts))
+        for i in range(600)
+    ]
+    records = []
+    with Deduplicator(tmp_path / "orig") as dd:
+        records.append(params_record(dd.params))
+        for i in range(0, len(docs), 100):
+            dd.check_batch(docs[i : i + 100])
+            records += encode_changes(dd.changes)
+        assert dd.counters.bulk > 300
+    restored = Index(tmp_path / "copy")
+    r = Restorer(restored)
+    r.add(records)
+    r.finish({}, "g/t")
+    restored.close()
+    a, b = dump(tmp_path / "orig"), dump(tmp_path / "copy")
+    for name in a:
+        assert a[name] == b[name], name

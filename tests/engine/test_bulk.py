@@ -81,6 +81,7 @@ def _run(
 def _both(
     batches: list[list[Document]], options: EngineOptions | None = None, verify: Verify = "exact"
 ) -> tuple[list[Any], int]:
+    """The batches through an engine with the bulk path and one without: equal."""
     with tempfile.TemporaryDirectory(prefix="bulk-") as tmp:
         bulk, bulk_tables, plain = _run(Path(tmp) / "bulk", batches, True, options, verify)
         one, one_tables, none = _run(Path(tmp) / "one", batches, False, options, verify)
@@ -101,15 +102,21 @@ documents = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     docs=documents,
     cuts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
     seed=st.integers(0, 3),
     verify=st.sampled_from(["exact", "signature"]),
+    # no window; a window of 20 minutes; one forgetting at most 2 documents a batch
+    window=st.sampled_from([None, (20, 1000), (20, 2)]),
 )
 def test_bulk_path_equals_one_by_one(
-    docs: list[tuple[int, int, int | None]], cuts: list[int], seed: int, verify: Verify
+    docs: list[tuple[int, int, int | None]],
+    cuts: list[int],
+    seed: int,
+    verify: Verify,
+    window: tuple[int, int] | None,
 ) -> None:
     texts = _texts(seed)
     stream = [
@@ -124,7 +131,12 @@ def test_bulk_path_equals_one_by_one(
         size = cuts[k % len(cuts)]
         batches.append(stream[at : at + size])
         at, k = at + size, k + 1
-    _, plain = _both(batches, verify=verify)
+    opts = (
+        None
+        if window is None
+        else EngineOptions(ttl_ms=window[0] * 60_000, max_expire_per_batch=window[1])
+    )
+    _, plain = _both(batches, opts, verify=verify)
     event(f"plain documents: {'1' if plain == 1 else 'more than 1'}")
 
 
@@ -189,12 +201,19 @@ def test_plain_documents_carry_their_timestamps_and_outliers() -> None:
     assert seen[0][3] == [(2, 2 * 10**13)]
 
 
-def test_no_bulk_path_with_a_time_window(tmp_path: Path) -> None:
+def test_with_a_time_window_only_documents_it_cannot_reach_in_the_batch(tmp_path: Path) -> None:
+    """With a window, documents stored as of a time the batch's last cutoff passes
+    (here the first three: the batch spans more than the window) are checked one by
+    one, as are copies of a stored owner the window reaches; the rest in bulk."""
     texts = _texts(5)
-    opts = EngineOptions(ttl_ms=3_600_000)
-    batch = [Document(f"d{i}", t, T0 + i) for i, t in enumerate(texts[:10])]
-    _, plain = _both([batch], opts)
-    assert plain == 0
+    minute = 60_000
+    opts = EngineOptions(ttl_ms=30 * minute)
+    first = [Document("old", texts[9], T0)]
+    batch = [Document(f"d{i}", t, T0 + (i * 10 + 1) * minute) for i, t in enumerate(texts[:6])]
+    batch.append(Document("copy", texts[9], T0 + 61 * minute))  # of "old": the window reaches it
+    seen, plain = _both([first, batch], opts)
+    assert plain == 1 + 3  # "old"; d3, d4, d5 (the last cutoff: 31 minutes)
+    assert seen[1][0][-1].verdict == "unique"  # "old" expired before its copy came
 
 
 def test_no_bulk_path_with_sealed_segments(tmp_path: Path) -> None:

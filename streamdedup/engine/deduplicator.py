@@ -12,8 +12,8 @@ verified by signature or by exact Jaccard (verify.py) -> unique.
 
 Most documents of a stream need none of that order's subtleties: a new id, with a
 new content and no candidates (unique), or an exact copy of a content held by a
-document that stays (duplicate, exact).  Without a time window or sealed segments,
-`_classify` finds them for the whole batch up front (set and numpy operations over
+document that stays (duplicate, exact).  Without sealed segments, `_classify` finds
+them for the whole batch up front (set and numpy operations over
 its ids, contents, quiet rows and read-ahead) and `_store_bulk` decides and stores
 them together after the loop; the loop only numbers them in their place.  Their
 verdicts, stored entries and changes are those the one-by-one path would make
@@ -160,6 +160,12 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _reached(rec: Record, cutoff: int | None) -> bool:
+    """Whether the time window may forget (or hide) a stored document during a batch
+    whose last cutoff is `cutoff` (None: no window)."""
+    return cutoff is not None and rec.timestamp_ms is not None and rec.timestamp_ms < cutoff
 
 
 def _text(p: Prepared, i: int) -> bytes:
@@ -522,7 +528,6 @@ class Deduplicator:
         ahead = None if skew is None else now + skew
         if ahead is not None and clock > ahead:  # moved by an outlier before the bound
             clock = t.newest_timestamp(ahead)
-        self.outliers = []
         position = 0
         # only a window needs the oldest document (with sealed segments, asking for it
         # is a round trip)
@@ -532,29 +537,21 @@ class Deduplicator:
         # each document's band keys joined: its row of the batch's read-ahead
         rows = [[b"".join(keys) for keys in p.band_keys] for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
-        # The batch's plain documents (most of a stream) are decided here at once and
-        # stored after the loop, in bulk (`_store_plain`); the loop only numbers them.
+        stamps, clocks = self._stamps(parts, clock, ahead, now)
+        # Most documents of a stream are decided here at once and stored after the
+        # loop, in bulk (`_store_bulk`); the loop only numbers them.
         bulk = (
-            self._classify(t, parts, rows)
-            if self.bulk and ttl is None and self.sealed is None and isinstance(t, Tables)
+            self._classify(t, parts, rows, stamps, None if ttl is None else clocks[-1] - ttl)
+            if self.bulk and clocks and self.sealed is None and isinstance(t, Tables)
             else None
         )
         kinds = None if bulk is None else bulk.kinds
         out: list[Verdict] = []
         for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
-                ts = p.docs[i].timestamp_ms
-                if ts is not None and ts <= 0:  # Kafka's "no timestamp" (-1), or unset
-                    ts = None
-                elif ts is not None and ahead is not None and ts > ahead:
-                    # an outlier: stored as of the current stream time (the wall clock
-                    # before any), so it expires with its neighbours; the clock stays
-                    self.outliers.append((position, ts))
-                    self._batch.clock_outliers += 1
-                    ts = clock or now
-                elif ts is not None and ts > clock:
-                    clock = ts
-                self._ts = ts
+                self._ts = ts = stamps[position]
+                if ttl is not None:
+                    self._expire(t, clocks[position] - ttl)
                 if kinds is not None and kinds[position]:
                     # its place in `out` and `changes`, filled by `_store_bulk`
                     assert bulk is not None
@@ -569,11 +566,10 @@ class Deduplicator:
                     position += 1
                     continue
                 position += 1
-                if ttl is not None:
-                    self._expire(t, clock - ttl)
                 verdict, inserted = self._check_one(t, p, i, next_docno)
                 next_docno += inserted
                 out.append(verdict)
+        clock = clocks[-1] if clocks else clock
         if bulk is not None and bulk.docnos:
             assert isinstance(t, Tables)
             self._store_bulk(t, parts, rows, bulk, out)
@@ -590,12 +586,53 @@ class Deduplicator:
             t.set_meta(MetaKey.CAPS, caps)
         return out
 
-    def _classify(self, t: Tables, parts: list[Prepared], rows: list[list[bytes]]) -> _Bulk:
+    def _stamps(
+        self, parts: list[Prepared], clock: int, ahead: int | None, now: int
+    ) -> tuple[list[int | None], list[int]]:
+        """Each document's timestamp as stored, and the stream clock once it is read,
+        in batch order (they follow from the timestamps alone, not from any verdict);
+        the clock outliers go to `outliers`."""
+        self.outliers = []
+        n = sum(len(p.docs) for p in parts)
+        if all(d.timestamp_ms is None for p in parts for d in p.docs):  # file mode
+            return [None] * n, [clock] * n
+        stamps: list[int | None] = []
+        clocks: list[int] = []
+        position = 0
+        for p in parts:
+            for d in p.docs:
+                ts = d.timestamp_ms
+                if ts is not None and ts <= 0:  # Kafka's "no timestamp" (-1), or unset
+                    ts = None
+                elif ts is not None and ahead is not None and ts > ahead:
+                    # an outlier: stored as of the current stream time (the wall clock
+                    # before any), so it expires with its neighbours; the clock stays
+                    self.outliers.append((position, ts))
+                    self._batch.clock_outliers += 1
+                    ts = clock or now
+                elif ts is not None and ts > clock:
+                    clock = ts
+                stamps.append(ts)
+                clocks.append(clock)
+                position += 1
+        return stamps, clocks
+
+    def _classify(
+        self,
+        t: Tables,
+        parts: list[Prepared],
+        rows: list[list[bytes]],
+        stamps: list[int | None],
+        cutoff: int | None,
+    ) -> _Bulk:
         """Which of the batch's documents are decided in bulk, by kind, one per
         position (`_Bulk`), found by set and numpy operations over the whole batch
-        (after `prefetch` and `batch_postings`), for an engine without a time window
-        or sealed segments.  Each a new id: in neither the index nor another
-        document of the batch; not `light`; with shingles.  Then either
+        (after `prefetch` and `batch_postings`), for an engine without sealed
+        segments.  Each a new id: in neither the index nor another document of the
+        batch; not `light`; with shingles; with a time window, stored as of the
+        batch's last cutoff or later (`cutoff`: the window forgets or hides nothing
+        these documents depend on during the batch -- a stored content owner of a
+        copy must be as recent).  Then either
 
         PLAIN: its content hash is in neither the index nor another document of the
         batch, and its row is quiet: `unique`, stored as the owner of its content; or
@@ -630,13 +667,17 @@ class Deduplicator:
         if len(set(keys)) < n:  # some ids repeat: only those seen once may be free
             seen = Counter(keys)
             free &= np.fromiter((seen[k] == 1 for k in keys), dtype=np.bool_, count=n)
+        if cutoff is not None:  # with a time window: none the window reaches in the batch
+            free &= np.fromiter(
+                (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
+            )
         start = 0
         for p in parts:
             if p.light:
                 free[[start + i for i in p.light]] = False
             start += len(p.docs)
         # (a batch of replays only has nothing to check)
-        if not free.any() or not all(self._replays(t, p, keys) for p in parts if p.light):
+        if not free.any() or not all(self._replays(t, p, keys, cutoff) for p in parts if p.light):
             return out
         quiet = np.fromiter(
             map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
@@ -668,7 +709,11 @@ class Deduplicator:
             for j, owner in zip(copies.tolist(), owners[copies].tolist(), strict=True):
                 if owner not in stored:
                     rec = t.record(owner)
-                    kept = rec is not None and id_key(rec.doc_id) not in batch_keys
+                    kept = (
+                        rec is not None
+                        and id_key(rec.doc_id) not in batch_keys
+                        and not _reached(rec, cutoff)
+                    )
                     stored[owner] = (rec.doc_id, rec.cluster) if rec is not None and kept else None
                 if (got := stored[owner]) is not None:
                     kind[j] = COPY
@@ -677,10 +722,11 @@ class Deduplicator:
         return out
 
     @staticmethod
-    def _replays(t: Tables, p: Prepared, batch_keys: list[bytes]) -> bool:
+    def _replays(t: Tables, p: Prepared, batch_keys: list[bytes], cutoff: int | None) -> bool:
         """Whether every `light` document of `p` will be a replay (its stored
-        document holds its content, and no other document of the batch has its id),
-        so that none of them is prepared again inside the transaction."""
+        document holds its content, stays inside the window through the batch, and no
+        other document of the batch has its id), so that none of them is prepared
+        again inside the transaction."""
         repeated = len(set(batch_keys)) < len(batch_keys)
         if repeated:
             seen = Counter(batch_keys)
@@ -690,7 +736,7 @@ class Deduplicator:
                 return False
             docno = t.docno_for_id(key)
             rec = None if docno is None else t.record(docno)
-            if rec is None or rec.content_hash != p.content[i]:
+            if rec is None or rec.content_hash != p.content[i] or _reached(rec, cutoff):
                 return False
         return True
 
@@ -751,6 +797,8 @@ class Deduplicator:
             self._counts["unique"] = self._counts.get("unique", 0) + len(docnos)
             # later documents of the batch meet them (if at all) through memory
             self._memory.fresh.update(zip(docnos, where, strict=True))
+            # (nor are they the time window's `_expiry.oldest`: none is older than the
+            # batch's last cutoff, so the window reaches none of them in the batch)
         if copy:
             where = [at[b.positions[m]] for m in copy]
             docnos = [b.docnos[m] for m in copy]

@@ -20,9 +20,12 @@ from hypothesis import strategies as st
 
 from streamdedup.config import EngineOptions, Verify
 from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document, Verdict
+from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import DATA_TABLES, Tables
+from tests.support.store import dump
 
 VOCAB = [f"w{i}" for i in range(300)]
 T0 = 1_750_000_000_000
@@ -78,6 +81,7 @@ def _run(
 def _both(
     batches: list[list[Document]], options: EngineOptions | None = None, verify: Verify = "exact"
 ) -> tuple[list[Any], int]:
+    """The batches through an engine with the bulk path and one without: equal."""
     with tempfile.TemporaryDirectory(prefix="bulk-") as tmp:
         bulk, bulk_tables, plain = _run(Path(tmp) / "bulk", batches, True, options, verify)
         one, one_tables, none = _run(Path(tmp) / "one", batches, False, options, verify)
@@ -98,15 +102,21 @@ documents = st.lists(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     docs=documents,
     cuts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
     seed=st.integers(0, 3),
     verify=st.sampled_from(["exact", "signature"]),
+    # no window; a window of 20 minutes; one forgetting at most 2 documents a batch
+    window=st.sampled_from([None, (20, 1000), (20, 2)]),
 )
 def test_bulk_path_equals_one_by_one(
-    docs: list[tuple[int, int, int | None]], cuts: list[int], seed: int, verify: Verify
+    docs: list[tuple[int, int, int | None]],
+    cuts: list[int],
+    seed: int,
+    verify: Verify,
+    window: tuple[int, int] | None,
 ) -> None:
     texts = _texts(seed)
     stream = [
@@ -121,7 +131,12 @@ def test_bulk_path_equals_one_by_one(
         size = cuts[k % len(cuts)]
         batches.append(stream[at : at + size])
         at, k = at + size, k + 1
-    _, plain = _both(batches, verify=verify)
+    opts = (
+        None
+        if window is None
+        else EngineOptions(ttl_ms=window[0] * 60_000, max_expire_per_batch=window[1])
+    )
+    _, plain = _both(batches, opts, verify=verify)
     event(f"plain documents: {'1' if plain == 1 else 'more than 1'}")
 
 
@@ -186,12 +201,19 @@ def test_plain_documents_carry_their_timestamps_and_outliers() -> None:
     assert seen[0][3] == [(2, 2 * 10**13)]
 
 
-def test_no_bulk_path_with_a_time_window(tmp_path: Path) -> None:
+def test_with_a_time_window_only_documents_it_cannot_reach_in_the_batch(tmp_path: Path) -> None:
+    """With a window, documents stored as of a time the batch's last cutoff passes
+    (here the first three: the batch spans more than the window) are checked one by
+    one, as are copies of a stored owner the window reaches; the rest in bulk."""
     texts = _texts(5)
-    opts = EngineOptions(ttl_ms=3_600_000)
-    batch = [Document(f"d{i}", t, T0 + i) for i, t in enumerate(texts[:10])]
-    _, plain = _both([batch], opts)
-    assert plain == 0
+    minute = 60_000
+    opts = EngineOptions(ttl_ms=30 * minute)
+    first = [Document("old", texts[9], T0)]
+    batch = [Document(f"d{i}", t, T0 + (i * 10 + 1) * minute) for i, t in enumerate(texts[:6])]
+    batch.append(Document("copy", texts[9], T0 + 61 * minute))  # of "old": the window reaches it
+    seen, plain = _both([first, batch], opts)
+    assert plain == 1 + 3  # "old"; d3, d4, d5 (the last cutoff: 31 minutes)
+    assert seen[1][0][-1].verdict == "unique"  # "old" expired before its copy came
 
 
 def test_no_bulk_path_with_sealed_segments(tmp_path: Path) -> None:
@@ -251,3 +273,29 @@ def test_changes_of_plain_documents_hold_their_data(tmp_path: Path, verify: str)
             assert change.record is not None and change.record.doc_id == f"d{i}"
             assert change.signature is not None and len(change.signature) == 2 * 128
             assert (change.text is not None) == (verify == "exact")
+
+
+def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_path: Path) -> None:
+    """What a worker publishes to its changelog (`changes`) rebuilds the index, for
+    batches mostly decided in bulk, with replaced ids and exact copies among them."""
+    rnd = random.Random(5)
+    texts = _texts(5)
+    docs = [
+        Document(f"d{rnd.randrange(i + 1)}" if rnd.random() < 0.05 else f"d{i}", rnd.choice(texts))
+        for i in range(600)
+    ]
+    records = []
+    with Deduplicator(tmp_path / "orig") as dd:
+        records.append(params_record(dd.params))
+        for i in range(0, len(docs), 100):
+            dd.check_batch(docs[i : i + 100])
+            records += encode_changes(dd.changes)
+        assert dd.counters.bulk > 300
+    restored = Index(tmp_path / "copy")
+    r = Restorer(restored)
+    r.add(records)
+    r.finish({}, "g/t")
+    restored.close()
+    a, b = dump(tmp_path / "orig"), dump(tmp_path / "copy")
+    for name in a:
+        assert a[name] == b[name], name

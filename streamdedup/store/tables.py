@@ -751,9 +751,11 @@ class Tables:
         newest `cap` postings once those held elsewhere (sealed segments) are
         merged with this index's `newest`.
 
-        The buckets' lists are joined and made distinct by numpy at the end, not
-        counted one posting at a time: a page of a templated site meets hundreds of
-        its siblings in its buckets."""
+        A document whose buckets were all read ahead and not changed since (most of
+        them) is answered by one compiled call (`gather_newest`); the loop below
+        serves the rest.  Either way the buckets' lists are joined and made distinct
+        at the end, not counted one posting at a time: a page of a templated site
+        meets hundreds of its siblings in its buckets.  The array may be read-only."""
         lists: list[list[int]] = []
         p = self._postings
         self.capped = False

@@ -103,13 +103,15 @@ class Texts(Sequence[bytes]):
     48,305 of 50,000 are, near duplicates too)."""
 
     def __init__(self, raw: list[bytes], later: Collection[int] = ()) -> None:
-        self._raw = raw
         self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
         compress = self._compress
+        self._done: list[bytes | None]
         if later:
             self._done = [None if i in later else compress(r) for i, r in enumerate(raw)]
         else:
             self._done = [compress(r) for r in raw]
+        # only the texts left for later are kept (a batch's texts are megabytes)
+        self._raw = {i: raw[i] for i in later if 0 <= i < len(raw)}
 
     def __len__(self) -> int:
         return len(self._done)
@@ -125,7 +127,8 @@ class Texts(Sequence[bytes]):
             return [self[j] for j in range(*i.indices(len(self)))]
         got = self._done[i]
         if got is None:
-            got = self._done[i] = self._compress(self._raw[i])
+            i = i + len(self._done) if i < 0 else i
+            got = self._done[i] = self._compress(self._raw.pop(i))
         return got
 
     def __eq__(self, other: object) -> bool:
@@ -136,7 +139,7 @@ class Texts(Sequence[bytes]):
     __hash__ = None  # type: ignore[assignment]  # mutable cache: compared by value
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_raw": [], "_done": list(self)}
+        return {"_raw": {}, "_done": list(self)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

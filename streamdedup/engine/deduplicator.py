@@ -535,7 +535,7 @@ class Deduplicator:
         self._expiry = _Expiry(oldest, self.options.max_expire_per_batch)
         t.prefetch([k for p in parts for k in p.keys], [c for p in parts for c in p.content])
         # each document's band keys joined: its row of the batch's read-ahead
-        rows = [[b"".join(keys) for keys in p.band_keys] for p in parts]
+        rows = [p.band_rows for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
         stamps, clocks = self._stamps(parts, clock, ahead, now)
         # Most documents of a stream are decided here at once and stored after the
@@ -894,7 +894,7 @@ class Deduplicator:
         row = self._rows[i]
         if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
             p, i = self.preparer.prepare([doc]), 0
-            row = b"".join(p.band_keys[0])
+            row = p.band_rows[0]
         if p.shingles[i] == 0:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False, reason="empty")
             self._insert(t, p, i, docno, verdict, index_it=False)

@@ -179,7 +179,7 @@ class Sealed:
         ]
         bands = self.params.bands
         if looking:
-            flat = b"".join(b"".join(p.band_keys[i]) for p, i in looking)
+            flat = b"".join(p.band_rows[i] for p, i in looking)
             doc_keys = np.frombuffer(flat, dtype=">u8").astype(np.uint64).reshape(-1, bands)
             sigs = np.stack([p.sigs[i] for p, i in looking]).astype(np.uint16)
         else:

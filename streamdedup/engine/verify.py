@@ -26,6 +26,7 @@ import numpy.typing as npt
 from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
 from streamdedup.engine.sealed import Store
 from streamdedup.sketch.jaccard import (
+    SetTable,
     Summary,
     choose_ranked,
     exact_jaccard,
@@ -65,6 +66,9 @@ class BatchMemory:
         self._exact_values = 0
         self._budget = exact_values
         self.pending: dict[int, Summary] = {}
+        # the sizes and slice counts of the sets `exact` and `pending` hold, in rows
+        # (`choose_ranked` rejects most candidates by their row alone)
+        self.table = SetTable()
         self._mine: tuple[Prepared, int, Summary] | None = None
         # docno -> row of `_rows` holding its signature (-1: not read in this batch)
         self._slot: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
@@ -83,6 +87,9 @@ class BatchMemory:
         """A batch (or a new run of its transaction) begins, its documents numbered from
         `first` on: nothing of an earlier run that was not committed is kept."""
         self.end_batch()
+        for docno in self.pending:
+            if docno not in self.exact:
+                self.table.drop(docno)
         self.pending = {}
         self._first = first
 
@@ -119,6 +126,7 @@ class BatchMemory:
         mine = self._mine
         if mine is not None and mine[0] is p and mine[1] == i:
             self.pending[docno] = mine[2]
+            self.table.put(docno, mine[2])
 
     def forget(self, docno: int) -> None:
         """A document is forgotten, or adopts another's signature: read it again."""
@@ -127,6 +135,7 @@ class BatchMemory:
         if got is not None:
             self._exact_values -= _size(got)
         self.pending.pop(docno, None)
+        self.table.drop(docno)
         if docno < len(self._slot):
             self._slot[docno] = -1
 
@@ -212,12 +221,14 @@ class BatchMemory:
         fresh = self.fresh.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
             got = self.pending[docno] = summary_of(own_hashes(*fresh))
+            self.table.put(docno, got)
             return got
         got = summary_of(stored_hashes(self._shingler, t.text(docno)))
         if docno < self._first:  # committed before this batch: kept at once
             self._keep(docno, got)
         else:  # this batch's (a copy that took its owner's text): once committed
             self.pending[docno] = got
+            self.table.put(docno, got)
         return got
 
     def _keep(self, docno: int, got: Summary) -> None:
@@ -225,10 +236,13 @@ class BatchMemory:
         if old is not None:
             self._exact_values -= _size(old)
         self.exact[docno] = got
+        self.table.put(docno, got)
         self._exact_values += _size(got)
         while self._exact_values > self._budget and self.exact:
             first = next(iter(self.exact))
             self._exact_values -= _size(self.exact.pop(first))
+            if first not in self.pending:
+                self.table.drop(first)
 
 
 def exact_margin(threshold: float, num_perm: int) -> float:
@@ -282,6 +296,7 @@ def best_exact(
             checks,
             best,
             best_sim,
+            memory.table,
         )
         if not more:
             break

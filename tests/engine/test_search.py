@@ -198,7 +198,7 @@ def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> 
         memory.end_batch()
         memory.commit()  # committed: kept across batches
         assert 10 in memory.exact
-        assert memory.table.rows[10] >= 0  # its row (`choose_ranked` filters by it)
+        assert memory.tabled().rows[10] >= 0  # its row (`choose_ranked` filters by it)
         memory.forget(10)
         assert 10 not in memory.exact
         assert memory.table.rows[10] == -1
@@ -289,14 +289,20 @@ def test_default_caps_leave_a_templated_site_to_the_exact_check(tmp_path: Path) 
     ids=["default", "tight", "tightest"],
 )
 @pytest.mark.parametrize("verify", ["exact", "signature"])
+@pytest.mark.parametrize("budget", [None, 3000], ids=["kept", "evicting"])
 def test_the_compiled_search_counts_and_decides_as_numpy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: EngineOptions, verify: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: EngineOptions,
+    verify: str,
+    budget: int | None,
 ) -> None:
     """The compiled candidate search (gather, rank, summarise, choose_packed) against
     the numpy and Python code it mirrors on a templated site, batch after batch (the
     batch's own documents among the candidates, earlier ones read from the index):
     the same verdicts, similarities and counters -- candidates, caps bitten, exact
-    checks -- with caps that bite and caps that do not."""
+    checks -- with caps that bite and caps that do not, and with room for a few dozen
+    exact sets only (kept sets and their table rows dropped as they go)."""
     from streamdedup.sketch import kernels
 
     compiled = kernels.load("compiled")
@@ -307,6 +313,8 @@ def test_the_compiled_search_counts_and_decides_as_numpy(
     for name, native in (("compiled", compiled), ("numpy", None)):
         monkeypatch.setattr(kernels, "native", native)
         with Deduplicator(tmp_path / name, threshold=0.8, verify=verify, options=options) as dd:
+            if budget is not None:
+                dd._memory._budget = budget  # (in 8-byte values: a page is about 700)
             got = []
             for start in range(0, len(docs), 70):
                 got += dd.check_batch(docs[start : start + 70])
@@ -315,6 +323,8 @@ def test_the_compiled_search_counts_and_decides_as_numpy(
                 [(v.verdict, v.duplicate_of, v.similarity) for v in got],
                 (c.candidates, c.most_candidates, c.bucket_capped, c.exact_capped, c.exact_checks),
             )
+            if native is not None and verify == "exact" and options.max_exact_checks > 32:
+                assert dd._memory.table.sizes.any()  # the table was used
     assert runs["compiled"] == runs["numpy"]
     if verify == "signature" or options.max_exact_checks:  # (0 checks: nothing passes)
         assert any(v[0] == "duplicate" for v in runs["compiled"][0])

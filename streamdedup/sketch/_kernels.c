@@ -854,16 +854,21 @@ PyDoc_STRVAR(choose_packed_doc,
 "-1: none); returns the best's rank and exact Jaccard, the checks made as\n"
 "choose_exact counts them, and `more`: the rule wants the set of rank `checks`,\n"
 "which no dict holds.  A candidate that cannot beat the bar is left as soon as a\n"
-"bound proves it (jaccard_at_least): the answer is choose_exact's, value for value.");
+"bound proves it (jaccard_at_least): the answer is choose_exact's, value for value.\n\n"
+"Optional `rows, counts, sizes` (verify.py `SetTable`): int32 row by docno (-1: none),\n"
+"uint8 (rows, 256) slice counts and int64 set sizes by row, of sets the dicts hold\n"
+"(the same values): a candidate whose row proves it below the bar by size or slice\n"
+"counts is counted as checked and left without its dict lookup or its summary.");
 
 static PyObject *choose_packed(PyObject *self, PyObject *args)
 {
     PyObject *mine_obj, *sets, *ranked, *est_obj;
+    PyObject *rows_obj = Py_None, *counts_obj = Py_None, *sizes_obj = Py_None;
     double threshold, margin, best_sim;
     Py_ssize_t max_checks, checks, best;
-    if (!PyArg_ParseTuple(args, "OO!O!Oddnnnd", &mine_obj, &PyTuple_Type, &sets,
+    if (!PyArg_ParseTuple(args, "OO!O!Oddnnnd|OOO", &mine_obj, &PyTuple_Type, &sets,
                           &PyList_Type, &ranked, &est_obj, &threshold, &margin, &max_checks,
-                          &checks, &best, &best_sim))
+                          &checks, &best, &best_sim, &rows_obj, &counts_obj, &sizes_obj))
         return NULL;
     Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets);
     for (Py_ssize_t d = 0; d < n_dicts; d++)
@@ -874,14 +879,38 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
     Packed mine;
     if (unpack_summary(mine_obj, &mine) < 0)
         return NULL;
-    Py_buffer view;
-    if (get_buffer(est_obj, &view, 8, "est") < 0)
+    /* views[0]: est; views[1..3]: the table's rows, counts, sizes (when given) */
+    Py_buffer views[4];
+    int n_views = rows_obj == Py_None ? 1 : 4;
+    PyObject *objs[4] = {est_obj, rows_obj, counts_obj, sizes_obj};
+    static const Py_ssize_t sizes_of[4] = {8, 4, SLICES, 8};
+    static const char *names[4] = {"est", "rows", "counts", "sizes"};
+    if (get_buffers(n_views, views, objs, sizes_of, names) < 0)
         return NULL;
+    Py_buffer view = views[0];
     const double *est = view.buf;
     Py_ssize_t n = view.len / 8;
+    const int32_t *t_rows = NULL;
+    const uint8_t *t_counts = NULL;
+    const int64_t *t_sizes = NULL;
+    Py_ssize_t t_docnos = 0, t_n = 0;
+    if (n_views == 4) {
+        t_rows = views[1].buf;
+        t_docnos = views[1].len / 4;
+        t_counts = views[2].buf;
+        t_sizes = views[3].buf;
+        t_n = views[3].len / 8;
+        if (views[2].len / SLICES != t_n) {
+            release_buffers(n_views, views);
+            PyErr_SetString(PyExc_ValueError, "choose_packed: counts and sizes disagree");
+            return NULL;
+        }
+        if (mine.counts == NULL) /* nothing to bound with: the table is no use */
+            t_docnos = 0;
+    }
     int more = 0;
     if (PyList_GET_SIZE(ranked) != n || checks < 0 || best >= n) {
-        PyBuffer_Release(&view);
+        release_buffers(n_views, views);
         PyErr_SetString(PyExc_ValueError, "choose_packed: ranked and est disagree");
         return NULL;
     }
@@ -890,10 +919,32 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
         if (checks >= max_checks || est[checks] < floor - margin)
             break;
         PyObject *key = PyList_GET_ITEM(ranked, checks), *set = NULL;
+        if (t_docnos) {
+            /* The table first: the size and slice filters of jaccard_at_least, from one
+             * contiguous row, with no dict lookup and no summary touched.  A candidate
+             * they reject would be rejected by jaccard_at_least (-1.0) alike. */
+            Py_ssize_t d = PyLong_AsSsize_t(key);
+            if (d == -1 && PyErr_Occurred()) {
+                release_buffers(n_views, views);
+                return NULL;
+            }
+            int32_t r = d >= 0 && d < t_docnos ? t_rows[d] : -1;
+            if (r >= 0 && r < t_n) {
+                Py_ssize_t nb = (Py_ssize_t)t_sizes[r], na = mine.n;
+                if (na && nb) {
+                    Py_ssize_t lo = na < nb ? na : nb;
+                    if (jaccard_of(lo, na, nb) < floor)
+                        continue;
+                    uint32_t bound = slice_bound(mine.counts, t_counts + (Py_ssize_t)r * SLICES);
+                    if ((Py_ssize_t)bound < lo && jaccard_of(bound, na, nb) < floor)
+                        continue;
+                }
+            }
+        }
         for (Py_ssize_t d = 0; d < n_dicts && set == NULL; d++) {
             set = PyDict_GetItemWithError(PyTuple_GET_ITEM(sets, d), key);
             if (set == NULL && PyErr_Occurred()) {
-                PyBuffer_Release(&view);
+                release_buffers(n_views, views);
                 return NULL;
             }
         }
@@ -903,7 +954,7 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
         }
         Packed theirs;
         if (unpack_summary(set, &theirs) < 0) {
-            PyBuffer_Release(&view);
+            release_buffers(n_views, views);
             return NULL;
         }
         int both = mine.counts && theirs.counts;
@@ -915,7 +966,7 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
             best_sim = sim;
         }
     }
-    PyBuffer_Release(&view);
+    release_buffers(n_views, views);
     return Py_BuildValue("ndnO", best, best_sim, checks, more ? Py_True : Py_False);
 }
 

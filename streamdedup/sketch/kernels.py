@@ -59,6 +59,9 @@ class Kernels(Protocol):
         start: int,
         best: int,
         best_sim: float,
+        rows: Buffer | None = None,
+        counts: Buffer | None = None,
+        sizes: Buffer | None = None,
     ) -> tuple[int, float, int, bool]: ...
 
     def gather(

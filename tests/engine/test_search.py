@@ -19,7 +19,7 @@ from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
 from streamdedup.engine.verify import BatchMemory, choose_exact
 from streamdedup.models import Document
-from streamdedup.sketch.jaccard import choose_ranked, summarise
+from streamdedup.sketch.jaccard import SetTable, choose_ranked, summarise
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.store.tables import Tables
 
@@ -42,14 +42,21 @@ def _summary(values: np.ndarray, counted: bool) -> bytes:
 @st.composite
 def searches(draw: st.DrawFn) -> tuple[object, ...]:
     n = draw(st.integers(1, 12))
-    theirs = [draw(sets) for _ in range(n)]
+    mine = draw(sets)
+
+    def near() -> np.ndarray:  # mine with a few values dropped and a few added
+        keep = [v for v in mine.tolist() if draw(st.integers(0, 9)) > 0]
+        return np.array(sorted(set(keep) | set(draw(st.lists(values, max_size=3)))), np.uint64)
+
+    theirs = [near() if draw(st.booleans()) else draw(sets) for _ in range(n)]
     est = np.array(sorted(draw(st.lists(st.floats(0, 1), min_size=n, max_size=n)), reverse=True))
     threshold = draw(st.sampled_from([0.3, 0.5, 0.8, 0.9]))
     margin = draw(st.sampled_from([0.0, 0.15, 0.5]))
     max_checks = draw(st.integers(0, n + 2))
     held = [draw(st.integers(0, 2)) for _ in range(n)]  # which dict holds it (2: none)
     counted = [draw(st.booleans()) for _ in range(n + 1)]
-    return draw(sets), theirs, est, threshold, margin, max_checks, held, counted
+    tabled = draw(st.sampled_from([None, "some", "all"]))  # rows in a SetTable
+    return mine, theirs, est, threshold, margin, max_checks, held, counted, tabled
 
 
 @pytest.mark.usefixtures("kernel")
@@ -58,7 +65,7 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
     """Resumed wherever a set is missing (the engine reads it, then calls again): the
     same best, similarity and check count as the definition, which tries every
     candidate in turn."""
-    mine, theirs, est, threshold, margin, max_checks, held, counted = search
+    mine, theirs, est, threshold, margin, max_checks, held, counted, tabled = search
     assert isinstance(counted, list)
     assert isinstance(theirs, list) and isinstance(est, np.ndarray)
     assert isinstance(held, list)
@@ -77,9 +84,12 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
         max_checks,
     )
     dicts: tuple[dict[int, bytes], ...] = ({}, {})
+    table = None if tabled is None else SetTable()
     for d, where in zip(docnos, held, strict=True):
         if where < 2:
             dicts[where][d] = _summary(theirs[d - 100], counted[d - 100])
+            if table is not None and (tabled == "all" or d % 2):
+                table.put(d, dicts[where][d])  # (a set without counts gets no row)
     best, best_sim, checks, more, calls = -1, 0.0, 0, True, 0
     while more:
         best, best_sim, checks, more = choose_ranked(
@@ -93,18 +103,22 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
             checks,
             best,
             best_sim,
+            table,
         )
         calls += 1
         if more:  # the engine reads the missing set, then resumes
             assert docnos[checks] not in dicts[0] and docnos[checks] not in dicts[1]
             dicts[1][docnos[checks]] = _summary(theirs[checks], counted[checks])
+            if table is not None:
+                table.put(docnos[checks], dicts[1][docnos[checks]])
     got = (None if best < 0 else (best_sim, docnos[best]), checks)
     assert got == want
     assert calls <= 1 + held.count(2)
 
 
 @pytest.mark.usefixtures("kernel")
-def test_a_candidate_left_half_way_is_one_that_could_not_pass() -> None:
+@pytest.mark.parametrize("tabled", [False, True])
+def test_a_candidate_left_half_way_is_one_that_could_not_pass(tabled: bool) -> None:
     """The merge stops early only on a proof: a candidate just at the bar is measured
     to the end and wins; one just under it loses, whatever the order of its values."""
     mine = np.arange(0, 100, dtype=np.uint64)
@@ -112,7 +126,12 @@ def test_a_candidate_left_half_way_is_one_that_could_not_pass() -> None:
     under = np.concatenate([np.arange(1, 80), [1000]]).astype(np.uint64)  # 79 / 101
     est = np.array([0.9, 0.9])
     sets = ({1: summarise(under), 2: summarise(at_bar)},)
-    got = choose_ranked(summarise(mine), sets, [1, 2], est, 0.8, 0.2, 10)
+    table = None
+    if tabled:  # rejected by its row: the bound there is tight for `at_bar`
+        table = SetTable()
+        for d, got in sets[0].items():
+            table.put(d, got)
+    got = choose_ranked(summarise(mine), sets, [1, 2], est, 0.8, 0.2, 10, table=table)
     assert got == (1, 0.8, 2, False)
 
 
@@ -179,8 +198,37 @@ def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> 
         memory.end_batch()
         memory.commit()  # committed: kept across batches
         assert 10 in memory.exact
+        assert memory.tabled().rows[10] >= 0  # its row (`choose_ranked` filters by it)
         memory.forget(10)
         assert 10 not in memory.exact
+        assert memory.table.rows[10] == -1
+
+
+def test_a_set_table_row_is_its_sets_size_and_counts() -> None:
+    """Rows of dropped sets are reused; a set's row holds its own size and counts;
+    a set without counts gets none."""
+    table = SetTable()
+    rng = np.random.default_rng(5)
+    kept: dict[int, bytes] = {}
+    for step in range(3000):
+        d = int(rng.integers(0, 2500))
+        if d in kept and rng.random() < 0.5:
+            table.drop(d)
+            del kept[d]
+        else:
+            values = np.unique(rng.integers(0, 2**63, int(rng.integers(0, 50)), dtype=np.uint64))
+            got = kept.setdefault(d, summarise(values))
+            table.put(d, got)
+        assert step < 100 or table.sizes.size <= 4096  # reused: no row per step
+    uncounted = np.array([0], "<u8").tobytes()
+    table.put(3000, uncounted)
+    assert table.rows[3000] == -1
+    rows = table.rows[list(kept)]
+    assert len(set(rows.tolist())) == len(kept) and (rows >= 0).all()
+    for d, got in kept.items():
+        r = table.rows[d]
+        assert table.sizes[r] == (len(got) - 8 - 256) // 8
+        assert table.counts[r].tobytes() == got[8 : 8 + 256]
 
 
 def _site(n: int, seed: int) -> list[Document]:
@@ -241,14 +289,20 @@ def test_default_caps_leave_a_templated_site_to_the_exact_check(tmp_path: Path) 
     ids=["default", "tight", "tightest"],
 )
 @pytest.mark.parametrize("verify", ["exact", "signature"])
+@pytest.mark.parametrize("budget", [None, 3000], ids=["kept", "evicting"])
 def test_the_compiled_search_counts_and_decides_as_numpy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: EngineOptions, verify: str
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    options: EngineOptions,
+    verify: str,
+    budget: int | None,
 ) -> None:
     """The compiled candidate search (gather, rank, summarise, choose_packed) against
     the numpy and Python code it mirrors on a templated site, batch after batch (the
     batch's own documents among the candidates, earlier ones read from the index):
     the same verdicts, similarities and counters -- candidates, caps bitten, exact
-    checks -- with caps that bite and caps that do not."""
+    checks -- with caps that bite and caps that do not, and with room for a few dozen
+    exact sets only (kept sets and their table rows dropped as they go)."""
     from streamdedup.sketch import kernels
 
     compiled = kernels.load("compiled")
@@ -259,6 +313,8 @@ def test_the_compiled_search_counts_and_decides_as_numpy(
     for name, native in (("compiled", compiled), ("numpy", None)):
         monkeypatch.setattr(kernels, "native", native)
         with Deduplicator(tmp_path / name, threshold=0.8, verify=verify, options=options) as dd:
+            if budget is not None:
+                dd._memory._budget = budget  # (in 8-byte values: a page is about 700)
             got = []
             for start in range(0, len(docs), 70):
                 got += dd.check_batch(docs[start : start + 70])
@@ -267,6 +323,8 @@ def test_the_compiled_search_counts_and_decides_as_numpy(
                 [(v.verdict, v.duplicate_of, v.similarity) for v in got],
                 (c.candidates, c.most_candidates, c.bucket_capped, c.exact_capped, c.exact_checks),
             )
+            if native is not None and verify == "exact" and options.max_exact_checks > 32:
+                assert dd._memory.table.sizes.any()  # the table was used
     assert runs["compiled"] == runs["numpy"]
     if verify == "signature" or options.max_exact_checks:  # (0 checks: nothing passes)
         assert any(v[0] == "duplicate" for v in runs["compiled"][0])

@@ -105,7 +105,7 @@ def read_lines(
     while True:
         try:
             block = (
-                stream.read1(READ_BYTES) if hasattr(stream, "read1") else stream.read(READ_BYTES)
+                stream.read1(block_bytes) if hasattr(stream, "read1") else stream.read(block_bytes)
             )
         except OSError as exc:
             raise read_error(stream, exc) from exc

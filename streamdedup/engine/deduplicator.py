@@ -44,7 +44,7 @@ from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
-from streamdedup.models import DUPLICATE, UNIQUE, Change, DocId, Document, Record, Verdict
+from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 from streamdedup.store.index import Index
@@ -269,7 +269,7 @@ class Deduplicator:
         self._dropped: list[int] = []
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
         self.sealed: Sealed | None = None
-        # Decide a batch's plain documents at once (`_plain`); False: every document
+        # Decide a batch's plain documents at once (`_classify`); False: every document
         # one by one (tests compare the two)
         self.bulk = True
         try:
@@ -664,9 +664,10 @@ class Deduplicator:
         ids, owners = t.read_ahead(keys, contents)
         free = ids == ABSENT
         free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
-        if len(set(keys)) < n:  # some ids repeat: only those seen once may be free
-            seen = Counter(keys)
-            free &= np.fromiter((seen[k] == 1 for k in keys), dtype=np.bool_, count=n)
+        # the ids that come more than once in the batch (most batches: none)
+        repeated = set() if len(set(keys)) == n else {k for k, c in Counter(keys).items() if c > 1}
+        if repeated:  # only those seen once may be free
+            free &= np.fromiter((k not in repeated for k in keys), dtype=np.bool_, count=n)
         if cutoff is not None:  # with a time window: none the window reaches in the batch
             free &= np.fromiter(
                 (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
@@ -677,7 +678,9 @@ class Deduplicator:
                 free[[start + i for i in p.light]] = False
             start += len(p.docs)
         # (a batch of replays only has nothing to check)
-        if not free.any() or not all(self._replays(t, p, keys, cutoff) for p in parts if p.light):
+        if not free.any() or not all(
+            self._replays(t, p, repeated, cutoff) for p in parts if p.light
+        ):
             return out
         quiet = np.fromiter(
             map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
@@ -722,17 +725,14 @@ class Deduplicator:
         return out
 
     @staticmethod
-    def _replays(t: Tables, p: Prepared, batch_keys: list[bytes], cutoff: int | None) -> bool:
+    def _replays(t: Tables, p: Prepared, repeated: set[bytes], cutoff: int | None) -> bool:
         """Whether every `light` document of `p` will be a replay (its stored
         document holds its content, stays inside the window through the batch, and no
-        other document of the batch has its id), so that none of them is prepared
-        again inside the transaction."""
-        repeated = len(set(batch_keys)) < len(batch_keys)
-        if repeated:
-            seen = Counter(batch_keys)
+        other document of the batch has its id: none is in `repeated`), so that none
+        of them is prepared again inside the transaction."""
         for i in p.light:
             key = p.keys[i]
-            if repeated and seen[key] > 1:
+            if key in repeated:
                 return False
             docno = t.docno_for_id(key)
             rec = None if docno is None else t.record(docno)
@@ -757,78 +757,49 @@ class Deduplicator:
         one-by-one path makes them."""
         at = [(p, i) for p in parts for i in range(len(p.docs))]
         flat_rows = [r for part in rows for r in part]
-        kinds = b.kinds
-        plain = [m for m, pos in enumerate(b.positions) if kinds[pos] == PLAIN]
-        copy = [m for m, pos in enumerate(b.positions) if kinds[pos] == COPY]
-        changes = self.changes
-        if plain:
-            where = [at[b.positions[m]] for m in plain]
-            docnos = [b.docnos[m] for m in plain]
-            ids = [p.docs[i].id for p, i in where]
+        changes, counts = self.changes, self._counts
+        for kind in (PLAIN, COPY):
+            ms = [m for m, pos in enumerate(b.positions) if b.kinds[pos] == kind]
+            if not ms:
+                continue
+            where = [at[b.positions[m]] for m in ms]
+            docnos = [b.docnos[m] for m in ms]
             keys = [p.keys[i] for p, i in where]
+            ids = [p.docs[i].id for p, i in where]
+            if kind == PLAIN:
+                verdicts = [Verdict(d, "unique", None, d, None, False) for d in ids]
+            else:
+                verdicts = [
+                    Verdict(d, "duplicate", *b.of[b.positions[m]], 1.0, True)
+                    for d, m in zip(ids, ms, strict=True)
+                ]
+            records = [
+                Record.of(v, p.content[i], b.timestamps[m], p.shingles[i])
+                for v, (p, i), m in zip(verdicts, where, ms, strict=True)
+            ]
+            for m, v in zip(ms, verdicts, strict=True):
+                out[b.verdict_at[m]] = v
+            for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
+                counts[name] = counts.get(name, 0) + len(verdicts)
+            if kind == COPY:
+                t.put_copies(docnos, keys, records)
+                for m, key, docno, rec in zip(ms, keys, docnos, records, strict=True):
+                    changes[b.change_at[m]] = Change(key, docno, rec, None, False)
+                continue
             sigs = [p.sig_bytes[i] for p, i in where]
             # exact verification stores every indexed document's text (all parts or none)
             texts = None if parts[0].texts is None else [_text(p, i) for p, i in where]
-            records = [
-                Record(
-                    d,
-                    UNIQUE,
-                    None,
-                    d,
-                    None,
-                    False,
-                    p.content[i],
-                    b.timestamps[m],
-                    None,
-                    p.shingles[i],
-                )
-                for d, (p, i), m in zip(ids, where, plain, strict=True)
-            ]
-            t.put_plain(
-                docnos, keys, records, sigs, [flat_rows[b.positions[m]] for m in plain], texts
-            )
-            for m, d in zip(plain, ids, strict=True):
-                out[b.verdict_at[m]] = Verdict(d, "unique", None, d, None, False)
+            t.put_plain(docnos, keys, records, sigs, [flat_rows[b.positions[m]] for m in ms], texts)
             text_of: list[bytes] | list[None] = [None] * len(docnos) if texts is None else texts
             for m, key, docno, rec, sig, text in zip(
-                plain, keys, docnos, records, sigs, text_of, strict=True
+                ms, keys, docnos, records, sigs, text_of, strict=True
             ):
                 changes[b.change_at[m]] = Change(key, docno, rec, sig, True, text)
-            self._counts["unique"] = self._counts.get("unique", 0) + len(docnos)
             # later documents of the batch meet them (if at all) through memory
             self._memory.fresh.update(zip(docnos, where, strict=True))
             # (nor are they the time window's `_expiry.oldest`: none is older than the
             # batch's last cutoff, so the window reaches none of them in the batch)
-        if copy:
-            where = [at[b.positions[m]] for m in copy]
-            docnos = [b.docnos[m] for m in copy]
-            keys = [p.keys[i] for p, i in where]
-            verdicts = [
-                Verdict(p.docs[i].id, "duplicate", *b.of[b.positions[m]], 1.0, True)
-                for (p, i), m in zip(where, copy, strict=True)
-            ]
-            records = [
-                Record(
-                    v.id,
-                    DUPLICATE,
-                    v.duplicate_of,
-                    v.cluster,
-                    1.0,
-                    True,
-                    p.content[i],
-                    b.timestamps[m],
-                    None,
-                    p.shingles[i],
-                )
-                for v, (p, i), m in zip(verdicts, where, copy, strict=True)
-            ]
-            t.put_copies(docnos, keys, records)
-            for m, v, key, docno, rec in zip(copy, verdicts, keys, docnos, records, strict=True):
-                out[b.verdict_at[m]] = v
-                changes[b.change_at[m]] = Change(key, docno, rec, None, False)
-            for kind in ("duplicate", "exact"):
-                self._counts[kind] = self._counts.get(kind, 0) + len(docnos)
-        self._batch.bulk += len(plain) + len(copy)
+        self._batch.bulk += len(b.positions)
 
     @staticmethod
     def _searching(t: Store, parts: list[Prepared], rows: list[list[bytes]]) -> list[bytes]:

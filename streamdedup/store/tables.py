@@ -405,11 +405,6 @@ class Tables:
                     chunks.append((dk + b"\x00\x00", text))
                 else:
                     chunks += text_chunks(docno, text)
-        w.expiry += [
-            (expiry_key(r.timestamp_ms, d), b"")
-            for d, r in zip(docnos, records, strict=True)
-            if r.timestamp_ms is not None
-        ]
         hashes = [r.content_hash for r in records]
         w.content += zip(hashes, dks, strict=True)
         self._content.update(zip(hashes, docnos, strict=True))
@@ -430,17 +425,12 @@ class Tables:
         dks = self._put_records(docnos, keys, records)
         w = self._writes
         w.copies += [(r.content_hash + dk, b"") for r, dk in zip(records, dks, strict=True)]
-        w.expiry += [
-            (expiry_key(r.timestamp_ms, d), b"")
-            for d, r in zip(docnos, records, strict=True)
-            if r.timestamp_ms is not None
-        ]
 
     def _put_records(
         self, docnos: list[int], keys: list[bytes], records: list[Record]
     ) -> list[bytes]:
-        """Buffer the `ids` and `docs` entries of new documents (docnos ascending);
-        their docno keys."""
+        """Buffer the `ids`, `docs` and `expiry` entries of new documents (docnos
+        ascending); their docno keys."""
         dks = [d.to_bytes(DOCNO_BYTES, "big") for d in docnos]
         w = self._writes
         w.pending = True
@@ -450,6 +440,11 @@ class Tables:
         self._ids.update(zip(keys, docnos, strict=True))
         w.docs += zip(dks, Record.pack_many(records), strict=True)
         w.records.update(zip(docnos, records, strict=True))
+        w.expiry += [
+            (expiry_key(r.timestamp_ms, d), b"")
+            for d, r in zip(docnos, records, strict=True)
+            if r.timestamp_ms is not None
+        ]
         return dks
 
     def _flush(self) -> None:
@@ -789,17 +784,9 @@ class Tables:
                 )
                 if p.hot and bk in p.hot:
                     self.capped = True
-                if not added:
-                    newest = stored
-                else:
-                    if len(added) + len(stored) > cap:
-                        self.capped = True
-                    if p.adopted:  # a copy older than stored postings took over an owner's
-                        newest = sorted(added + stored, reverse=True)[:cap]
-                    elif len(added) >= cap:
-                        newest = added[-cap:]
-                    else:
-                        newest = added + stored[: cap - len(added)]
+                newest, cut = _newest_of(added, stored, cap, p.adopted)
+                if cut:
+                    self.capped = True
             if older is not None:
                 newest = older(bk, cap, newest)
             if newest:
@@ -920,20 +907,29 @@ def gather_newest(
     lists: list[list[int]] = []
     capped = False
     for bk in band_keys:
-        stored = read_ahead.get(bk, NONE)
-        batch = added.get(bk, NONE)
         if hot and bk in hot:
             capped = True
-        if not batch:
-            newest = stored
-        else:
-            if len(batch) + len(stored) > cap:
-                capped = True
-            # (batch[-cap:]: all of it for a cap of 0, as ever)
-            newest = batch[-cap:] if len(batch) >= cap else batch + stored[: cap - len(batch)]
+        newest, cut = _newest_of(added.get(bk, NONE), read_ahead.get(bk, NONE), cap)
+        capped = capped or cut
         if newest:
             lists.append(newest)
     return _distinct_docnos(lists), capped
+
+
+def _newest_of(
+    batch: list[int], stored: list[int], cap: int, adopted: bool = False
+) -> tuple[list[int], bool]:
+    """A bucket's newest `cap` postings, from the batch's own (`batch`, oldest first,
+    newer than every stored one) and the stored ones (`stored`, newest first, at most
+    `cap`); and whether the cap left any out.  `adopted`: a copy older than stored
+    postings took over an owner's in the batch, so the two are sorted together."""
+    if not batch:
+        return stored, False
+    cut = len(batch) + len(stored) > cap
+    if adopted:
+        return sorted(batch + stored, reverse=True)[:cap], cut
+    # (batch[-cap:]: all of it for a cap of 0, as ever)
+    return (batch[-cap:] if len(batch) >= cap else batch + stored[: cap - len(batch)]), cut
 
 
 def _distinct_docnos(lists: list[list[int]]) -> npt.NDArray[np.int64]:

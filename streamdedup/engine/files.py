@@ -169,7 +169,7 @@ def run_dedup(
             records: list[dict[str, Any]]
             if len(verdicts) == len(decoded):  # no rejected line: all at once
                 summary.add_verdicts(verdicts)
-                records = [v.to_dict() for v in verdicts]
+                records = [output_record(v) for v in verdicts]
             else:
                 records = []
                 each = iter(verdicts)

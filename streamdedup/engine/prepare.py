@@ -20,6 +20,7 @@ import zstandard
 
 from streamdedup.config import IndexParams
 from streamdedup.models import Document
+from streamdedup.sketch.jaccard import sorted_distinct
 from streamdedup.sketch.shingle import (
     ShingleBatch,
     Shingler,
@@ -297,10 +298,7 @@ def _distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     handful, where numpy's four calls cost more than the work)."""
     if len(hashes) <= SMALL_SET:
         return np.array(sorted(set(hashes.tolist())), dtype=np.uint64)
-    out = np.sort(hashes)
-    first = np.ones(len(out), dtype=np.bool_)
-    np.not_equal(out[1:], out[:-1], out=first[1:])
-    return out[first]
+    return sorted_distinct(hashes)
 
 
 def _content_hash(encoded: bytes) -> bytes:

@@ -136,7 +136,7 @@ class BatchMemory:
         self.fresh.pop(docno, None)
         got = self.exact.pop(docno, None)
         if got is not None:
-            self._exact_values -= _size(got)
+            self._exact_values -= summary_values(got)
         self.pending.pop(docno, None)
         self.table.drop(docno)
         if docno < len(self._slot):
@@ -254,14 +254,14 @@ class BatchMemory:
     def _keep(self, docno: int, got: Summary, queue: bool = True) -> None:
         old = self.exact.pop(docno, None)
         if old is not None:
-            self._exact_values -= _size(old)
+            self._exact_values -= summary_values(old)
         self.exact[docno] = got
         if queue:
             self._queue(docno)
-        self._exact_values += _size(got)
+        self._exact_values += summary_values(got)
         while self._exact_values > self._budget and self.exact:
             first = next(iter(self.exact))
-            self._exact_values -= _size(self.exact.pop(first))
+            self._exact_values -= summary_values(self.exact.pop(first))
             if first not in self.pending:
                 self.table.drop(first)
 
@@ -336,11 +336,6 @@ def best_exact(
 # searches put every set since the last one in the table) and template-heavy 20k
 # gained 11%; at 32, crawl-like even and template-heavy 13%.
 _TABLED = 32
-
-
-def _size(got: Summary) -> int:
-    """What a kept set costs, in 8-byte values (its counts included)."""
-    return summary_values(got)
 
 
 def choose_exact(

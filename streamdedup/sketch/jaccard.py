@@ -69,7 +69,7 @@ def summarise(values: npt.NDArray[np.uint64]) -> Summary:
     counts = np.bincount(top, minlength=SLICES)
     if counts.max() > 255:
         return np.array([0], _HEADER).tobytes() + body
-    return np.array([SLICES], _HEADER).tobytes() + counts.astype(_COUNTS).tobytes() + body
+    return _COUNTED + counts.astype(_COUNTS).tobytes() + body
 
 
 def summary_of(hashes: npt.NDArray[np.uint64]) -> Summary:

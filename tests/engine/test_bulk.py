@@ -1,5 +1,5 @@
 """The batch's plain documents (new id, new content, no candidates) are decided and
-stored in bulk (`Deduplicator._plain`, `_store_plain`, `Tables.put_plain`); every
+stored in bulk (`Deduplicator._classify`, `_store_bulk`, `Tables.put_plain`); every
 other document one by one.  The two paths must be indistinguishable: the same
 verdicts, the same `changes` (content and order: a changelog mirrors them), the
 same `touched` and outliers, and the same tables on disk, as an engine that takes
@@ -20,12 +20,10 @@ from hypothesis import strategies as st
 
 from streamdedup.config import EngineOptions, Verify
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document, Verdict
-from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import DATA_TABLES, Tables
-from tests.support.store import dump
+from tests.support.changelog import restore_from_changes
 
 VOCAB = [f"w{i}" for i in range(300)]
 T0 = 1_750_000_000_000
@@ -284,18 +282,5 @@ def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_pat
         Document(f"d{rnd.randrange(i + 1)}" if rnd.random() < 0.05 else f"d{i}", rnd.choice(texts))
         for i in range(600)
     ]
-    records = []
-    with Deduplicator(tmp_path / "orig") as dd:
-        records.append(params_record(dd.params))
-        for i in range(0, len(docs), 100):
-            dd.check_batch(docs[i : i + 100])
-            records += encode_changes(dd.changes)
-        assert dd.counters.bulk > 300
-    restored = Index(tmp_path / "copy")
-    r = Restorer(restored)
-    r.add(records)
-    r.finish({}, "g/t")
-    restored.close()
-    a, b = dump(tmp_path / "orig"), dump(tmp_path / "copy")
-    for name in a:
-        assert a[name] == b[name], name
+    counters, _, _ = restore_from_changes(tmp_path, docs)
+    assert counters.bulk > 300

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +18,6 @@ from hypothesis import strategies as st
 
 from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.sketch import kernels
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import ShingleBatch, Shingler, WordTable, normalise_utf8
 from streamdedup.sketch.signature import (
@@ -36,18 +33,7 @@ from streamdedup.sketch.signature import (
     sketch_numpy,
 )
 from streamdedup.store.index import Index
-
-compiled = kernels.load("compiled")
-needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")
-
-
-@contextmanager
-def numpy_code() -> Iterator[None]:
-    saved, kernels.native = kernels.native, None
-    try:
-        yield
-    finally:
-        kernels.native = saved
+from tests.support.kernels import compiled, needs_compiled, numpy_code
 
 
 def test_the_kernels_are_built_where_required() -> None:

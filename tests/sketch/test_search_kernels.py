@@ -4,15 +4,11 @@ verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.sketch import kernels
 from streamdedup.sketch.jaccard import (
     SLICES,
     counts_of,
@@ -23,19 +19,7 @@ from streamdedup.sketch.jaccard import (
     values_of,
 )
 from streamdedup.store.tables import gather_newest
-
-compiled = kernels.load("compiled")
-needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")
-
-
-@contextmanager
-def numpy_code() -> Iterator[None]:
-    saved, kernels.native = kernels.native, None
-    try:
-        yield
-    finally:
-        kernels.native = saved
-
+from tests.support.kernels import compiled, needs_compiled, numpy_code
 
 # Hashes spread over the whole range, crowded into a few slices (long runs for the
 # per-slice sort), or tiny; repeats drawn on purpose (a page repeats shingles).

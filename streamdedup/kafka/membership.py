@@ -36,6 +36,7 @@ from kafka.coordinator.assignors.abstract import (
 )
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from streamdedup.errors import BrokerUnavailableError
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
 
@@ -148,3 +149,60 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             self.refusal = refusal_message(self.group, self.mine, info.get("kept") or {})
         else:
             self.serving = str(self.mine["index"])
+
+
+class JoinWatch:
+    """How long a worker has waited for its consumer group's first assignment.
+
+    A healthy join takes up to the group's rebalance timeout (the coordinator holds it
+    while the other members rejoin) plus a session timeout (to drop a member that died).
+    A worker that waits longer says so every `NOTE_EVERY_S`, so the operator sees why
+    nothing moves; a long-lived worker waits on.  A run with `--idle-exit` (the demo,
+    scripts, tests) is meant to end on its own, so past that bound plus a margin it
+    stops with `BrokerUnavailableError` rather than hang: it has processed nothing."""
+
+    NOTE_EVERY_S = 30.0
+    MARGIN_S = 30.0
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self._clock = clock
+        self._since = clock()
+        self._next_note = self._since + self.NOTE_EVERY_S
+        self._rebalance_s = 0.0
+        self._bound_s = self.MARGIN_S
+        self._joined = False
+
+    def start(self, consumer_config: dict[str, Any]) -> None:
+        self._since = self._clock()
+        self._next_note = self._since + self.NOTE_EVERY_S
+        self._rebalance_s = consumer_config["max_poll_interval_ms"] / 1000
+        session_s = consumer_config["session_timeout_ms"] / 1000
+        self._bound_s = self._rebalance_s + session_s + self.MARGIN_S
+
+    def joined(self) -> None:
+        """Called by the rebalance listener (on kafka-python's I/O thread)."""
+        self._joined = True
+
+    def check(self, group: str, *, bounded: bool) -> None:
+        if self._joined:
+            return
+        now = self._clock()
+        waited = now - self._since
+        if bounded and waited >= self._bound_s:
+            raise BrokerUnavailableError(
+                f"consumer group {group!r} assigned this worker no partitions in "
+                f"{waited:.0f} s (a join takes at most the rebalance timeout, "
+                "max_poll_interval_ms, and a session timeout): the broker's group "
+                "coordinator did not complete the join. Nothing was processed; start "
+                "the worker again. (Without --idle-exit the worker waits on.)"
+            )
+        if now >= self._next_note:
+            self._next_note = now + self.NOTE_EVERY_S
+            log.warning(
+                "still waiting for consumer group %r to assign partitions (%.0f s so "
+                "far; a join can take the rebalance timeout, %.0f s, while the other "
+                "members rejoin)",
+                group,
+                waited,
+                self._rebalance_s,
+            )

@@ -52,7 +52,7 @@ from streamdedup.errors import (
 from streamdedup.kafka.batch import BatchApplier, select
 from streamdedup.kafka.changelog import encode_changes, params_record
 from streamdedup.kafka.ledger import Progress
-from streamdedup.kafka.membership import IndexAssignor, identity
+from streamdedup.kafka.membership import IndexAssignor, JoinWatch, identity
 from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.positions import PositionCheck
 from streamdedup.kafka.publisher import BatchSink, Sink, TransactionalId
@@ -128,6 +128,7 @@ class Worker:
         self.stats = WorkerStats()
         self.metrics = metrics
         self.stop_event = threading.Event()
+        self._join = JoinWatch()
         self.consumer: Any = None
         self.progress = Progress(cfg.group_id, cfg.input_topic)
         self.sink = sink if sink is not None else self._kafka_sink()
@@ -221,6 +222,7 @@ class Worker:
         from kafka import ConsumerRebalanceListener
 
         checked = self.positions.checked
+        join = self._join
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             # Runs on kafka-python's I/O thread: log and mark, never block.  A batch in
@@ -232,6 +234,7 @@ class Worker:
                     checked.discard(tp.partition)
 
             def on_partitions_assigned(self, assigned: Any) -> None:
+                join.joined()
                 log.info(
                     "joined consumer group %r; partitions assigned: %s",
                     group,
@@ -255,6 +258,7 @@ class Worker:
         if self._assign is None:
             self.bind_index()
         self.connect()
+        self._join.start(self.consumer.config)
         idle_since = time.monotonic()
         try:
             while not self.stop_event.is_set():
@@ -271,6 +275,9 @@ class Worker:
                 records = {tp: m for tp, m in records.items() if tp.partition not in rewound}
                 if not self.consumer.assignment():
                     idle_since = time.monotonic()  # still joining the group: not idle
+                    if self._assign is None:
+                        bounded = self.cfg.idle_exit_s is not None
+                        self._join.check(self.cfg.group_id, bounded=bounded)
                 if records:
                     self.process(records)
                     idle_since = time.monotonic()

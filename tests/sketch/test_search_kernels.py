@@ -86,12 +86,15 @@ def batches(draw: st.DrawFn) -> tuple[object, ...]:
     `batch_postings` cuts them) and buffer (the batch's docnos, oldest first, all
     newer than stored ones), over a few keys shared by the document's buckets."""
     cap = draw(st.sampled_from([0, 1, 3, 10, 2000]))
+    # docnos of one digit of a Python int (read in place) and past it (a bigger index)
+    base = draw(st.sampled_from([0, 2**30 - 6000, 2**40]))
     read_ahead = {
-        k: sorted(draw(docnos), reverse=True)[: max(cap, 0)]
+        k: sorted((base + d for d in draw(docnos)), reverse=True)[: max(cap, 0)]
         for k in draw(st.sets(st.sampled_from(keys)))
     }
     added = {
-        k: sorted(d + 5000 for d in draw(docnos)) for k in draw(st.sets(st.sampled_from(keys)))
+        k: sorted(base + d + 5000 for d in draw(docnos))
+        for k in draw(st.sets(st.sampled_from(keys)))
     }
     hot = draw(st.sets(st.sampled_from(list(read_ahead) or keys[:1])))
     band_keys = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=8))

@@ -1422,6 +1422,128 @@ done:
 
 /* ======================================================== end of prepare (s27) ==== */
 
+/* ================================================================== postings
+ * (store/postings.py, store/tables.py `batch_postings`): a batch's band keys sorted. */
+
+typedef struct {
+    uint64_t key, value;
+} Pair;
+
+/* Stable insertion sort by key (a few pairs). */
+static void insertion_pairs(Pair *a, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Pair p = a[i];
+        Py_ssize_t j = i;
+        while (j > 0 && a[j - 1].key > p.key) {
+            a[j] = a[j - 1];
+            j--;
+        }
+        a[j] = p;
+    }
+}
+
+/* Stable LSD radix sort by the low `bytes` bytes of the keys (the rest equal), bytes
+ * whose digit is the same for every pair skipped; the result in `a`. */
+static void lsd_pairs(Pair *a, Pair *tmp, Py_ssize_t n, int bytes)
+{
+    Py_ssize_t count[8][256];
+    memset(count, 0, sizeof(count[0]) * (size_t)bytes);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t k = a[i].key;
+        for (int d = 0; d < bytes; d++)
+            count[d][(k >> (8 * d)) & 0xFF]++;
+    }
+    Pair *src = a, *dst = tmp;
+    for (int d = 0; d < bytes; d++) {
+        Py_ssize_t *c = count[d];
+        if (c[(src[0].key >> (8 * d)) & 0xFF] == n) /* one digit for all: nothing moves */
+            continue;
+        Py_ssize_t at = 0;
+        for (int x = 0; x < 256; x++) {
+            Py_ssize_t m = c[x];
+            c[x] = at;
+            at += m;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            dst[c[(src[i].key >> (8 * d)) & 0xFF]++] = src[i];
+        Pair *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, (size_t)n * sizeof(Pair));
+}
+
+PyDoc_STRVAR(sort_pairs_doc,
+"sort_pairs(keys, values) -> (keys, values)\n\n"
+"postings.sort_pairs: the uint64 `keys` in ascending order, stably (equal keys keep\n"
+"their order), each with its uint64 `value` (as bytes, native order): numpy's\n"
+"argsort(kind=\"stable\") and two gathers, value for value.  Band keys are hashes,\n"
+"spread evenly over the 64 bits: one pass deals them by their top byte (the postings'\n"
+"partition) into 256 runs of a few hundred, each then sorted by its other seven bytes\n"
+"while it sits in the L1 cache (radix passes; a few pairs by insertion), where numpy's\n"
+"argsort of a batch's 150,000 keys and the gathers after it made a tenth of a batch\n"
+"of one-line documents' time.");
+
+static PyObject *sort_pairs(PyObject *self, PyObject *args)
+{
+    PyObject *keys_obj, *values_obj;
+    if (!PyArg_ParseTuple(args, "OO", &keys_obj, &values_obj))
+        return NULL;
+    Py_buffer views[2];
+    if (get_buffers(2, views, (PyObject *[]){keys_obj, values_obj}, (Py_ssize_t[]){8, 8},
+                    (const char *[]){"keys", "values"}) < 0)
+        return NULL;
+    Py_ssize_t n = views[0].len / 8;
+    if (views[1].len / 8 != n) {
+        release_buffers(2, views);
+        PyErr_SetString(PyExc_ValueError, "sort_pairs: as many values as keys");
+        return NULL;
+    }
+    const uint64_t *keys = views[0].buf, *values = views[1].buf;
+    Pair *a = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Pair) * 2);
+    PyObject *out_keys = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *out_values = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (a == NULL || out_keys == NULL || out_values == NULL) {
+        release_buffers(2, views);
+        PyMem_Free(a);
+        Py_XDECREF(out_keys);
+        Py_XDECREF(out_values);
+        return a == NULL ? PyErr_NoMemory() : NULL;
+    }
+    Pair *tmp = a + n;
+    /* dealt by the top byte into tmp (stable), each run sorted there, read out */
+    Py_ssize_t start[257] = {0};
+    for (Py_ssize_t i = 0; i < n; i++)
+        start[(keys[i] >> 56) + 1]++;
+    for (int x = 0; x < 256; x++)
+        start[x + 1] += start[x];
+    Py_ssize_t fill[256];
+    memcpy(fill, start, sizeof(fill));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Pair p = {keys[i], values[i]};
+        tmp[fill[keys[i] >> 56]++] = p;
+    }
+    release_buffers(2, views);
+    for (int x = 0; x < 256; x++) {
+        Py_ssize_t m = start[x + 1] - start[x];
+        if (m <= 32)
+            insertion_pairs(tmp + start[x], m);
+        else
+            lsd_pairs(tmp + start[x], a + start[x], m, 7);
+    }
+    uint64_t *ok = (uint64_t *)PyBytes_AS_STRING(out_keys);
+    uint64_t *ov = (uint64_t *)PyBytes_AS_STRING(out_values);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ok[i] = tmp[i].key;
+        ov[i] = tmp[i].value;
+    }
+    PyMem_Free(a);
+    return Py_BuildValue("NN", out_keys, out_values);
+}
+
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1435,6 +1557,8 @@ static PyMethodDef methods[] = {
     {"choose_packed", choose_packed, METH_VARARGS, choose_packed_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"rank", rank, METH_VARARGS, rank_doc},
+    /* postings */
+    {"sort_pairs", sort_pairs, METH_VARARGS, sort_pairs_doc},
     {NULL, NULL, 0, NULL},
 };
 

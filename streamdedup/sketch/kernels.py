@@ -84,6 +84,9 @@ class Kernels(Protocol):
         fill: bool,
     ) -> tuple[bytes | None, int, list[int], bytes]: ...
 
+    # postings
+    def sort_pairs(self, keys: Buffer, values: Buffer) -> tuple[bytes, bytes]: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

@@ -74,7 +74,7 @@ from streamdedup.store.keys import (
     raw_keys,
     tomb_key,
 )
-from streamdedup.store.postings import Postings
+from streamdedup.store.postings import Postings, distinct
 
 _NO_DOCS: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)  # no candidates (never changed)
 _FEW = 64  # candidates made distinct in Python below this, by numpy above
@@ -676,7 +676,7 @@ class Tables:
             self._postings = BatchPostings({}, {}, set(), set())
             return
         flat = native_keys(b"".join(band_keys))
-        unique, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
+        unique, inverse, counts = distinct(flat)
         stored = self.postings.lookup(unique, cap + 1)  # one more: is the cap reached?
         hot = {k for k, v in stored.items() if len(v) > cap}
         for k in hot:

@@ -2,19 +2,33 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import lmdb
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdedup.store import postings
 from streamdedup.store.postings import Postings, merge
+from tests.support.kernels import compiled, needs_compiled, numpy_code
 
 # few distinct keys, spread over a few partitions (the top byte), so buckets get hot
 KEYS = st.sampled_from([(p << 56) | k for p in (0, 7, 255) for k in (1, 2, 3, 99)])
 ADD = st.tuples(st.just("add"), st.lists(KEYS, min_size=1, max_size=6))
 REMOVE = st.tuples(st.just("remove"), st.integers(0, 400))
 TXNS = st.lists(st.lists(st.one_of(ADD, ADD, REMOVE), max_size=12), min_size=1, max_size=8)
+
+
+# keys as a batch makes them (hashes: any top byte) and as adversaries might (a few
+# partitions, many repeats, runs long enough for the radix passes and short enough for
+# the insertion sort), with values that show where each pair went
+PAIR_KEYS = st.one_of(
+    st.integers(0, 2**64 - 1),
+    st.builds(lambda p, k: (p << 56) | k, st.sampled_from([0, 1, 255]), st.integers(0, 300)),
+    st.sampled_from([0, 2**64 - 1, 1 << 56, (1 << 56) - 1]),
+)
 
 
 def newest(model: dict[int, set[int]], key: int, cap: int) -> list[int]:
@@ -106,3 +120,40 @@ def test_one_add_of_a_whole_batch_keeps_each_keys_docnos_ascending(tmp_path_fact
         wanted = np.array(sorted(model), dtype=np.uint64)
         assert runs.lookup(wanted, cap) == {k: newest(model, k, cap) for k in model}
     env.close()
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PAIR_KEYS, max_size=400), st.data())
+def test_sort_pairs_is_numpys_stable_argsort(keys: list[int], data: st.DataObject) -> None:
+    """The compiled sort gives numpy's stable order, pair for pair: ascending keys,
+    equal keys in the order given (a key's docnos stay ascending in its run)."""
+    k = np.array(keys, dtype=np.uint64)
+    v = np.array(data.draw(st.permutations(range(len(keys)))), dtype=np.uint64)
+    got = postings.sort_pairs(k, v)
+    with numpy_code():
+        want = postings.sort_pairs(k, v)
+    assert got[0].tolist() == want[0].tolist() == sorted(keys)
+    assert got[1].tolist() == want[1].tolist()
+    assert got[0].dtype == got[1].dtype == np.uint64
+
+
+@needs_compiled
+def test_sort_pairs_refuses_what_does_not_pair() -> None:
+    assert compiled is not None
+    with pytest.raises(ValueError, match="as many"):
+        compiled.sort_pairs(np.zeros(3, np.uint64), np.zeros(2, np.uint64))
+    with pytest.raises(ValueError, match="whole number"):
+        compiled.sort_pairs(b"\x00" * 12, b"\x00" * 12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(PAIR_KEYS, max_size=300), st.booleans())
+def test_distinct_is_numpys_unique(keys: list[int], compiled_kernels: bool) -> None:
+    k = np.array(keys, dtype=np.uint64)
+    with nullcontext() if compiled_kernels else numpy_code():
+        unique, inverse, counts = postings.distinct(k)
+    want = np.unique(k, return_inverse=True, return_counts=True)
+    assert unique.tolist() == want[0].tolist()
+    assert inverse.tolist() == want[1].tolist()
+    assert counts.tolist() == want[2].tolist()

@@ -677,25 +677,29 @@ class Tables:
             return
         flat = native_keys(b"".join(band_keys))
         unique, inverse, counts = distinct(flat)
-        stored = self.postings.lookup(unique, cap + 1)  # one more: is the cap reached?
-        hot = {k for k, v in stored.items() if len(v) > cap}
-        for k in hot:
-            del stored[k][cap:]
+        # the stored keys, by their positions in `unique`; one more than the cap: is
+        # it reached?
+        found = self.postings.found(unique, cap + 1)
+        at = np.fromiter(found, dtype=np.intp, count=len(found))
+        stored = dict(zip(raw_keys(unique[at]), found.values(), strict=True))
+        hot = set()
+        for bk, newest in stored.items():
+            if len(newest) > cap:
+                hot.add(bk)
+                del newest[cap:]
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in numpy passes over
         # the distinct keys, then mapped back to each document's.
         busy_key = counts > 1
         shared = unique[busy_key]
-        if stored:  # stored keys are among the distinct ones asked
-            present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
-            busy_key[np.searchsorted(unique, present)] = True
+        busy_key[at] = True
         if elsewhere:
             busy_key |= np.isin(unique, np.fromiter(elsewhere, dtype=np.uint64))
         busy = busy_key[inverse.reshape(-1)]
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).tolist()
         self._postings = BatchPostings(
-            read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
-            hot={k.to_bytes(8, "big") for k in hot},
+            read_ahead=stored,
+            hot=hot,
             added={bk: [] for bk in raw_keys(shared)},
             rows=set(band_keys),
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},

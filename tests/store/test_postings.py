@@ -157,3 +157,19 @@ def test_distinct_is_numpys_unique(keys: list[int], compiled_kernels: bool) -> N
     assert unique.tolist() == want[0].tolist()
     assert inverse.tolist() == want[1].tolist()
     assert counts.tolist() == want[2].tolist()
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**40 - 1)), max_size=80),
+    st.booleans(),
+)
+def test_newest_first_is_the_lexsort_it_replaces(pairs, many_keys) -> None:
+    """One sort of (query, docno counted down) packed in 64 bits orders postings as
+    lexsort((-docno, query)) does; past 2**24 queries it is that lexsort."""
+    shift = 1 << 24 if many_keys else 0  # query indices too wide to pack
+    query = np.array([q + shift for q, _ in pairs], dtype=np.int64)
+    docnos = np.array([d for _, d in pairs], dtype=np.uint64)
+    got_q, got_d = postings._newest_first(query, docnos)
+    order = np.lexsort((-docnos.astype(np.int64), query))
+    assert got_q.tolist() == query[order].tolist()
+    assert got_d.tolist() == docnos[order].tolist()

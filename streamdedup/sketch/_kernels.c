@@ -1475,6 +1475,76 @@ static void lsd_pairs(Pair *a, Pair *tmp, Py_ssize_t n, int bytes)
         memcpy(a, src, (size_t)n * sizeof(Pair));
 }
 
+PyDoc_STRVAR(merge_runs_doc,
+"merge_runs(older_keys, older_docnos, newer_keys, newer_docnos) -> bytes | None\n\n"
+"postings.merge_runs: two runs (uint64 little-endian keys and docnos, each ordered by\n"
+"key) as one, packed as a run is stored (`pack`: the keys, then the docnos), the\n"
+"older run's postings first within a key (numpy's searchsorted(side=\"right\") merge).\n"
+"None when that leaves a key's docnos out of ascending order (documents restored in\n"
+"any order): the caller sorts those by (key, docno) itself.");
+
+static PyObject *merge_runs(PyObject *self, PyObject *args)
+{
+    PyObject *objs[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &objs[0], &objs[1], &objs[2], &objs[3]))
+        return NULL;
+    Py_buffer views[4];
+    if (get_buffers(4, views, objs, (Py_ssize_t[]){8, 8, 8, 8},
+                    (const char *[]){"older_keys", "older_docnos", "newer_keys",
+                                     "newer_docnos"}) < 0)
+        return NULL;
+    Py_ssize_t na = views[0].len / 8, nb = views[2].len / 8;
+    if (views[1].len / 8 != na || views[3].len / 8 != nb) {
+        release_buffers(4, views);
+        PyErr_SetString(PyExc_ValueError, "merge_runs: as many docnos as keys");
+        return NULL;
+    }
+    const uint64_t *ak = views[0].buf, *ad = views[1].buf, *bk = views[2].buf,
+                   *bd = views[3].buf;
+    Py_ssize_t n = na + nb;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 16 * n);
+    if (out == NULL) {
+        release_buffers(4, views);
+        return NULL;
+    }
+    uint64_t *ok = (uint64_t *)PyBytes_AS_STRING(out), *od = ok + n;
+    Py_ssize_t i = 0, j = 0, m = 0;
+    uint64_t last_key = 0, last_docno = 0;
+    int disorder = 0;
+    /* each posting written once, and checked against the one before it */
+#define MERGE_PUT(K, D)                                                                    \
+    do {                                                                                   \
+        uint64_t k_ = (K), d_ = (D);                                                       \
+        disorder |= m > 0 && k_ == last_key && d_ < last_docno;                            \
+        ok[m] = le64(k_);                                                                  \
+        od[m] = le64(d_);                                                                  \
+        last_key = k_;                                                                     \
+        last_docno = d_;                                                                   \
+        m++;                                                                               \
+    } while (0)
+    while (i < na && j < nb) {
+        uint64_t x = le64(ak[i]), y = le64(bk[j]);
+        if (x <= y) { /* the older first within a key */
+            MERGE_PUT(x, le64(ad[i]));
+            i++;
+        } else {
+            MERGE_PUT(y, le64(bd[j]));
+            j++;
+        }
+    }
+    for (; i < na; i++)
+        MERGE_PUT(le64(ak[i]), le64(ad[i]));
+    for (; j < nb; j++)
+        MERGE_PUT(le64(bk[j]), le64(bd[j]));
+#undef MERGE_PUT
+    release_buffers(4, views);
+    if (disorder) {
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 PyDoc_STRVAR(sort_pairs_doc,
 "sort_pairs(keys, values) -> (keys, values)\n\n"
 "postings.sort_pairs: the uint64 `keys` in ascending order, stably (equal keys keep\n"
@@ -1559,6 +1629,7 @@ static PyMethodDef methods[] = {
     {"rank", rank, METH_VARARGS, rank_doc},
     /* postings */
     {"sort_pairs", sort_pairs, METH_VARARGS, sort_pairs_doc},
+    {"merge_runs", merge_runs, METH_VARARGS, merge_runs_doc},
     {NULL, NULL, 0, NULL},
 };
 

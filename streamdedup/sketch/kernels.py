@@ -87,6 +87,10 @@ class Kernels(Protocol):
     # postings
     def sort_pairs(self, keys: Buffer, values: Buffer) -> tuple[bytes, bytes]: ...
 
+    def merge_runs(
+        self, older_keys: Buffer, older_docnos: Buffer, newer_keys: Buffer, newer_docnos: Buffer
+    ) -> bytes | None: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

@@ -96,6 +96,34 @@ def test_merge_orders_by_key_then_docno_whatever_the_arrival(a, b) -> None:
     assert list(zip(keys.tolist(), docnos.tolist(), strict=True)) == sorted(a + b)
 
 
+@needs_compiled
+@given(
+    a=st.lists(st.tuples(PAIR_KEYS, st.integers(0, 2**40 - 1)), unique=True, max_size=60),
+    b=st.lists(st.tuples(PAIR_KEYS, st.integers(0, 2**40 - 1)), unique=True, max_size=60),
+    in_order=st.booleans(),
+)
+def test_merge_packed_is_merge_then_pack(a, b, in_order) -> None:
+    """The compiled merge stores what numpy's merge and `pack` store, byte for byte:
+    the older run first within a key when the docnos allow (a batch's are newer), and
+    by docno when they do not (a restore's arrive in any order: `merge` sorts)."""
+    if in_order and a and b:  # every newer docno above every older one, as in a batch
+        top = max(d for _, d in a) + 1
+        b = [(k, top + d) for k, d in b]
+
+    def run(pairs):
+        pairs = sorted(pairs, key=lambda p: p[0])  # by key; docnos as they came
+        return (
+            np.array([k for k, _ in pairs], dtype=np.uint64),
+            np.array([d for _, d in pairs], dtype=np.uint64),
+        )
+
+    older = postings.unpack(postings.pack(*run(a)))  # as `_merge_into` reads a run
+    got = postings.merge_packed(older, run(b))
+    with numpy_code():
+        want = postings.merge_packed(older, run(b))
+    assert got == want == postings.pack(*merge(older, run(b)))
+
+
 @given(
     docs=st.lists(st.lists(KEYS, min_size=1, max_size=6, unique=True), min_size=1, max_size=60),
     cap=st.integers(1, 4),

@@ -91,6 +91,10 @@ class Kernels(Protocol):
         self, older_keys: Buffer, older_docnos: Buffer, newer_keys: Buffer, newer_docnos: Buffer
     ) -> bytes | None: ...
 
+    def probe_runs(
+        self, keys: Buffer, runs: list[tuple[int, Buffer]], cap: int
+    ) -> tuple[bytes, bytes, bytes]: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

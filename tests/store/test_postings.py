@@ -201,3 +201,45 @@ def test_newest_first_is_the_lexsort_it_replaces(pairs, many_keys) -> None:
     order = np.lexsort((-docnos.astype(np.int64), query))
     assert got_q.tolist() == query[order].tolist()
     assert got_d.tolist() == docnos[order].tolist()
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.lists(st.tuples(PAIR_KEYS, st.integers(0, 2**40 - 1)), max_size=40), max_size=5),
+    st.lists(PAIR_KEYS, max_size=40),
+    st.integers(0, 4),
+)
+def test_probe_runs_takes_what_numpy_takes(runs, asked, cap) -> None:
+    """The same postings of the asked keys from the same runs (each a partition's,
+    ordered by key), in the same order, with the same cut flags, compiled or not:
+    keys present or not, repeated in a run or not, before, inside and after a run."""
+    stored = []
+    for pairs in runs:
+        part = pairs[0][0] >> 56 if pairs else 0
+        pairs = sorted((k, d) for k, d in pairs if k >> 56 == part)
+        keys = np.array([k for k, _ in pairs], dtype=np.uint64)
+        stored.append(
+            (part, memoryview(postings.pack(keys, np.array([d for _, d in pairs], np.uint64))))
+        )
+    # also asked: some keys the runs hold
+    keys = np.array(sorted(set(asked) | {k for pairs in runs for k, _ in pairs[::3]}), np.uint64)
+    got = postings.probe_runs(keys, stored, cap)
+    with numpy_code():
+        want = postings.probe_runs(keys, stored, cap)
+    assert [g.dtype for g in got] == [w.dtype for w in want]
+    assert all(g.tolist() == w.tolist() for g, w in zip(got, want, strict=True))
+
+
+@needs_compiled
+def test_probe_runs_refuses_what_is_not_a_run() -> None:
+    assert compiled is not None
+    keys = np.zeros(1, np.uint64)
+    with pytest.raises(ValueError, match="16-byte"):
+        compiled.probe_runs(keys, [(0, b"\x00" * 8)], 1)
+    with pytest.raises(ValueError, match="partition"):
+        compiled.probe_runs(keys, [(256, b"")], 1)
+    with pytest.raises(TypeError, match="tuples"):
+        compiled.probe_runs(keys, [b""], 1)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="cap"):
+        compiled.probe_runs(keys, [], -1)

@@ -1100,11 +1100,60 @@ static int append_docnos(int64_t *buf, Py_ssize_t *m, PyObject *list, Py_ssize_t
     return 0;
 }
 
+/* How many docnos a bucket's postings hold: a list of ints, or an int64 array
+ * (array('q'): the form a batch keeps them in); -1 with TypeError otherwise. */
+static Py_ssize_t docnos_len(PyObject *o)
+{
+    if (PyList_Check(o))
+        return PyList_GET_SIZE(o);
+    if (!PyObject_CheckBuffer(o) || PyBytes_Check(o) || PyByteArray_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "gather: postings must be lists or int64 arrays");
+        return -1;
+    }
+    return PyObject_Size(o);
+}
+
+/* Append items [from, to) of a bucket's postings (`docnos_len`) to buf; -1 on error.
+ * An int64 array is copied as it is, where a list's ints are read one by one: a
+ * batch's own docnos are int objects scattered over the heap, a cache miss each, and
+ * reading them was most of `gather`'s time on a template page. */
+static int append_range(int64_t *buf, Py_ssize_t *m, PyObject *o, Py_ssize_t from, Py_ssize_t to)
+{
+    if (PyList_Check(o))
+        return append_docnos(buf, m, o, from, to);
+    if (from >= to)
+        return 0;
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    const char *f = v.format ? v.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    if (v.itemsize != 8 || (strcmp(f, "q") && strcmp(f, "l")) || to * 8 > v.len) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_TypeError, "gather: postings must be lists or int64 arrays");
+        return -1;
+    }
+    const int64_t *d = (const int64_t *)v.buf;
+    int64_t low = 0;
+    for (Py_ssize_t i = from; i < to; i++) {
+        low |= d[i]; /* a sign bit anywhere: a docno below 0 */
+        buf[(*m)++] = d[i];
+    }
+    PyBuffer_Release(&v);
+    if (low < 0) {
+        PyErr_SetString(PyExc_ValueError, "gather: a docno below 0");
+        return -1;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(gather_doc,
 "gather(band_keys, read_ahead, added, hot, cap) -> (bytes, capped)\n\n"
 "tables.gather_newest: the distinct docnos (int64, ascending) of the newest `cap`\n"
 "postings of each bucket of a document whose buckets were read ahead (`read_ahead`:\n"
 "key -> stored docnos newest first; `added`: key -> the batch's docnos, oldest first;\n"
+"each a list of ints or an int64 array, array('q'), which is copied as it is;\n"
 "`hot`: keys holding more than the cap), and whether a cap cut any bucket.");
 
 static PyObject *gather(PyObject *self, PyObject *args)
@@ -1121,9 +1170,14 @@ static PyObject *gather(PyObject *self, PyObject *args)
     Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
     int capped = 0, any_hot = PySet_GET_SIZE(hot) > 0;
     PyObject **stored = PyMem_Calloc((size_t)(2 * n_keys + 1), sizeof(PyObject *));
-    if (stored == NULL)
+    Py_ssize_t *sizes = PyMem_Calloc((size_t)(2 * n_keys + 1), sizeof(Py_ssize_t));
+    if (stored == NULL || sizes == NULL) {
+        PyMem_Free(stored);
+        PyMem_Free(sizes);
         return PyErr_NoMemory();
+    }
     PyObject **added = stored + n_keys;
+    Py_ssize_t *n_stored = sizes, *n_added = sizes + n_keys;
     for (Py_ssize_t b = 0; b < n_keys; b++) { /* borrowed references */
         PyObject *bk = PyList_GET_ITEM(keys, b);
         stored[b] = PyDict_GetItemWithError(read_ahead, bk);
@@ -1132,18 +1186,16 @@ static PyObject *gather(PyObject *self, PyObject *args)
         added[b] = PyDict_GetItemWithError(added_of, bk);
         if (added[b] == NULL && PyErr_Occurred())
             goto fail;
-        if ((stored[b] && !PyList_Check(stored[b])) || (added[b] && !PyList_Check(added[b]))) {
-            PyErr_SetString(PyExc_TypeError, "gather: postings must be lists");
+        if ((stored[b] && (n_stored[b] = docnos_len(stored[b])) < 0) ||
+            (added[b] && (n_added[b] = docnos_len(added[b])) < 0))
             goto fail;
-        }
         if (any_hot) {
             int is_hot = PySet_Contains(hot, bk);
             if (is_hot < 0)
                 goto fail;
             capped |= is_hot;
         }
-        total += (stored[b] ? PyList_GET_SIZE(stored[b]) : 0) +
-                 (added[b] ? PyList_GET_SIZE(added[b]) : 0);
+        total += n_stored[b] + n_added[b];
     }
     int64_t *buf = PyMem_Malloc((size_t)(2 * total + 1) * 8);
     if (buf == NULL) {
@@ -1152,21 +1204,20 @@ static PyObject *gather(PyObject *self, PyObject *args)
     }
     Py_ssize_t m = 0;
     for (Py_ssize_t b = 0; b < n_keys; b++) {
-        Py_ssize_t ns = stored[b] ? PyList_GET_SIZE(stored[b]) : 0;
-        Py_ssize_t na = added[b] ? PyList_GET_SIZE(added[b]) : 0;
+        Py_ssize_t ns = n_stored[b], na = n_added[b];
         int bad;
         if (na == 0) {
-            bad = append_docnos(buf, &m, stored[b], 0, ns);
+            bad = ns ? append_range(buf, &m, stored[b], 0, ns) : 0;
         } else {
             if (na + ns > cap)
                 capped = 1;
             if (na >= cap) {
                 /* added[-cap:], as Python slices it: all of it for a cap of 0 */
-                bad = append_docnos(buf, &m, added[b], cap ? na - cap : 0, na);
+                bad = append_range(buf, &m, added[b], cap ? na - cap : 0, na);
             } else {
                 Py_ssize_t take = cap - na < ns ? cap - na : ns;
-                bad = append_docnos(buf, &m, added[b], 0, na) ||
-                      append_docnos(buf, &m, stored[b], 0, take);
+                bad = append_range(buf, &m, added[b], 0, na) ||
+                      (take ? append_range(buf, &m, stored[b], 0, take) : 0);
             }
         }
         if (bad) {
@@ -1175,6 +1226,7 @@ static PyObject *gather(PyObject *self, PyObject *args)
         }
     }
     PyMem_Free(stored);
+    PyMem_Free(sizes);
     m = sort_distinct_docnos(buf, buf + total, m);
     PyObject *raw = PyBytes_FromStringAndSize((const char *)buf, m * 8);
     PyMem_Free(buf);
@@ -1183,6 +1235,7 @@ static PyObject *gather(PyObject *self, PyObject *args)
     return Py_BuildValue("NO", raw, capped ? Py_True : Py_False);
 fail:
     PyMem_Free(stored);
+    PyMem_Free(sizes);
     return NULL;
 }
 

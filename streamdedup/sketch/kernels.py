@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 # Arrays cross into C through the buffer protocol: numpy arrays or bytes.
@@ -67,8 +68,8 @@ class Kernels(Protocol):
     def gather(
         self,
         band_keys: list[bytes],
-        read_ahead: dict[bytes, list[int]],
-        added: dict[bytes, list[int]],
+        read_ahead: Mapping[bytes, Sequence[int]],
+        added: Mapping[bytes, Sequence[int]],
         hot: set[bytes],
         cap: int,
     ) -> tuple[bytes, bool]: ...

@@ -20,6 +20,7 @@ when the dead outnumber a quarter of the live documents.
 from __future__ import annotations
 
 import itertools
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
@@ -160,12 +161,12 @@ class Postings:
         unique) that have any."""
         found = self.found(keys, cap)
         at = np.fromiter(found, dtype=np.intp, count=len(found))
-        return dict(zip(keys[at].tolist(), found.values(), strict=True))
+        return {k: v.tolist() for k, v in zip(keys[at].tolist(), found.values(), strict=True)}
 
-    def found(self, keys: U64, cap: int) -> dict[int, list[int]]:
+    def found(self, keys: U64, cap: int) -> dict[int, array[int]]:
         """`lookup` by the keys' positions in `keys`: position -> its key's newest
-        `cap` live docnos, newest first (a batch's read-ahead makes its own keys of
-        the positions, without a dict of ints first)."""
+        `cap` live docnos, newest first, as int64 arrays (a batch's read-ahead makes
+        its own keys of the positions, and keeps the arrays: batch.py `Docnos`)."""
         if not len(keys):
             return {}
         parts = (keys >> np.uint64(56)).astype(np.int64)
@@ -193,7 +194,7 @@ class Postings:
 
     def _gather(
         self, query: npt.NDArray[np.int64], cut: npt.NDArray[np.bool_], docnos: U64, cap: int
-    ) -> tuple[dict[int, list[int]], list[int]]:
+    ) -> tuple[dict[int, array[int]], list[int]]:
         """query index -> newest live docnos, from the postings `probe_runs` took;
         and the queries that lost dead postings from a cut slice (to be read in
         full)."""
@@ -205,13 +206,13 @@ class Postings:
         rank = np.arange(len(query)) - np.repeat(first, np.diff(np.r_[first, len(query)]))
         keep = rank < cap
         query, docnos = query[keep], docnos[keep]
-        flat = docnos.tolist()
+        flat = array("q", docnos.astype(np.int64).tobytes())
         first = _group_starts(query)
         edges = np.r_[first, len(flat)].tolist()
         lists = [flat[a:b] for a, b in itertools.pairwise(edges)]
         return dict(zip(query[first].tolist(), lists, strict=True)), lossy
 
-    def _full(self, key: int, q: int, cap: int) -> dict[int, list[int]]:
+    def _full(self, key: int, q: int, cap: int) -> dict[int, array[int]]:
         """One key's newest live postings from whole slices (a hot key, dead ones)."""
         needle = np.array([key], dtype=np.uint64)
         slices = []
@@ -221,7 +222,7 @@ class Postings:
             slices.append(rd[lo:hi])
         d = np.concatenate(slices) if slices else np.empty(0, dtype=np.uint64)
         d = np.sort(d[self._alive(d)])[::-1]
-        return {q: d[:cap].tolist()} if len(d) else {}
+        return {q: array("q", d[:cap].astype(np.int64).tobytes())} if len(d) else {}
 
     # -- writing
     def add(self, keys: U64, docnos: U64) -> None:

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ import numpy.typing as npt
 
 from streamdedup.models import Record
 from streamdedup.sketch import kernels
-from streamdedup.store.batch import NONE, BatchPostings
+from streamdedup.store.batch import NONE, BatchPostings, Docnos, docnos
 from streamdedup.store.keys import (
     DOCNO_BYTES,
     SEGMENT_BYTES,
@@ -706,7 +706,7 @@ class Tables:
         self._postings = BatchPostings(
             read_ahead=stored,
             hot=hot,
-            added={bk: [] for bk in raw_keys(shared)},
+            added={bk: docnos() for bk in raw_keys(shared)},
             rows=set(band_keys),
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
         )
@@ -896,8 +896,8 @@ class Tables:
 
 def gather_newest(
     band_keys: list[bytes],
-    read_ahead: dict[bytes, list[int]],
-    added: dict[bytes, list[int]],
+    read_ahead: Mapping[bytes, Docnos],
+    added: Mapping[bytes, Docnos],
     hot: set[bytes],
     cap: int,
 ) -> tuple[npt.NDArray[np.int64], bool]:
@@ -927,19 +927,21 @@ def gather_newest(
 
 
 def _newest_of(
-    batch: list[int], stored: list[int], cap: int, adopted: bool = False
+    batch: Docnos, stored: Docnos, cap: int, adopted: bool = False
 ) -> tuple[list[int], bool]:
     """A bucket's newest `cap` postings, from the batch's own (`batch`, oldest first,
     newer than every stored one) and the stored ones (`stored`, newest first, at most
     `cap`); and whether the cap left any out.  `adopted`: a copy older than stored
     postings took over an owner's in the batch, so the two are sorted together."""
     if not batch:
-        return stored, False
+        return list(stored), False
     cut = len(batch) + len(stored) > cap
     if adopted:
-        return sorted(batch + stored, reverse=True)[:cap], cut
+        return sorted([*batch, *stored], reverse=True)[:cap], cut
     # (batch[-cap:]: all of it for a cap of 0, as ever)
-    return (batch[-cap:] if len(batch) >= cap else batch + stored[: cap - len(batch)]), cut
+    if len(batch) >= cap:
+        return list(batch[-cap:]), cut
+    return [*batch, *stored[: cap - len(batch)]], cut
 
 
 def _distinct_docnos(lists: list[list[int]]) -> npt.NDArray[np.int64]:

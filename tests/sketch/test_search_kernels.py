@@ -4,6 +4,8 @@ verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -98,6 +100,12 @@ def batches(draw: st.DrawFn) -> tuple[object, ...]:
     }
     hot = draw(st.sets(st.sampled_from(list(read_ahead) or keys[:1])))
     band_keys = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=8))
+    # as a batch keeps them (int64 arrays: store.batch `Docnos`) or as lists, mixed
+    as_arrays = draw(st.sampled_from(["lists", "arrays", "mixed"]))
+    for postings in (read_ahead, added):
+        for k in postings:
+            if as_arrays == "arrays" or (as_arrays == "mixed" and draw(st.booleans())):
+                postings[k] = array("q", postings[k])  # type: ignore[assignment]
     return band_keys, read_ahead, added, hot, cap
 
 
@@ -119,7 +127,8 @@ def test_gather_equals_the_python_definition(batch: tuple[object, ...]) -> None:
     if cap:  # (a cap of 0 keeps the batch's whole buffer, as it always did)
         plain: set[int] = set()
         for bk in band_keys:
-            plain |= set(sorted(read_ahead.get(bk, []) + added.get(bk, []), reverse=True)[:cap])
+            both = [*read_ahead.get(bk, []), *added.get(bk, [])]
+            plain |= set(sorted(both, reverse=True)[:cap])
         assert got.tolist() == sorted(plain)
     assert got_capped == (
         bool(set(band_keys) & hot)
@@ -132,8 +141,16 @@ def test_gather_equals_the_python_definition(batch: tuple[object, ...]) -> None:
 @needs_compiled
 def test_gather_refuses_what_is_not_postings() -> None:
     assert compiled is not None
-    with pytest.raises(TypeError, match="lists"):
-        compiled.gather([keys[0]], {keys[0]: (1, 2)}, {}, set(), 10)  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="lists or int64 arrays"):
+        compiled.gather([keys[0]], {keys[0]: (1, 2)}, {}, set(), 10)
+    for wrong in (array("i", [1, 2]), array("d", [1.0]), b"\x01" * 8, np.ones(2, np.uint32)):
+        with pytest.raises(TypeError, match="lists or int64 arrays"):
+            compiled.gather([keys[0]], {keys[0]: wrong}, {}, set(), 10)  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="below 0"):
+        compiled.gather([keys[0]], {keys[0]: array("q", [3, -1])}, {}, set(), 10)
+    # a numpy int64 array is an int64 array too
+    raw, _ = compiled.gather([keys[0]], {keys[0]: np.array([9, 4], np.int64)}, {}, set(), 10)  # type: ignore[dict-item]
+    assert np.frombuffer(raw, np.int64).tolist() == [4, 9]
     with pytest.raises(ValueError, match="below 0"):
         compiled.gather([keys[0]], {keys[0]: [-1]}, {}, set(), 10)
     with pytest.raises(TypeError, match="hot must be a set"):

@@ -58,6 +58,25 @@ def test_summary_of_equals_numpy(values: list[int]) -> None:
 
 
 @needs_compiled
+@needs_compiled
+@settings(max_examples=40, deadline=None)
+@given(st.integers(200, 12_000), st.integers(0, 2**32), st.sampled_from([0, 0.05, 0.5]))
+def test_summary_of_large_sets_equals_numpy(n: int, seed: int, crowded: float) -> None:
+    """Sets of pages and of long documents (the compiled sort deals them by up to 11
+    top bits, then one insertion pass), spread evenly or partly crowded into a narrow
+    range (a bucket of many, sorted on its own), with repeats."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    close = rng.random(n) < crowded
+    h[close] = (np.uint64(9) << np.uint64(56)) | rng.integers(0, 5000, int(close.sum()), np.uint64)
+    h = np.concatenate([h, h[: n // 5]])
+    rng.shuffle(h)
+    got = summary_of(h)
+    with numpy_code():
+        want = summary_of(h)
+    assert got == want
+
+
 @pytest.mark.parametrize("crowd", [255, 256])
 def test_a_slice_past_a_byte_leaves_the_set_without_counts(crowd: int) -> None:
     """Counts are bytes: a set with more than 255 values in one slice has none, both

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, cast
 
 # Arrays cross into C through the buffer protocol: numpy arrays or bytes.
@@ -67,8 +68,8 @@ class Kernels(Protocol):
     def gather(
         self,
         band_keys: list[bytes],
-        read_ahead: dict[bytes, list[int]],
-        added: dict[bytes, list[int]],
+        read_ahead: Mapping[bytes, Sequence[int]],
+        added: Mapping[bytes, Sequence[int]],
         hot: set[bytes],
         cap: int,
     ) -> tuple[bytes, bool]: ...
@@ -83,6 +84,17 @@ class Kernels(Protocol):
         limit: int,
         fill: bool,
     ) -> tuple[bytes | None, int, list[int], bytes]: ...
+
+    # postings
+    def sort_pairs(self, keys: Buffer, values: Buffer) -> tuple[bytes, bytes]: ...
+
+    def merge_runs(
+        self, older_keys: Buffer, older_docnos: Buffer, newer_keys: Buffer, newer_docnos: Buffer
+    ) -> bytes | None: ...
+
+    def probe_runs(
+        self, keys: Buffer, runs: list[tuple[int, Buffer]], cap: int
+    ) -> tuple[bytes, bytes, bytes]: ...
 
 
 def load(choice: str | None = None) -> Kernels | None:

@@ -4,9 +4,25 @@ key order and the postings the batch adds, written in key order at its end
 
 from __future__ import annotations
 
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NONE: list[int] = []  # an empty answer (never changed)
+
+# A bucket's docnos as a batch keeps them: int64 arrays, array('q'), not lists of
+# ints.  The compiled candidate gathering (`gather`) copies an array as it is, where
+# it read a list's ints one by one, each a separate object on the heap (a batch's
+# own docnos made one at a time as it went): those cache misses were most of its
+# time on a template page, which meets hundreds of siblings in its buckets.  They
+# behave as sequences of ints (len, iteration, slices, `del a[n:]`), but an array
+# does not add to a list: `Docnos` is what readers may assume.
+Docnos = Sequence[int]
+
+
+def docnos() -> array[int]:
+    """An empty bucket's docnos, as a batch keeps them."""
+    return array("q")
 
 
 def _has_key(row: bytes, bk: bytes) -> bool:
@@ -27,8 +43,8 @@ class BatchPostings:
     does that when it changed since `known` looked) is not one of the batch's
     rows: its keys are tracked one by one, and its own query reads everything."""
 
-    read_ahead: dict[bytes, list[int]]  # stored postings, newest first, of present keys
-    added: dict[bytes, list[int]]  # buffered docnos, oldest first, of tracked keys
+    read_ahead: dict[bytes, array[int]]  # stored postings, newest first, of present keys
+    added: dict[bytes, array[int]]  # buffered docnos, oldest first, of tracked keys
     rows: set[bytes]  # each document's keys, joined: the rows read ahead
     quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
     hot: set[bytes] = field(default_factory=set)  # stored keys holding more than the cap
@@ -56,7 +72,10 @@ class BatchPostings:
             return
         self.quiet.clear()  # an unforeseen document: every later query looks
         for bk in band_keys:
-            added.setdefault(bk, []).append(docno)
+            got = added.get(bk)
+            if got is None:
+                got = added[bk] = docnos()
+            got.append(docno)
 
     def add_many(self, docnos: list[int], rows: list[bytes]) -> None:
         """Documents whose rows are among the batch's quiet ones (`quiet`, as
@@ -68,13 +87,14 @@ class BatchPostings:
         self.docs += zip(docnos, rows, strict=True)
         self.buffered.update(docnos)
 
-    def added_to(self, bk: bytes, batch_row: bool) -> list[int]:
+    def added_to(self, bk: bytes, batch_row: bool) -> Docnos:
         """Buffered docnos of a key, oldest first."""
+        found: Docnos
         if batch_row:
-            docnos = self.added.get(bk, NONE)
+            found = self.added.get(bk, NONE)
         else:
-            docnos = [d for d, row in self.docs if _has_key(row, bk)]
-        return [d for d in docnos if d not in self.dropped] if self.dropped else docnos
+            found = [d for d, row in self.docs if _has_key(row, bk)]
+        return [d for d in found if d not in self.dropped] if self.dropped else found
 
     def discard(self, docno: int) -> bool:
         """Forget a buffered document's postings; False if it has none buffered."""

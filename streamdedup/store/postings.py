@@ -19,12 +19,16 @@ when the dead outnumber a quarter of the live documents.
 
 from __future__ import annotations
 
+import itertools
+from array import array
 from collections.abc import Iterator
 from typing import Any
 
 import lmdb
 import numpy as np
 import numpy.typing as npt
+
+from streamdedup.sketch import kernels
 
 U64 = npt.NDArray[np.uint64]
 
@@ -93,6 +97,20 @@ def merge(older: tuple[U64, U64], newer: tuple[U64, U64]) -> tuple[U64, U64]:
     return keys, docnos
 
 
+def merge_packed(older: tuple[U64, U64], newer: tuple[U64, U64]) -> bytes:
+    """`pack(*merge(older, newer))`: one compiled pass (`merge_runs`) writes the
+    merged run as it is stored, where numpy's merge took a dozen calls and `pack`
+    two copies more (a batch merges into each of the 256 partitions); a run whose
+    docnos that leaves out of order (a restore) is merged by `merge`."""
+    if kernels.native is not None:
+        got = kernels.native.merge_runs(
+            older[0], older[1], newer[0].astype(_LE, copy=False), newer[1].astype(_LE, copy=False)
+        )
+        if got is not None:
+            return got
+    return pack(*merge(older, newer))
+
+
 class Postings:
     """The postings, inside one transaction (whose buffers must be zero-copy views:
     `Index` opens every transaction with buffers=True)."""
@@ -107,6 +125,11 @@ class Postings:
     # -- reading
     def runs(self, part: int | None = None) -> Iterator[tuple[int, int, tuple[U64, U64]]]:
         """(partition, level, run) of one partition, or of all in partition order."""
+        for p, level, raw in self._raw_runs(part):
+            yield p, level, unpack(raw)
+
+    def _raw_runs(self, part: int | None = None) -> Iterator[tuple[int, int, Any]]:
+        """`runs`, each run as its raw value (a view valid until the next write)."""
         cur = self.txn.cursor(db=self.db)
         found = cur.set_range(bytes((part,))) if part is not None else cur.first()
         while found:
@@ -114,7 +137,7 @@ class Postings:
             if len(key) == 2:
                 if part is not None and key[0] != part:
                     return
-                yield key[0], key[1], unpack(cur.value())
+                yield key[0], key[1], cur.value()
             found = cur.next()
 
     def dead(self) -> U64:
@@ -136,83 +159,60 @@ class Postings:
     def lookup(self, keys: U64, cap: int) -> dict[int, list[int]]:
         """key -> its newest `cap` live docnos, newest first, for the keys (sorted,
         unique) that have any."""
+        found = self.found(keys, cap)
+        at = np.fromiter(found, dtype=np.intp, count=len(found))
+        return {k: v.tolist() for k, v in zip(keys[at].tolist(), found.values(), strict=True)}
+
+    def found(self, keys: U64, cap: int) -> dict[int, array[int]]:
+        """`lookup` by the keys' positions in `keys`: position -> its key's newest
+        `cap` live docnos, newest first, as int64 arrays (a batch's read-ahead makes
+        its own keys of the positions, and keeps the arrays: batch.py `Docnos`)."""
         if not len(keys):
             return {}
         parts = (keys >> np.uint64(56)).astype(np.int64)
-        q_idx: list[npt.NDArray[np.int64]] = []
-        starts: list[npt.NDArray[np.int64]] = []
-        ends: list[npt.NDArray[np.int64]] = []
-        sources: list[U64] = []
-        cut: list[npt.NDArray[np.bool_]] = []  # slices cut to their newest `cap`
-        bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1))
-        for part, _, (rk, rd) in self._runs_of(_present(parts)):
-            a, b = int(bounds[part]), int(bounds[part + 1])
-            lo = np.searchsorted(rk, keys[a:b], "left")
-            hi = np.searchsorted(rk, keys[a:b], "right")
-            hit = np.nonzero(hi > lo)[0]
-            if len(hit):
-                q_idx.append(hit + a)
-                # the newest `cap` of each slice; more only if dead ones are among them
-                starts.append(np.maximum(lo[hit], hi[hit] - cap))
-                ends.append(hi[hit])
-                sources.append(rd)
-                cut.append(hi[hit] - lo[hit] > cap)
-        if not q_idx:
+        runs = [(part, raw) for part, _, raw in self._raw_runs_of(_present(parts))]
+        query, cut, docnos = probe_runs(keys, runs, cap)
+        if not len(query):
             return {}
-        out, lossy = self._gather(q_idx, starts, ends, sources, cut, cap)
+        out, lossy = self._gather(query, cut, docnos, cap)
         for q in lossy:
             # dead among the newest `cap` of a cut slice: older live ones may belong
             out.pop(q, None)
             out.update(self._full(int(keys[q]), q, cap))
-        return {int(keys[q]): v for q, v in out.items()}
+        return out
 
-    def _runs_of(self, parts: list[int]) -> Iterator[tuple[int, int, tuple[U64, U64]]]:
+    def _raw_runs_of(self, parts: list[int]) -> Iterator[tuple[int, int, Any]]:
+        """(partition, level, stored run as its raw value) of the given partitions."""
         if len(parts) > PARTITIONS // 4:  # most of them: one walk over the table
             wanted = set(parts)
-            for part, level, run in self.runs():
+            for part, level, raw in self._raw_runs():
                 if part in wanted:
-                    yield part, level, run
+                    yield part, level, raw
         else:
             for part in parts:
-                yield from self.runs(part)
+                yield from self._raw_runs(part)
 
     def _gather(
-        self,
-        q_idx: list[npt.NDArray[np.int64]],
-        starts: list[npt.NDArray[np.int64]],
-        ends: list[npt.NDArray[np.int64]],
-        sources: list[U64],
-        cut: list[npt.NDArray[np.bool_]],
-        cap: int,
-    ) -> tuple[dict[int, list[int]], list[int]]:
-        """query index -> newest live docnos, from the given slices of the runs; and
-        the queries that lost dead postings from a cut slice (to be read in full)."""
-        lengths = [e - s for s, e in zip(starts, ends, strict=True)]
-        counts = np.concatenate(lengths)
-        query = np.repeat(np.concatenate(q_idx), counts)
-        was_cut = np.repeat(np.concatenate(cut), counts)
-        docnos = np.concatenate(
-            [
-                src[np.repeat(s, n) + _ramp(n)]
-                for src, s, n in zip(sources, starts, lengths, strict=True)
-            ]
-        )
+        self, query: npt.NDArray[np.int64], cut: npt.NDArray[np.bool_], docnos: U64, cap: int
+    ) -> tuple[dict[int, array[int]], list[int]]:
+        """query index -> newest live docnos, from the postings `probe_runs` took;
+        and the queries that lost dead postings from a cut slice (to be read in
+        full)."""
         alive = self._alive(docnos)
-        lossy: list[int] = np.unique(query[was_cut & ~alive]).tolist()
+        lossy: list[int] = np.unique(query[cut & ~alive]).tolist()
         query, docnos = query[alive], docnos[alive]
-        order = np.lexsort((-docnos.astype(np.int64), query))  # per key, newest first
-        query, docnos = query[order], docnos[order]
+        query, docnos = _newest_first(query, docnos)
         first = _group_starts(query)
         rank = np.arange(len(query)) - np.repeat(first, np.diff(np.r_[first, len(query)]))
         keep = rank < cap
         query, docnos = query[keep], docnos[keep]
-        flat = docnos.tolist()
+        flat = array("q", docnos.astype(np.int64).tobytes())
         first = _group_starts(query)
         edges = np.r_[first, len(flat)].tolist()
-        out = {q: flat[edges[j] : edges[j + 1]] for j, q in enumerate(query[first].tolist())}
-        return out, lossy
+        lists = [flat[a:b] for a, b in itertools.pairwise(edges)]
+        return dict(zip(query[first].tolist(), lists, strict=True)), lossy
 
-    def _full(self, key: int, q: int, cap: int) -> dict[int, list[int]]:
+    def _full(self, key: int, q: int, cap: int) -> dict[int, array[int]]:
         """One key's newest live postings from whole slices (a hot key, dead ones)."""
         needle = np.array([key], dtype=np.uint64)
         slices = []
@@ -222,23 +222,14 @@ class Postings:
             slices.append(rd[lo:hi])
         d = np.concatenate(slices) if slices else np.empty(0, dtype=np.uint64)
         d = np.sort(d[self._alive(d)])[::-1]
-        return {q: d[:cap].tolist()} if len(d) else {}
+        return {q: array("q", d[:cap].astype(np.int64).tobytes())} if len(d) else {}
 
     # -- writing
     def add(self, keys: U64, docnos: U64) -> None:
         """Add postings (any order; docnos of a key ascending if given in order)."""
         if not len(keys):
             return
-        # An unstable sort is a fifth of a stable one's time; the keys that repeat
-        # (few) then get their docnos back in the order given.
-        order = np.argsort(keys)
-        keys, docnos = keys[order], docnos[order]
-        repeat = np.zeros(len(keys), dtype=np.bool_)
-        np.equal(keys[1:], keys[:-1], out=repeat[1:])
-        if repeat.any():
-            repeat[:-1] |= repeat[1:]  # each run of equal keys, its first one too
-            at = np.flatnonzero(repeat)
-            docnos[at] = docnos[at][np.lexsort((order[at], keys[at]))]
+        keys, docnos = sort_pairs(keys, docnos)
         parts = (keys >> np.uint64(56)).astype(np.int64)
         bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1)).tolist()
         for part in _present(parts):
@@ -249,12 +240,15 @@ class Postings:
         # Each level is read just before it is merged (a copy is made then), never
         # held across a write: a write may move the values on its page.
         level = 0
+        packed: bytes | None = None  # `run` as stored, once a merge made it
         while True:
             raw = self.txn.get(run_key(part, level), db=self.db)
             if raw is not None:
-                run = merge(unpack(raw), run)
+                packed = merge_packed(unpack(raw), run)
+                run = unpack(packed)
             if len(run[0]) <= capacity(part, level) or level == 255:
-                self.txn.put(run_key(part, level), pack(*run), db=self.db)
+                value = pack(*run) if packed is None else packed
+                self.txn.put(run_key(part, level), value, db=self.db)
                 return
             if raw is not None:
                 self.txn.delete(run_key(part, level), db=self.db)
@@ -330,6 +324,93 @@ class Postings:
     def stored(self) -> int:
         """Postings held in the runs, dead ones included (what the disk holds)."""
         return sum(len(run[0]) for _, _, run in self.runs())
+
+
+def sort_pairs(keys: npt.NDArray[Any], values: npt.NDArray[Any]) -> tuple[U64, U64]:
+    """`keys` ascending, stably (equal keys keep their order), each with its value,
+    as uint64 arrays (read-only, maybe): one compiled call (`sort_pairs`: the keys
+    dealt by their top byte, then each partition's few hundred sorted in cache),
+    else numpy's stable argsort and two gathers, which is the definition.  numpy's
+    argsort was a sixth of a batch of one-line documents' apply time."""
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    if kernels.native is not None:
+        raw_keys, raw_values = kernels.native.sort_pairs(keys, values)
+        return np.frombuffer(raw_keys, dtype=np.uint64), np.frombuffer(raw_values, dtype=np.uint64)
+    order = np.argsort(keys, kind="stable")
+    return keys[order], values[order]
+
+
+def distinct(keys: npt.NDArray[Any]) -> tuple[U64, npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """`np.unique(keys, return_inverse=True, return_counts=True)` of uint64 keys, by
+    `sort_pairs` (a batch's band keys: numpy sorts them by argsort)."""
+    n = len(keys)
+    if not n:
+        empty = np.empty(0, dtype=np.intp)
+        return np.empty(0, dtype=np.uint64), empty, empty
+    ordered, at = sort_pairs(keys, np.arange(n, dtype=np.uint64))
+    first = np.empty(n, dtype=np.bool_)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    inverse = np.empty(n, dtype=np.intp)
+    inverse[at] = np.cumsum(first) - 1
+    return ordered[starts], inverse, np.diff(np.append(starts, n))
+
+
+def probe_runs(
+    keys: U64, runs: list[tuple[int, Any]], cap: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], U64]:
+    """The postings of `keys` (sorted, distinct) in `runs` ((partition, raw stored
+    run) pairs), the newest `cap` of each key's slice of each run, one entry a
+    posting: its key's position in `keys`, whether the slice was cut to `cap`, its
+    docno; run after run, each slice in the run's order.  One compiled call
+    (`probe_runs`: a binary search per key from where the last one ended) for a
+    batch's 100,000 keys over the 700 runs of the 256 partitions, where numpy took
+    a dozen calls a run; the numpy code below is the definition."""
+    if kernels.native is not None:
+        q, c, d = kernels.native.probe_runs(np.ascontiguousarray(keys, dtype=np.uint64), runs, cap)
+        return (
+            np.frombuffer(q, dtype=np.int64),
+            np.frombuffer(c, dtype=np.bool_),
+            np.frombuffer(d, dtype=np.uint64),
+        )
+    parts = (keys >> np.uint64(56)).astype(np.int64)
+    bounds = np.searchsorted(parts, np.arange(PARTITIONS + 1))
+    query: list[npt.NDArray[np.int64]] = [np.empty(0, dtype=np.int64)]
+    cut: list[npt.NDArray[np.bool_]] = [np.empty(0, dtype=np.bool_)]
+    docnos: list[U64] = [np.empty(0, dtype=np.uint64)]
+    for part, raw in runs:
+        rk, rd = unpack(raw)
+        a, b = int(bounds[part]), int(bounds[part + 1])
+        lo = np.searchsorted(rk, keys[a:b], "left")
+        hi = np.searchsorted(rk, keys[a:b], "right")
+        hit = np.nonzero(hi > lo)[0]
+        # the newest `cap` of each slice (more only if dead ones are among them:
+        # `Postings.found`)
+        start = np.maximum(lo[hit], hi[hit] - cap)
+        n = hi[hit] - start
+        query.append(np.repeat(hit + a, n))
+        cut.append(np.repeat(hi[hit] - lo[hit] > cap, n))
+        docnos.append(rd[np.repeat(start, n) + _ramp(n)].astype(np.uint64))
+    return np.concatenate(query), np.concatenate(cut), np.concatenate(docnos)
+
+
+_DOCNO_BITS = 40  # docnos are 5 bytes (keys.DOCNO_BYTES: `docno_key` refuses more)
+_NEWEST = np.uint64((1 << _DOCNO_BITS) - 1)
+
+
+def _newest_first(query: npt.NDArray[np.int64], docnos: U64) -> tuple[npt.NDArray[np.int64], U64]:
+    """The postings ordered by query, newest (largest docno) first within one: as
+    `np.lexsort((-docnos, query))` orders them, by one sort of uint64s holding both
+    (the query above the docno's 40 bits, the docno counted down below them), a
+    fraction of the two sorting passes of a lexsort."""
+    if not len(query) or int(query.max()) >> (64 - _DOCNO_BITS):  # (16M keys asked: never)
+        order = np.lexsort((-docnos.astype(np.int64), query))
+        return query[order], docnos[order]
+    both = (query.astype(np.uint64) << np.uint64(_DOCNO_BITS)) | (_NEWEST - docnos)
+    both.sort()
+    return (both >> np.uint64(_DOCNO_BITS)).astype(np.int64), _NEWEST - (both & _NEWEST)
 
 
 def _present(parts: npt.NDArray[np.int64]) -> list[int]:

@@ -51,7 +51,8 @@ reads the document tables must call `_flush` first.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +63,7 @@ import numpy.typing as npt
 
 from streamdedup.models import Record
 from streamdedup.sketch import kernels
-from streamdedup.store.batch import NONE, BatchPostings
+from streamdedup.store.batch import NONE, BatchPostings, Docnos, docnos
 from streamdedup.store.keys import (
     DOCNO_BYTES,
     SEGMENT_BYTES,
@@ -74,7 +75,7 @@ from streamdedup.store.keys import (
     raw_keys,
     tomb_key,
 )
-from streamdedup.store.postings import Postings
+from streamdedup.store.postings import Postings, distinct
 
 _NO_DOCS: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)  # no candidates (never changed)
 _FEW = 64  # candidates made distinct in Python below this, by numpy above
@@ -100,14 +101,25 @@ def text_chunks(docno: int, text: bytes) -> list[tuple[bytes, bytes]]:
     """A stored text's `texts` rows: (docno + chunk number, at most TEXT_CHUNK bytes),
     in key order.  The one layout of the table, for the engine's inserts and a
     segment built from sorted runs alike."""
-    dk = docno_key(docno)
-    if len(text) < TEXT_CHUNK:  # many texts: one chunk
+    return _chunks_of(docno_key(docno), text)
+
+
+def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
+    """`text_chunks` of the document whose docno key is `dk`.  Most texts are one or
+    two chunks (a compressed crawl page: 1-2 KB), spelled out: half the time of the
+    general loop below (0.47 against 0.98 us), once per stored document."""
+    n = len(text)
+    if n <= TEXT_CHUNK:
         return [(dk + b"\x00\x00", text)]
+    if n <= 2 * TEXT_CHUNK:
+        return [(dk + b"\x00\x00", text[:TEXT_CHUNK]), (dk + b"\x00\x01", text[TEXT_CHUNK:])]
     return [
         (dk + (i // TEXT_CHUNK).to_bytes(2, "big"), text[i : i + TEXT_CHUNK])
-        for i in range(0, len(text), TEXT_CHUNK)
+        for i in range(0, n, TEXT_CHUNK)
     ]
 
+
+_KEY = operator.itemgetter(0)  # an entry's key
 
 ABSENT = -1  # read ahead: no document (docnos are >= 0)
 UNREAD = -2  # not read ahead (`Tables.read_ahead`)
@@ -347,7 +359,7 @@ class Tables:
         if bucket_keys:
             self._add_postings(docno, bucket_keys, row=row)
         if text is not None:
-            w.texts += text_chunks(docno, text)
+            w.texts += _chunks_of(dk, text)
         if record.timestamp_ms is not None:
             w.expiry.append((expiry_key(record.timestamp_ms, docno), b""))
         if not register_content:
@@ -400,11 +412,11 @@ class Tables:
         w.sigs += zip(dks, signatures, strict=True)
         if texts is not None:
             chunks = w.texts
-            for dk, docno, text in zip(dks, docnos, texts, strict=True):
-                if len(text) < TEXT_CHUNK:  # most: one chunk (`text_chunks`)
+            for dk, text in zip(dks, texts, strict=True):
+                if len(text) < TEXT_CHUNK:  # many: one chunk (`text_chunks`)
                     chunks.append((dk + b"\x00\x00", text))
                 else:
-                    chunks += text_chunks(docno, text)
+                    chunks += _chunks_of(dk, text)
         hashes = [r.content_hash for r in records]
         w.content += zip(hashes, dks, strict=True)
         self._content.update(zip(hashes, docnos, strict=True))
@@ -453,13 +465,16 @@ class Tables:
         if not w.pending:
             return
         self._writes = _Writes()
-        self._put_many("ids", sorted(w.ids))
-        self._put_many("docs", sorted(w.docs) if w.mixed else w.docs, last=True)
-        self._put_many("sigs", sorted(w.sigs) if w.mixed else w.sigs, last=True)
-        self._put_many("texts", sorted(w.texts) if w.mixed else w.texts, last=True)
-        self._put_many("content", sorted(w.content))
-        self._put_many("copies", sorted(w.copies))
-        self._put_many("expiry", sorted(w.expiry))
+        # Sorted by key alone: a buffer holds a key once (a document written again in
+        # the batch is removed first, which writes the buffer out: `_settle`), and a
+        # tuple comparison compares the keys twice (equal? less?): 40% slower.
+        self._put_many("ids", sorted(w.ids, key=_KEY))
+        self._put_many("docs", sorted(w.docs, key=_KEY) if w.mixed else w.docs, last=True)
+        self._put_many("sigs", sorted(w.sigs, key=_KEY) if w.mixed else w.sigs, last=True)
+        self._put_many("texts", sorted(w.texts, key=_KEY) if w.mixed else w.texts, last=True)
+        self._put_many("content", sorted(w.content, key=_KEY))
+        self._put_many("copies", sorted(w.copies, key=_KEY))
+        self._put_many("expiry", sorted(w.expiry, key=_KEY))
 
     def _put_many(self, table: str, items: list[tuple[bytes, bytes]], last: bool = False) -> None:
         """`last`: keys that are normally the table's largest, in order (docnos only
@@ -676,27 +691,31 @@ class Tables:
             self._postings = BatchPostings({}, {}, set(), set())
             return
         flat = native_keys(b"".join(band_keys))
-        unique, inverse, counts = np.unique(flat, return_inverse=True, return_counts=True)
-        stored = self.postings.lookup(unique, cap + 1)  # one more: is the cap reached?
-        hot = {k for k, v in stored.items() if len(v) > cap}
-        for k in hot:
-            del stored[k][cap:]
+        unique, inverse, counts = distinct(flat)
+        # the stored keys, by their positions in `unique`; one more than the cap: is
+        # it reached?
+        found = self.postings.found(unique, cap + 1)
+        at = np.fromiter(found, dtype=np.intp, count=len(found))
+        stored = dict(zip(raw_keys(unique[at]), found.values(), strict=True))
+        hot = set()
+        for bk, newest in stored.items():
+            if len(newest) > cap:
+                hot.add(bk)
+                del newest[cap:]
         # Documents none of whose keys is stored or shared with another document of
         # the batch (most of them) have no candidates: found here in numpy passes over
         # the distinct keys, then mapped back to each document's.
         busy_key = counts > 1
         shared = unique[busy_key]
-        if stored:  # stored keys are among the distinct ones asked
-            present = np.fromiter(stored, dtype=np.uint64, count=len(stored))
-            busy_key[np.searchsorted(unique, present)] = True
+        busy_key[at] = True
         if elsewhere:
             busy_key |= np.isin(unique, np.fromiter(elsewhere, dtype=np.uint64))
         busy = busy_key[inverse.reshape(-1)]
         rows = np.any(busy.reshape(len(band_keys), -1), axis=1).tolist()
         self._postings = BatchPostings(
-            read_ahead={k.to_bytes(8, "big"): v for k, v in stored.items()},
-            hot={k.to_bytes(8, "big") for k in hot},
-            added={bk: [] for bk in raw_keys(shared)},
+            read_ahead=stored,
+            hot=hot,
+            added={bk: docnos() for bk in raw_keys(shared)},
             rows=set(band_keys),
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
         )
@@ -886,8 +905,8 @@ class Tables:
 
 def gather_newest(
     band_keys: list[bytes],
-    read_ahead: dict[bytes, list[int]],
-    added: dict[bytes, list[int]],
+    read_ahead: Mapping[bytes, Docnos],
+    added: Mapping[bytes, Docnos],
     hot: set[bytes],
     cap: int,
 ) -> tuple[npt.NDArray[np.int64], bool]:
@@ -917,19 +936,21 @@ def gather_newest(
 
 
 def _newest_of(
-    batch: list[int], stored: list[int], cap: int, adopted: bool = False
+    batch: Docnos, stored: Docnos, cap: int, adopted: bool = False
 ) -> tuple[list[int], bool]:
     """A bucket's newest `cap` postings, from the batch's own (`batch`, oldest first,
     newer than every stored one) and the stored ones (`stored`, newest first, at most
     `cap`); and whether the cap left any out.  `adopted`: a copy older than stored
     postings took over an owner's in the batch, so the two are sorted together."""
     if not batch:
-        return stored, False
+        return list(stored), False
     cut = len(batch) + len(stored) > cap
     if adopted:
-        return sorted(batch + stored, reverse=True)[:cap], cut
+        return sorted([*batch, *stored], reverse=True)[:cap], cut
     # (batch[-cap:]: all of it for a cap of 0, as ever)
-    return (batch[-cap:] if len(batch) >= cap else batch + stored[: cap - len(batch)]), cut
+    if len(batch) >= cap:
+        return list(batch[-cap:]), cut
+    return [*batch, *stored[: cap - len(batch)]], cut
 
 
 def _distinct_docnos(lists: list[list[int]]) -> npt.NDArray[np.int64]:

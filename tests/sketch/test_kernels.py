@@ -12,9 +12,11 @@ import re
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
@@ -339,16 +341,19 @@ def test_few_filled_bins_borrow_as_the_probe_walk_does(
 @needs_compiled
 @settings(max_examples=300)
 @given(
-    st.integers(1, 64).flatmap(
+    # K up to 160: the compiled count's 8-lane steps and the lanes left after them
+    st.integers(1, 160).flatmap(
         lambda k: st.tuples(
-            st.lists(st.integers(0, 3), min_size=k, max_size=k),
-            st.lists(st.lists(st.integers(0, 3), min_size=k, max_size=k), min_size=1, max_size=20),
+            hnp.arrays(np.uint16, k, elements=st.integers(0, 3)),
+            hnp.arrays(
+                np.uint16, st.tuples(st.integers(1, 20), st.just(k)), elements=st.integers(0, 3)
+            ),
         )
     ),
     st.data(),
 )
 def test_rank_gathered_equals_numpy(
-    sig_rows: tuple[list[int], list[list[int]]], data: st.DataObject
+    sig_rows: tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint16]], data: st.DataObject
 ) -> None:
     """The same candidates in the same order (estimate down, docno up: few distinct
     values, so estimates tie often), the same estimates, value for value, the same

@@ -4,6 +4,8 @@ verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -56,6 +58,25 @@ def test_summary_of_equals_numpy(values: list[int]) -> None:
 
 
 @needs_compiled
+@needs_compiled
+@settings(max_examples=40, deadline=None)
+@given(st.integers(200, 12_000), st.integers(0, 2**32), st.sampled_from([0, 0.05, 0.5]))
+def test_summary_of_large_sets_equals_numpy(n: int, seed: int, crowded: float) -> None:
+    """Sets of pages and of long documents (the compiled sort deals them by up to 11
+    top bits, then one insertion pass), spread evenly or partly crowded into a narrow
+    range (a bucket of many, sorted on its own), with repeats."""
+    rng = np.random.default_rng(seed)
+    h = rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True)
+    close = rng.random(n) < crowded
+    h[close] = (np.uint64(9) << np.uint64(56)) | rng.integers(0, 5000, int(close.sum()), np.uint64)
+    h = np.concatenate([h, h[: n // 5]])
+    rng.shuffle(h)
+    got = summary_of(h)
+    with numpy_code():
+        want = summary_of(h)
+    assert got == want
+
+
 @pytest.mark.parametrize("crowd", [255, 256])
 def test_a_slice_past_a_byte_leaves_the_set_without_counts(crowd: int) -> None:
     """Counts are bytes: a set with more than 255 values in one slice has none, both
@@ -86,15 +107,24 @@ def batches(draw: st.DrawFn) -> tuple[object, ...]:
     `batch_postings` cuts them) and buffer (the batch's docnos, oldest first, all
     newer than stored ones), over a few keys shared by the document's buckets."""
     cap = draw(st.sampled_from([0, 1, 3, 10, 2000]))
+    # docnos of one digit of a Python int (read in place) and past it (a bigger index)
+    base = draw(st.sampled_from([0, 2**30 - 6000, 2**40]))
     read_ahead = {
-        k: sorted(draw(docnos), reverse=True)[: max(cap, 0)]
+        k: sorted((base + d for d in draw(docnos)), reverse=True)[: max(cap, 0)]
         for k in draw(st.sets(st.sampled_from(keys)))
     }
     added = {
-        k: sorted(d + 5000 for d in draw(docnos)) for k in draw(st.sets(st.sampled_from(keys)))
+        k: sorted(base + d + 5000 for d in draw(docnos))
+        for k in draw(st.sets(st.sampled_from(keys)))
     }
     hot = draw(st.sets(st.sampled_from(list(read_ahead) or keys[:1])))
     band_keys = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=8))
+    # as a batch keeps them (int64 arrays: store.batch `Docnos`) or as lists, mixed
+    as_arrays = draw(st.sampled_from(["lists", "arrays", "mixed"]))
+    for postings in (read_ahead, added):
+        for k in postings:
+            if as_arrays == "arrays" or (as_arrays == "mixed" and draw(st.booleans())):
+                postings[k] = array("q", postings[k])  # type: ignore[assignment]
     return band_keys, read_ahead, added, hot, cap
 
 
@@ -116,7 +146,8 @@ def test_gather_equals_the_python_definition(batch: tuple[object, ...]) -> None:
     if cap:  # (a cap of 0 keeps the batch's whole buffer, as it always did)
         plain: set[int] = set()
         for bk in band_keys:
-            plain |= set(sorted(read_ahead.get(bk, []) + added.get(bk, []), reverse=True)[:cap])
+            both = [*read_ahead.get(bk, []), *added.get(bk, [])]
+            plain |= set(sorted(both, reverse=True)[:cap])
         assert got.tolist() == sorted(plain)
     assert got_capped == (
         bool(set(band_keys) & hot)
@@ -129,8 +160,16 @@ def test_gather_equals_the_python_definition(batch: tuple[object, ...]) -> None:
 @needs_compiled
 def test_gather_refuses_what_is_not_postings() -> None:
     assert compiled is not None
-    with pytest.raises(TypeError, match="lists"):
-        compiled.gather([keys[0]], {keys[0]: (1, 2)}, {}, set(), 10)  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="lists or int64 arrays"):
+        compiled.gather([keys[0]], {keys[0]: (1, 2)}, {}, set(), 10)
+    for wrong in (array("i", [1, 2]), array("d", [1.0]), b"\x01" * 8, np.ones(2, np.uint32)):
+        with pytest.raises(TypeError, match="lists or int64 arrays"):
+            compiled.gather([keys[0]], {keys[0]: wrong}, {}, set(), 10)  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="below 0"):
+        compiled.gather([keys[0]], {keys[0]: array("q", [3, -1])}, {}, set(), 10)
+    # a numpy int64 array is an int64 array too
+    raw, _ = compiled.gather([keys[0]], {keys[0]: np.array([9, 4], np.int64)}, {}, set(), 10)  # type: ignore[dict-item]
+    assert np.frombuffer(raw, np.int64).tolist() == [4, 9]
     with pytest.raises(ValueError, match="below 0"):
         compiled.gather([keys[0]], {keys[0]: [-1]}, {}, set(), 10)
     with pytest.raises(TypeError, match="hot must be a set"):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from streamdedup.models import Record
 from streamdedup.store.index import Index
-from streamdedup.store.keys import id_key
-from streamdedup.store.tables import DATA_TABLES, Tables
+from streamdedup.store.keys import docno_key, id_key
+from streamdedup.store.tables import DATA_TABLES, TEXT_CHUNK, Tables, text_chunks
 
 CONTENTS = [bytes([c]) * 16 for c in range(4)]  # few contents: owners and copies
 
@@ -211,3 +211,23 @@ def test_documents_stored_in_bulk_land_as_stored_one_by_one(
             index.close()
     assert results[0] == results[1]
     assert len(results[0][DATA_TABLES.index("texts")]) >= len(docs)
+
+
+@given(st.integers(0, 2**40 - 1), st.integers(0, 5 * TEXT_CHUNK + 1))
+@example(7, 0)
+@example(7, TEXT_CHUNK - 1)
+@example(7, TEXT_CHUNK)  # one full chunk, no empty one after it
+@example(7, TEXT_CHUNK + 1)
+@example(7, 2 * TEXT_CHUNK)
+@example(7, 2 * TEXT_CHUNK + 1)
+def test_a_text_is_cut_into_numbered_chunks_that_join_back(docno: int, size: int) -> None:
+    """The `texts` layout, whatever shortcut builds it (one chunk, two, many): chunks
+    of TEXT_CHUNK bytes, the last shorter (a text shorter than one: one chunk), keyed
+    by docno and chunk number in order -- `_chunked` reads them back by stopping at
+    the first short chunk."""
+    text = bytes(i % 251 for i in range(size))
+    chunks = text_chunks(docno, text)
+    count = max(1, -(-size // TEXT_CHUNK))
+    assert [k for k, _ in chunks] == [docno_key(docno) + n.to_bytes(2, "big") for n in range(count)]
+    assert b"".join(c for _, c in chunks) == text
+    assert all(len(c) == TEXT_CHUNK for _, c in chunks[:-1])

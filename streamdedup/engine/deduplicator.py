@@ -41,6 +41,7 @@ from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
+from streamdedup.engine.search import search_batch
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
@@ -95,6 +96,7 @@ class Counters:
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
     bulk: int = 0  # decided and stored in bulk (`_classify`): new ids, plain or exact copies
+    searched: int = 0  # searched for near duplicates before the loop (engine/search.py)
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -107,6 +109,7 @@ class Counters:
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
         self.bulk += other.bulk
+        self.searched += other.searched
 
 
 @dataclass
@@ -138,6 +141,9 @@ class _Bulk:
         self.timestamps: list[int | None] = []
         self.verdict_at: list[int] = []
         self.change_at: list[int] = []
+        # the positions of the documents the loop would search, when their search can
+        # be made before it (engine/search.py; empty otherwise)
+        self.searching: list[int] = []
 
 
 @contextmanager
@@ -272,6 +278,11 @@ class Deduplicator:
         # Decide a batch's plain documents at once (`_classify`); False: every document
         # one by one (tests compare the two)
         self.bulk = True
+        # Search a batch's near duplicates before its loop when no verdict can change
+        # them (engine/search.py; only with `bulk`); False: one by one in the loop
+        self.search_ahead = True
+        # docno -> the answer of the search made before the loop (`_search_ahead`)
+        self._found: dict[int, tuple[float, int] | None] = {}
         try:
             self._open_sealed()
         except BaseException:
@@ -518,6 +529,7 @@ class Deduplicator:
         self.changes = []
         self.touched = []
         self._memory.clear(next_docno)
+        self._found = {}
         clock = int(t.meta(MetaKey.CLOCK) or 0)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
@@ -546,6 +558,9 @@ class Deduplicator:
             else None
         )
         kinds = None if bulk is None else bulk.kinds
+        if bulk is not None and bulk.searching:
+            assert isinstance(t, Tables)
+            self._search_ahead(t, parts, bulk.searching, next_docno)
         out: list[Verdict] = []
         for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
@@ -663,7 +678,6 @@ class Deduplicator:
         contents = [c for p in parts for c in p.content]
         ids, owners = t.read_ahead(keys, contents)
         free = ids == ABSENT
-        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
         # the ids that come more than once in the batch (most batches: none)
         repeated = set() if len(set(keys)) == n else {k for k, c in Counter(keys).items() if c > 1}
         if repeated:  # only those seen once may be free
@@ -672,6 +686,20 @@ class Deduplicator:
             free &= np.fromiter(
                 (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
             )
+        # The loop's searches can be made before it (engine/search.py) when no verdict
+        # can change what a later document finds: every id new and none `light` (no
+        # document is forgotten, replaced or adopted), the window forgetting and hiding
+        # nothing during the batch, exact verification.
+        oldest = self._expiry.oldest
+        searchable = (
+            self.search_ahead
+            and self.params.verify == "exact"
+            and not repeated
+            and bool(free.all())
+            and not any(p.light or p.hashes is None for p in parts)
+            and (cutoff is None or oldest is None or oldest[0] >= cutoff)
+        )
+        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
         start = 0
         for p in parts:
             if p.light:
@@ -721,8 +749,49 @@ class Deduplicator:
                 if (got := stored[owner]) is not None:
                     kind[j] = COPY
                     out.of[j] = got
+        if searchable:
+            # the documents the loop would search: with shingles, the first of the
+            # batch with a content new to the index, a row that is not quiet
+            firsts = np.ones(n, dtype=np.bool_)
+            if len(set(contents)) < n:
+                seen_at: dict[bytes, int] = {}
+                for j, c in enumerate(contents):
+                    if seen_at.setdefault(c, j) != j:
+                        firsts[j] = False
+            out.searching = np.flatnonzero((kind == 0) & free & new & firsts & ~quiet).tolist()
         out.kinds = kind.tolist()
         return out
+
+    def _search_ahead(
+        self, t: Tables, parts: list[Prepared], positions: list[int], first: int
+    ) -> None:
+        """Search the documents at `positions` (`_Bulk.searching`) at once, before the
+        loop (engine/search.py): their answers in `_found` by docno (every document
+        of such a batch is inserted: the first docno plus its position), their work
+        counted as `_best_match` counts it."""
+        buckets = t.batch_buckets()
+        if buckets is None or buckets.stale or buckets.dropped or buckets.adopted:
+            return
+        at = [(p, i) for p in parts for i in range(len(p.docs))]
+        docs = [(*at[j], first + j) for j in positions]
+        got = search_batch(
+            t,
+            self._memory,
+            buckets,
+            docs,
+            self.options.max_bucket_candidates,
+            self.params.threshold,
+            self._margin,
+            self.options.max_exact_checks,
+        )
+        c = self._batch
+        c.candidates += got.candidates
+        c.most_candidates = max(c.most_candidates, got.most_candidates)
+        c.exact_checks += got.exact_checks
+        c.bucket_capped += got.bucket_capped
+        c.exact_capped += got.exact_capped
+        c.searched += len(docs)
+        self._found = got.found
 
     @staticmethod
     def _replays(t: Tables, p: Prepared, repeated: set[bytes], cutoff: int | None) -> bool:
@@ -887,7 +956,15 @@ class Deduplicator:
             return verdict, 1
         # a row none of whose buckets is stored or shared in the batch (most of them)
         # has no candidates: `_best_match` would find none
-        best = None if t.is_quiet(row) else self._best_match(t, p, i, p.sigs[i])
+        found = self._found
+        if t.is_quiet(row):
+            best = None
+        elif found and docno in found:  # searched before the loop (`_search_ahead`)
+            got = found[docno]
+            rec = None if got is None else t.record(got[1])
+            best = None if got is None or rec is None else (got[0], rec)
+        else:
+            best = self._best_match(t, p, i, p.sigs[i])
         if best is None:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
         else:

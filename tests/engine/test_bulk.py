@@ -284,3 +284,126 @@ def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_pat
     ]
     counters, _, _ = restore_from_changes(tmp_path, docs)
     assert counters.bulk > 300
+
+
+# ---------------------------------------------------------------- search ahead
+
+
+def _site_texts(seed: int) -> list[str]:
+    """Pages as a templated crawl makes them: two site templates around short bodies
+    (siblings share most of their buckets and sit below the threshold), edited
+    re-emissions of those pages (near duplicates, some near the threshold), distinct
+    pages and their edits, one-liners, an empty page."""
+    rnd = random.Random(seed)
+    templates = [rnd.choices(VOCAB, k=rnd.randint(40, 70)) for _ in range(2)]
+    pages = []
+    for j in range(14):
+        body = rnd.choices(VOCAB, k=rnd.randint(8, 30))
+        t = templates[j % 2]
+        pages.append(" ".join(t[: len(t) // 2] + body + t[len(t) // 2 :]))
+    pages += [" ".join(rnd.choices(VOCAB, k=rnd.randint(30, 90))) for _ in range(6)]
+    edits = []
+    for t in pages:
+        words = t.split()
+        for _ in range(rnd.randint(1, 4)):
+            words[rnd.randrange(len(words))] = rnd.choice(["edited", "changed", "new"])
+        edits.append(" ".join(words))
+    short = [" ".join(rnd.choices(VOCAB[:12], k=rnd.randint(1, 3))) for _ in range(4)]
+    return [*pages, *edits, *short, ""]
+
+
+def _run_search(
+    path: Path,
+    batches: list[list[Document]],
+    ahead: bool,
+    options: EngineOptions,
+    threshold: float,
+) -> tuple[list[Any], dict[str, Any], int]:
+    """Each batch's verdicts, changes, touched ids and counters (all but which path
+    took a document); the tables at the end; how many documents were searched ahead."""
+    seen: list[Any] = []
+    with Deduplicator(path, options=options, threshold=threshold) as dd:
+        dd.search_ahead = ahead
+        for batch in batches:
+            verdicts = dd.check_batch(batch)
+            c = dd.last_batch
+            work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
+            seen.append((verdicts, list(dd.changes), list(dd.touched), work, c.exact_capped))
+        return seen, _tables(dd), dd.counters.searched
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, 44), min_size=8, max_size=60),
+    cuts=st.lists(st.integers(1, 30), min_size=1, max_size=5),
+    seed=st.integers(0, 5),
+    # caps small enough to bite (a hot bucket, a long exact search), and none
+    caps=st.sampled_from([(1, 1), (2, 1), (3, 2), (5, 3), (2000, 2000)]),
+    threshold=st.sampled_from([0.5, 0.7, 0.8]),
+    replays=st.booleans(),
+    window=st.booleans(),
+)
+def test_search_ahead_equals_the_search_in_the_loop(
+    picks: list[int],
+    cuts: list[int],
+    seed: int,
+    caps: tuple[int, int],
+    threshold: float,
+    replays: bool,
+    window: bool,
+) -> None:
+    """A batch of new ids searched before its loop (engine/search.py) gives what the
+    loop's own searches give: verdicts, changes, counters and tables.  Batches mix
+    near duplicates of earlier documents of the batch and of stored ones, template
+    siblings sharing most buckets, exact copies, empty pages; `replays` sends some
+    documents again (a known id: that batch is searched in the loop), `window`
+    dates documents so that some batches lie within a time window and some reach
+    past it."""
+    texts = _site_texts(seed)
+    stream = [
+        Document(f"d{k}", texts[t], T0 + k * 60_000 if window else None)
+        for k, t in enumerate(picks)
+    ]
+    if replays:
+        stream += stream[:: max(1, len(stream) // 3)]
+    batches, at, k = [], 0, 0
+    while at < len(stream):
+        size = cuts[k % len(cuts)]
+        batches.append(stream[at : at + size])
+        at, k = at + size, k + 1
+    opts = EngineOptions(
+        max_bucket_candidates=caps[0],
+        max_exact_checks=caps[1],
+        ttl_ms=20 * 60_000 if window else None,
+    )
+    with tempfile.TemporaryDirectory(prefix="search-") as tmp:
+        ahead, ahead_tables, searched = _run_search(Path(tmp) / "a", batches, True, opts, threshold)
+        loop, loop_tables, none = _run_search(Path(tmp) / "l", batches, False, opts, threshold)
+    assert none == 0
+    assert ahead == loop
+    assert ahead_tables == loop_tables
+    event(f"searched ahead: {'none' if not searched else 'some'}")
+    dup = sum(v.verdict == "duplicate" and not v.exact for b in ahead for v in b[0])
+    event(f"near duplicates: {'none' if not dup else 'some'}")
+    event(f"capped: {'yes' if any(b[3][3] or b[4] for b in ahead) else 'no'}")
+
+
+def test_search_ahead_finds_duplicates_inside_the_batch_and_stored(tmp_path: Path) -> None:
+    """One batch of new ids, searched ahead: a near duplicate of a stored page, one of
+    an earlier page of the batch (its cluster follows that page's verdict), and a
+    near duplicate of that near duplicate; the counters say all went the new way."""
+    texts = _site_texts(1)
+    pages, edits = texts[:20], texts[20:40]
+    with Deduplicator(tmp_path / "i", threshold=0.7) as dd:
+        dd.check_batch([Document("stored", pages[15])])
+        batch = [
+            Document("a", pages[16]),
+            Document("b", edits[15]),  # near the stored page
+            Document("c", edits[16]),  # near "a", earlier in the batch
+            Document("d", pages[17]),
+        ]
+        a, b, c, d = dd.check_batch(batch)
+        assert dd.last_batch.searched >= 2
+    assert (b.verdict, b.duplicate_of, b.cluster) == ("duplicate", "stored", "stored")
+    assert (c.verdict, c.duplicate_of, c.cluster) == ("duplicate", "a", "a")
+    assert a.verdict == d.verdict == "unique"

@@ -15,9 +15,13 @@ new content and no candidates (unique), or an exact copy of a content held by a
 document that stays (duplicate, exact).  Without sealed segments, `_classify` finds
 them for the whole batch up front (set and numpy operations over
 its ids, contents, quiet rows and read-ahead) and `_store_bulk` decides and stores
-them together after the loop; the loop only numbers them in their place.  Their
-verdicts, stored entries and changes are those the one-by-one path would make
-(tests/engine/test_bulk.py compares the two on random batches).
+them together after the loop; the loop only numbers them in their place.  In a
+batch of new ids (most batches of a stream), the documents that search for near
+duplicates are decided in bulk too: no verdict changes what a later document of
+such a batch finds, so the whole batch's searches are made at once
+(engine/search.py).  Their verdicts, stored entries and changes are those the
+one-by-one path would make (tests/engine/test_bulk.py compares the two on random
+batches).
 """
 
 from __future__ import annotations
@@ -122,7 +126,9 @@ class _Expiry:
     behind: bool = False
 
 
-PLAIN, COPY = 1, 2  # the kinds of documents decided in bulk (`_classify`)
+# the kinds of documents decided in bulk (`_classify`); SEARCH: searched for near
+# duplicates with the whole batch's others (engine/search.py)
+PLAIN, COPY, SEARCH = 1, 2, 3
 
 
 class _Bulk:
@@ -141,9 +147,9 @@ class _Bulk:
         self.timestamps: list[int | None] = []
         self.verdict_at: list[int] = []
         self.change_at: list[int] = []
-        # the positions of the documents the loop would search, when their search can
-        # be made before it (engine/search.py; empty otherwise)
-        self.searching: list[int] = []
+        # a copy of a SEARCH document's content (position -> that document's
+        # position): its `of` follows that document's verdict (`_store_bulk`)
+        self.copy_of: dict[int, int] = {}
 
 
 @contextmanager
@@ -278,11 +284,9 @@ class Deduplicator:
         # Decide a batch's plain documents at once (`_classify`); False: every document
         # one by one (tests compare the two)
         self.bulk = True
-        # Search a batch's near duplicates before its loop when no verdict can change
+        # Search a batch's near duplicates all at once when no verdict can change
         # them (engine/search.py; only with `bulk`); False: one by one in the loop
         self.search_ahead = True
-        # docno -> the answer of the search made before the loop (`_search_ahead`)
-        self._found: dict[int, tuple[float, int] | None] = {}
         try:
             self._open_sealed()
         except BaseException:
@@ -529,7 +533,6 @@ class Deduplicator:
         self.changes = []
         self.touched = []
         self._memory.clear(next_docno)
-        self._found = {}
         clock = int(t.meta(MetaKey.CLOCK) or 0)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
@@ -558,9 +561,6 @@ class Deduplicator:
             else None
         )
         kinds = None if bulk is None else bulk.kinds
-        if bulk is not None and bulk.searching:
-            assert isinstance(t, Tables)
-            self._search_ahead(t, parts, bulk.searching, next_docno)
         out: list[Verdict] = []
         for p, self._rows in zip(parts, rows, strict=True):
             for i in range(len(p.docs)):
@@ -658,6 +658,12 @@ class Deduplicator:
         has (so it keeps its content), or of such a first document: `duplicate`,
         `exact`, stored as a copy.
 
+        In a batch whose every id is new (and none `light`), where the window forgets
+        nothing, with exact verification, the documents left -- those that search
+        for near duplicates -- are SEARCH (and the later copies of their contents
+        COPY): decided by one search of the whole batch (`_search_kinds`,
+        `_searched`, engine/search.py), whose answers no verdict can change.
+
         Their checks would answer as here whatever comes before them in the batch:
         no one else's id or content is theirs (only a replaced id is forgotten, and
         none of these is, nor a stored owner of their content), and nothing a plain
@@ -750,35 +756,57 @@ class Deduplicator:
                     kind[j] = COPY
                     out.of[j] = got
         if searchable:
-            # the documents the loop would search: with shingles, the first of the
-            # batch with a content new to the index, a row that is not quiet
-            firsts = np.ones(n, dtype=np.bool_)
-            if len(set(contents)) < n:
-                seen_at: dict[bytes, int] = {}
-                for j, c in enumerate(contents):
-                    if seen_at.setdefault(c, j) != j:
-                        firsts[j] = False
-            out.searching = np.flatnonzero((kind == 0) & free & new & firsts & ~quiet).tolist()
+            self._search_kinds(out, contents, free & new & ~quiet)
         out.kinds = kind.tolist()
         return out
 
-    def _search_ahead(
-        self, t: Tables, parts: list[Prepared], positions: list[int], first: int
-    ) -> None:
-        """Search the documents at `positions` (`_Bulk.searching`) at once, before the
-        loop (engine/search.py): their answers in `_found` by docno (every document
-        of such a batch is inserted: the first docno plus its position), their work
-        counted as `_best_match` counts it."""
+    @staticmethod
+    def _search_kinds(out: _Bulk, contents: list[bytes], searching: npt.NDArray[np.bool_]) -> None:
+        """In a batch whose searches no verdict can change (`_classify`), the
+        documents that would search (`searching`: new ids with shingles, a content
+        new to the index, a row that is not quiet) when the first of the batch with
+        their content: SEARCH; the later ones with that content: their copies.
+        Every other document with shingles is PLAIN or COPY already; if one is not,
+        nothing is searched in bulk (the loop's searches would meet documents not
+        stored yet)."""
+        kind, n = out.kind, len(contents)
+        firsts = np.ones(n, dtype=np.bool_)
+        seen_at: dict[bytes, int] = {}
+        if len(set(contents)) < n:
+            for j, c in enumerate(contents):
+                if seen_at.setdefault(c, j) != j:
+                    firsts[j] = False
+        undecided = kind == 0
+        kind[undecided & searching & firsts] = SEARCH
+        for j in np.flatnonzero(undecided & searching & ~firsts).tolist():
+            owner = seen_at[contents[j]]
+            if kind[owner] == SEARCH:
+                kind[j] = COPY
+                out.copy_of[j] = owner
+        if np.any((kind == 0) & searching):  # (not expected: the classes cover them)
+            kind[kind == SEARCH] = 0
+            kind[list(out.copy_of)] = 0
+            out.copy_of = {}
+
+    def _searched(
+        self,
+        t: Tables,
+        where: list[tuple[Prepared, int]],
+        docnos: list[int],
+        ids: list[DocId],
+    ) -> list[Verdict]:
+        """The verdicts of the batch's SEARCH documents (`where`, numbered `docnos`,
+        ascending): their near duplicates searched at once (engine/search.py), the
+        work counted as `_best_match` counts it.  A duplicate of an earlier SEARCH
+        document of the batch (the only ones of the batch a search can meet) takes
+        that document's cluster, known by then: they are decided in batch order."""
         buckets = t.batch_buckets()
-        if buckets is None or buckets.stale or buckets.dropped or buckets.adopted:
-            return
-        at = [(p, i) for p in parts for i in range(len(p.docs))]
-        docs = [(*at[j], first + j) for j in positions]
+        assert buckets is not None and not (buckets.stale or buckets.dropped or buckets.adopted)
         got = search_batch(
             t,
             self._memory,
             buckets,
-            docs,
+            [(p, i, d) for (p, i), d in zip(where, docnos, strict=True)],
             self.options.max_bucket_candidates,
             self.params.threshold,
             self._margin,
@@ -790,8 +818,24 @@ class Deduplicator:
         c.exact_checks += got.exact_checks
         c.bucket_capped += got.bucket_capped
         c.exact_capped += got.exact_capped
-        c.searched += len(docs)
-        self._found = got.found
+        c.searched += len(docnos)
+        found = got.found
+        mine: dict[int, tuple[DocId, DocId]] = {}  # docno -> (id, cluster), in the batch
+        verdicts: list[Verdict] = []
+        for docno, d in zip(docnos, ids, strict=True):
+            best = found[docno]
+            v = None
+            if best is not None:
+                match = mine.get(best[1])
+                if match is None and (rec := t.record(best[1])) is not None:
+                    match = (rec.doc_id, rec.cluster)
+                if match is not None:
+                    v = Verdict(d, "duplicate", *match, round(best[0], 4), False)
+            if v is None:
+                v = Verdict(d, "unique", None, d, None, False)
+            mine[docno] = (d, v.cluster)
+            verdicts.append(v)
+        return verdicts
 
     @staticmethod
     def _replays(t: Tables, p: Prepared, repeated: set[bytes], cutoff: int | None) -> bool:
@@ -823,11 +867,14 @@ class Deduplicator:
         with signature, postings and text.  A copy: `duplicate` of its content's
         owner, exact, stored as one of the content's copies.  Their verdicts and
         changes take the places the loop kept, so `out` and `changes` are as the
-        one-by-one path makes them."""
+        one-by-one path makes them.  A SEARCH one: its verdict from the batch's
+        search (`_searched`), stored as a plain one is (`put_plain`: the batch's
+        documents sharing a bucket are SEARCH ones, stored in docno order, so the
+        postings buffer keeps their order)."""
         at = [(p, i) for p in parts for i in range(len(p.docs))]
         flat_rows = [r for part in rows for r in part]
         changes, counts = self.changes, self._counts
-        for kind in (PLAIN, COPY):
+        for kind in (SEARCH, PLAIN, COPY):  # (copies of SEARCH documents follow them)
             ms = [m for m, pos in enumerate(b.positions) if b.kinds[pos] == kind]
             if not ms:
                 continue
@@ -835,7 +882,13 @@ class Deduplicator:
             docnos = [b.docnos[m] for m in ms]
             keys = [p.keys[i] for p, i in where]
             ids = [p.docs[i].id for p, i in where]
-            if kind == PLAIN:
+            if kind == SEARCH:
+                verdicts = self._searched(t, where, docnos, ids)
+                by_position = dict(zip((b.positions[m] for m in ms), verdicts, strict=True))
+                for j, owner in b.copy_of.items():
+                    v = by_position[owner]
+                    b.of[j] = (v.id, v.cluster)
+            elif kind == PLAIN:
                 verdicts = [Verdict(d, "unique", None, d, None, False) for d in ids]
             else:
                 verdicts = [
@@ -848,8 +901,13 @@ class Deduplicator:
             ]
             for m, v in zip(ms, verdicts, strict=True):
                 out[b.verdict_at[m]] = v
-            for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
-                counts[name] = counts.get(name, 0) + len(verdicts)
+            if kind == SEARCH:
+                for v in verdicts:
+                    for name in v.kinds():
+                        counts[name] = counts.get(name, 0) + 1
+            else:
+                for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
+                    counts[name] = counts.get(name, 0) + len(verdicts)
             if kind == COPY:
                 t.put_copies(docnos, keys, records)
                 for m, key, docno, rec in zip(ms, keys, docnos, records, strict=True):
@@ -864,8 +922,10 @@ class Deduplicator:
                 ms, keys, docnos, records, sigs, text_of, strict=True
             ):
                 changes[b.change_at[m]] = Change(key, docno, rec, sig, True, text)
-            # later documents of the batch meet them (if at all) through memory
-            self._memory.fresh.update(zip(docnos, where, strict=True))
+            # later documents of the batch meet them (if at all) through memory (the
+            # search remembered SEARCH documents already)
+            if kind == PLAIN:
+                self._memory.fresh.update(zip(docnos, where, strict=True))
             # (nor are they the time window's `_expiry.oldest`: none is older than the
             # batch's last cutoff, so the window reaches none of them in the batch)
         self._batch.bulk += len(b.positions)
@@ -956,15 +1016,7 @@ class Deduplicator:
             return verdict, 1
         # a row none of whose buckets is stored or shared in the batch (most of them)
         # has no candidates: `_best_match` would find none
-        found = self._found
-        if t.is_quiet(row):
-            best = None
-        elif found and docno in found:  # searched before the loop (`_search_ahead`)
-            got = found[docno]
-            rec = None if got is None else t.record(got[1])
-            best = None if got is None or rec is None else (got[0], rec)
-        else:
-            best = self._best_match(t, p, i, p.sigs[i])
+        best = None if t.is_quiet(row) else self._best_match(t, p, i, p.sigs[i])
         if best is None:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
         else:

@@ -23,12 +23,20 @@ bite)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.verify import BatchMemory, best_exact
+from streamdedup.sketch import kernels
+from streamdedup.sketch.signature import rank_gathered
 from streamdedup.store.batch import BatchPostings
 from streamdedup.store.tables import Tables, gather_newest
+
+I64 = npt.NDArray[np.int64]
 
 
 @dataclass
@@ -58,43 +66,162 @@ def search_batch(
     batch's documents that search, as `_classify` found them) as `_best_match` would
     when the loop reaches it, under the conditions the module describes.
 
-    Each document is made findable (`BatchMemory.remember`, and its docno added to
-    the buckets the batch shares, as `BatchPostings.add` adds it) once its own search
-    is done, so a later one meets exactly the earlier ones."""
+    Three steps over the whole batch rather than a chain of calls per document:
+    every document's candidates gathered at once (`gather_all`: each meets the
+    batch's earlier documents as the loop would have added them); the signatures of
+    the stored ones among them read in one call and all of them ranked at once
+    (`rank_all`); then the exact check (`best_exact`) only for the documents with
+    candidates near enough -- a few of a stream's, each with its own exact set."""
     out = Searched()
-    # the batch's docnos by shared bucket, oldest first, as the loop will have added
-    # them when each document searches (`BatchPostings.add`: only shared keys)
-    added: dict[bytes, list[int]] = {bk: [] for bk in buckets.added}
-    read_ahead, hot = buckets.read_ahead, buckets.hot
-    bar, limit = threshold - margin, max_checks + 1
-    found_of = out.found
-    for p, i, docno in docs:
-        keys = p.band_keys[i]
-        found, capped = gather_newest(keys, read_ahead, added, hot, cap)
-        n = len(found)
-        out.bucket_capped += capped
-        out.candidates += n
-        if n > out.most_candidates:
-            out.most_candidates = n
-        best: tuple[float, int] | None = None
-        if n:
-            kept, ranked, ranked_est = memory.ranked(t, p.sigs[i], found, bar, limit)
-            if kept:
-                best, checks = best_exact(
-                    t, memory, p, i, ranked, ranked_est, threshold, margin, max_checks
-                )
-                out.exact_checks += checks
-                if len(ranked) > checks >= max_checks:
-                    floor = threshold if best is None else best[0]
-                    if ranked_est[checks] >= floor - margin:  # the cap stopped the search
-                        out.exact_capped += 1
-        found_of[docno] = best
+    found = out.found = dict.fromkeys((d for _, _, d in docs), None)
+    if not docs:
+        return out
+    docnos = np.fromiter((d for _, _, d in docs), dtype=np.int64, count=len(docs))
+    for p, i, docno in docs:  # (a document's candidates are earlier ones only)
         memory.remember(docno, p, i)
+    # the batch's docnos by shared bucket, as the loop would have added them
+    # (`BatchPostings.add`: only shared keys)
+    added: dict[bytes, list[int]] = {bk: [] for bk in buckets.added}
+    rows = [p.band_keys[i] for p, i, _ in docs]
+    flat, offsets, capped = gather_all(rows, docnos, buckets.read_ahead, added, buckets.hot, cap)
+    counts = np.diff(offsets)
+    out.candidates = len(flat)
+    out.most_candidates = int(counts.max())
+    out.bucket_capped = int(np.count_nonzero(capped))
+    if not len(flat):
+        return out
+    stored = np.unique(flat[flat < docnos[0]])  # the rest: the batch's, remembered
+    if len(stored):  # their signatures read into memory's matrix (the ranking: none)
+        memory.ranked(t, docs[0][0].sigs[docs[0][1]], stored, math.inf, 0)
+    matrix, slot = memory.matrix()
+    kept, ranked, est, at = rank_all(
+        _signatures(docs), matrix, slot, flat, offsets, threshold - margin, max_checks + 1
+    )
+    bounds = at.tolist()
+    for j in np.flatnonzero(np.diff(at)).tolist():  # near enough to be checked exactly
+        p, i, docno = docs[j]
+        a, b = bounds[j], bounds[j + 1]
+        ranked_est = est[a:b]
+        best, checks = best_exact(
+            t, memory, p, i, ranked[a:b].tolist(), ranked_est, threshold, margin, max_checks
+        )
+        out.exact_checks += checks
+        if b - a > checks >= max_checks:
+            floor = threshold if best is None else best[0]
+            if ranked_est[checks] >= floor - margin:  # the cap stopped the search
+                out.exact_capped += 1
+        found[docno] = best
+        memory.remember(docno, p, i)  # its own exact set, made by the check, kept
+    del kept  # (a document none of whose candidates has a signature: no check either)
+    return out
+
+
+def _signatures(docs: list[tuple[Prepared, int, int]]) -> npt.NDArray[np.uint16]:
+    """The documents' signatures as the rows of one matrix (their parts' rows taken
+    part by part)."""
+    blocks: list[npt.NDArray[np.uint16]] = []
+    j = 0
+    while j < len(docs):
+        p = docs[j][0]
+        end = j
+        while end < len(docs) and docs[end][0] is p:
+            end += 1
+        blocks.append(p.sigs[[i for _, i, _ in docs[j:end]]])
+        j = end
+    return np.ascontiguousarray(np.concatenate(blocks), dtype=np.uint16)
+
+
+def gather_all(
+    rows: list[list[bytes]],
+    docnos: I64,
+    read_ahead: dict[bytes, list[int]],
+    added: dict[bytes, list[int]],
+    hot: set[bytes],
+    cap: int,
+) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """`gather_newest` for each document of a batch in turn (`rows`: their band keys;
+    `docnos`: their numbers), each one's docno appended, once it is gathered, to the
+    lists of `added` its keys have (changed in place), as the loop's inserts add
+    them: the candidates of all of them end to end, where each one's begin (n + 1
+    offsets), and whether a cap cut a bucket of each.  One compiled call
+    (`gather_batch`); the loop below is the definition."""
+    if kernels.native is not None:
+        raw, off, raw_cut = kernels.native.gather_batch(
+            rows, np.ascontiguousarray(docnos, dtype=np.int64), read_ahead, added, hot, cap
+        )
+        return (
+            np.frombuffer(raw, dtype=np.int64),
+            np.frombuffer(off, dtype=np.int64),
+            np.frombuffer(raw_cut, dtype=np.uint8).astype(np.bool_),
+        )
+    lists: list[I64] = []
+    offsets = [0]
+    capped: list[bool] = []
+    for keys, docno in zip(rows, docnos.tolist(), strict=True):
+        got, cut = gather_newest(keys, read_ahead, added, hot, cap)
+        lists.append(got)
+        offsets.append(offsets[-1] + len(got))
+        capped.append(cut)
         for bk in keys:
             later = added.get(bk)
             if later is not None:
                 later.append(docno)
-    return out
+    return (
+        np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(capped, dtype=np.bool_),
+    )
 
 
-__all__ = ["Searched", "search_batch"]
+def rank_all(
+    sigs: npt.NDArray[np.uint16],
+    matrix: npt.NDArray[np.uint16],
+    slot: npt.NDArray[np.int32],
+    flat: I64,
+    offsets: I64,
+    bar: float,
+    limit: int,
+) -> tuple[I64, I64, npt.NDArray[np.float64], I64]:
+    """`rank_gathered` (without `fill`) for each document of a batch: row j of `sigs`
+    against its candidates `flat[offsets[j]:offsets[j + 1]]`: how many of each have
+    a signature, and the ranked docnos and their estimates of all of them end to end,
+    with where each one's begin (n + 1 offsets).  One compiled call (`rank_batch`);
+    the loop below is the definition."""
+    if kernels.native is not None:
+        raw_kept, raw_ranked, raw_est, raw_at = kernels.native.rank_batch(
+            np.ascontiguousarray(sigs, dtype=np.uint16),
+            np.ascontiguousarray(matrix, dtype=np.uint16),
+            np.ascontiguousarray(slot, dtype=np.int32),
+            np.ascontiguousarray(flat, dtype=np.int64),
+            np.ascontiguousarray(offsets, dtype=np.int64),
+            bar,
+            limit,
+        )
+        return (
+            np.frombuffer(raw_kept, dtype=np.int64),
+            np.frombuffer(raw_ranked, dtype=np.int64),
+            np.frombuffer(raw_est, dtype=np.float64),
+            np.frombuffer(raw_at, dtype=np.int64),
+        )
+    kept_of: list[int] = []
+    ranked_of: list[int] = []
+    est_of: list[npt.NDArray[np.float64]] = []
+    at = [0]
+    bounds = offsets.tolist()
+    for j in range(len(bounds) - 1):
+        _, kept, ranked, est = rank_gathered(
+            sigs[j], matrix, slot, flat[bounds[j] : bounds[j + 1]], bar, limit, fill=False
+        )
+        kept_of.append(kept)
+        ranked_of += ranked
+        est_of.append(est)
+        at.append(len(ranked_of))
+    return (
+        np.asarray(kept_of, dtype=np.int64),
+        np.asarray(ranked_of, dtype=np.int64),
+        np.concatenate(est_of) if est_of else np.zeros(0, dtype=np.float64),
+        np.asarray(at, dtype=np.int64),
+    )
+
+
+__all__ = ["Searched", "gather_all", "rank_all", "search_batch"]

@@ -84,6 +84,28 @@ class Kernels(Protocol):
         fill: bool,
     ) -> tuple[bytes | None, int, list[int], bytes]: ...
 
+    # the search of a whole batch (engine/search.py)
+    def gather_batch(
+        self,
+        rows: list[list[bytes]],
+        docnos: Buffer,
+        read_ahead: dict[bytes, list[int]],
+        added: dict[bytes, list[int]],
+        hot: set[bytes],
+        cap: int,
+    ) -> tuple[bytes, bytes, bytes]: ...
+
+    def rank_batch(
+        self,
+        sigs: Buffer,
+        matrix: Buffer,
+        slot: Buffer,
+        flat: Buffer,
+        offsets: Buffer,
+        bar: float,
+        limit: int,
+    ) -> tuple[bytes, bytes, bytes, bytes]: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

@@ -407,3 +407,62 @@ def test_search_ahead_finds_duplicates_inside_the_batch_and_stored(tmp_path: Pat
     assert (b.verdict, b.duplicate_of, b.cluster) == ("duplicate", "stored", "stored")
     assert (c.verdict, c.duplicate_of, c.cluster) == ("duplicate", "a", "a")
     assert a.verdict == d.verdict == "unique"
+
+
+def _templated_batch(seed: int, n: int) -> list[Document]:
+    texts = _site_texts(seed)
+    rnd = random.Random(seed)
+    return [Document(f"d{k}", texts[rnd.randrange(len(texts))]) for k in range(n)]
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, ahead: bool) -> None:
+    """A batch given as several prepared parts (as `--workers` hands them over) is
+    searched across its parts: the same verdicts, changes and tables as the loop's
+    searches over the same parts."""
+    docs = _templated_batch(3, 90)
+
+    def run(path: Path, search: bool) -> tuple[Any, ...]:
+        with Deduplicator(path, threshold=0.7) as dd:
+            dd.search_ahead = search
+            dd.check_batch(docs[:20])
+            parts = [dd.preparer.prepare(docs[a : a + 25], known=dd.known) for a in (20, 45)]
+            parts.append(dd.preparer.prepare(docs[70:], known=dd.known))
+            verdicts = dd.apply(parts)
+            c = dd.last_batch
+            work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
+            return verdicts, list(dd.changes), work, c.exact_capped, c.searched, _tables(dd)
+
+    got = run(tmp_path / "a", ahead)
+    want = run(tmp_path / "l", False)
+    assert (got[4] > 0) == ahead
+    assert got[:4] == want[:4] and got[5] == want[5]
+    assert any(v.verdict == "duplicate" and not v.exact for v in got[0])
+
+
+def test_a_rerun_transaction_searches_the_batch_again(tmp_path: Path) -> None:
+    """A batch with near duplicates larger than the map: LMDB refuses it, the
+    transaction runs again, and the search of the whole batch starts over with it
+    (the memory of the first run is dropped): as the loop's searches would give."""
+    rnd = random.Random(4)
+    pages = [" ".join(rnd.choices(VOCAB, k=300)) for _ in range(60)]
+    docs = []
+    for k in range(240):
+        words = pages[k % 60].split()
+        for _ in range(rnd.randint(1, 4)):
+            words[rnd.randrange(len(words))] = rnd.choice(VOCAB)
+        docs.append(Document(f"d{k}", " ".join(words)))
+    opts = EngineOptions(map_size=1 << 18)
+    with tempfile.TemporaryDirectory(prefix="rerun-") as tmp:
+        a, a_tables, searched = _run_search(Path(tmp) / "a", [docs], True, opts, 0.8)
+        b, b_tables, _ = _run_search(Path(tmp) / "b", [docs], False, opts, 0.8)
+    assert searched > 50
+    assert a == b and a_tables == b_tables
+    assert sum(v.verdict == "duplicate" for v in a[0][0]) > 50
+    runs = []
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        apply = dd._apply
+        dd._apply = lambda t, parts: runs.append(1) or apply(t, parts)  # type: ignore[method-assign]
+        dd.check_batch(docs)
+        assert dd.last_batch.searched == searched
+    assert len(runs) > 1  # it did run again

@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import time
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -562,28 +563,31 @@ class Deduplicator:
         )
         kinds = None if bulk is None else bulk.kinds
         out: list[Verdict] = []
-        for p, self._rows in zip(parts, rows, strict=True):
-            for i in range(len(p.docs)):
-                self._ts = ts = stamps[position]
-                if ttl is not None:
-                    self._expire(t, clocks[position] - ttl)
-                if kinds is not None and kinds[position]:
-                    # its place in `out` and `changes`, filled by `_store_bulk`
-                    assert bulk is not None
-                    bulk.positions.append(position)
-                    bulk.docnos.append(next_docno)
-                    bulk.timestamps.append(ts)
-                    bulk.verdict_at.append(len(out))
-                    bulk.change_at.append(len(self.changes))
-                    out.append(_LATER)
-                    self.changes.append(_LATER_CHANGE)
-                    next_docno += 1
+        if bulk is not None and ttl is None:  # (a window looks at every position)
+            next_docno = self._number(t, parts, rows, stamps, bulk, next_docno, out)
+        else:
+            for p, self._rows in zip(parts, rows, strict=True):
+                for i in range(len(p.docs)):
+                    self._ts = ts = stamps[position]
+                    if ttl is not None:
+                        self._expire(t, clocks[position] - ttl)
+                    if kinds is not None and kinds[position]:
+                        # its place in `out` and `changes`, filled by `_store_bulk`
+                        assert bulk is not None
+                        bulk.positions.append(position)
+                        bulk.docnos.append(next_docno)
+                        bulk.timestamps.append(ts)
+                        bulk.verdict_at.append(len(out))
+                        bulk.change_at.append(len(self.changes))
+                        out.append(_LATER)
+                        self.changes.append(_LATER_CHANGE)
+                        next_docno += 1
+                        position += 1
+                        continue
                     position += 1
-                    continue
-                position += 1
-                verdict, inserted = self._check_one(t, p, i, next_docno)
-                next_docno += inserted
-                out.append(verdict)
+                    verdict, inserted = self._check_one(t, p, i, next_docno)
+                    next_docno += inserted
+                    out.append(verdict)
         clock = clocks[-1] if clocks else clock
         if bulk is not None and bulk.docnos:
             assert isinstance(t, Tables)
@@ -600,6 +604,47 @@ class Deduplicator:
             caps["exact"] = caps.get("exact", 0) + b.exact_capped
             t.set_meta(MetaKey.CAPS, caps)
         return out
+
+    def _number(
+        self,
+        t: Store,
+        parts: list[Prepared],
+        rows: list[list[bytes]],
+        stamps: list[int | None],
+        bulk: _Bulk,
+        next_docno: int,
+        out: list[Verdict],
+    ) -> int:
+        """The loop of `_apply` without a time window: each run of documents decided
+        in bulk numbered at once (their places kept in `out` and `changes`), the
+        others decided one by one between them, in batch order; the next docno after
+        them.  In a batch of new ids every document is decided in bulk (but those
+        without shingles): a loop over positions would be most of what is left of
+        the batch's Python per document."""
+        ones = np.flatnonzero(bulk.kind == 0).tolist()  # decided one by one
+        starts = np.cumsum([0, *(len(p.docs) for p in parts)]).tolist()
+        changes, n = self.changes, starts[-1]
+        done = 0
+        for pos in [*ones, n]:
+            if pos > done:  # documents done .. pos - 1: in bulk
+                k = pos - done
+                bulk.positions += range(done, pos)
+                bulk.docnos += range(next_docno, next_docno + k)
+                bulk.timestamps += stamps[done:pos]
+                bulk.verdict_at += range(len(out), len(out) + k)
+                bulk.change_at += range(len(changes), len(changes) + k)
+                out += [_LATER] * k
+                changes += [_LATER_CHANGE] * k
+                next_docno += k
+            if pos == n:
+                break
+            part = bisect_right(starts, pos) - 1
+            self._rows, self._ts = rows[part], stamps[pos]
+            verdict, inserted = self._check_one(t, parts[part], pos - starts[part], next_docno)
+            next_docno += inserted
+            out.append(verdict)
+            done = pos + 1
+        return next_docno
 
     def _stamps(
         self, parts: list[Prepared], clock: int, ahead: int | None, now: int

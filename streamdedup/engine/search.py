@@ -90,13 +90,7 @@ def search_batch(
     out.bucket_capped = int(np.count_nonzero(capped))
     if not len(flat):
         return out
-    # the distinct stored candidates (the rest are the batch's, remembered), by a
-    # mask over the stored docnos: a templated batch has millions of candidates,
-    # which a sort would make distinct in ten times the time
-    first = int(docnos[0])
-    seen = np.zeros(first, dtype=np.bool_)
-    seen[flat[flat < first]] = True
-    stored = np.flatnonzero(seen)
+    stored = _distinct_below(flat, int(docnos[0]))  # the rest: the batch's, remembered
     if len(stored):  # their signatures read into memory's matrix (the ranking: none)
         memory.ranked(t, docs[0][0].sigs[docs[0][1]], stored, math.inf, 0)
     matrix, slot = memory.matrix()
@@ -120,6 +114,23 @@ def search_batch(
         memory.remember(docno, p, i)  # its own exact set, made by the check, kept
     del kept  # (a document none of whose candidates has a signature: no check either)
     return out
+
+
+def _distinct_below(flat: I64, first: int) -> I64:
+    """The distinct values of `flat` below `first`, ascending: by a mask over their
+    span when it is not much wider than they are many (a templated batch has
+    millions of candidates, mostly recent documents, which a sort would make
+    distinct in ten times the time), else by a sort."""
+    low = flat[flat < first]
+    if not len(low):
+        return low
+    base = int(low.min())
+    span = int(low.max()) - base + 1
+    if span > 8 * len(low) + (1 << 16):
+        return np.unique(low)
+    seen = np.zeros(span, dtype=np.bool_)
+    seen[low - base] = True
+    return np.flatnonzero(seen).astype(np.int64) + base
 
 
 def _signatures(docs: list[tuple[Prepared, int, int]]) -> npt.NDArray[np.uint16]:

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.engine.search import gather_all, rank_all
+from streamdedup.engine.search import _distinct_below, gather_all, rank_all
 from tests.support.kernels import needs_compiled, numpy_code
 
 KEYS = [bytes([k]) * 8 for k in range(8)]
@@ -105,3 +105,17 @@ def test_rank_all_equals_the_loop(case: tuple[object, ...]) -> None:
         want = rank_all(sigs, matrix, slot, flat, offsets, bar, limit)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+
+
+@given(
+    st.lists(st.one_of(st.integers(0, 300), st.integers(0, 10**7)), max_size=200),
+    st.integers(0, 10**7),
+)
+def test_the_stored_candidates_are_the_distinct_ones_below_the_batch(
+    values: list[int], first: int
+) -> None:
+    """By a mask (close docnos) or a sort (spread ones): numpy's unique of those below."""
+    flat = np.asarray(values, dtype=np.int64)
+    got = _distinct_below(flat, first)
+    assert got.dtype == np.int64
+    assert got.tolist() == np.unique(flat[flat < first]).tolist()

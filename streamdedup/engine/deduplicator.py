@@ -801,19 +801,25 @@ class Deduplicator:
                     kind[j] = COPY
                     out.of[j] = got
         if searchable:
-            self._search_kinds(out, contents, free & new & ~quiet)
+            self._search_kinds(out, contents, free & new & ~quiet, free)
         out.kinds = kind.tolist()
         return out
 
     @staticmethod
-    def _search_kinds(out: _Bulk, contents: list[bytes], searching: npt.NDArray[np.bool_]) -> None:
+    def _search_kinds(
+        out: _Bulk,
+        contents: list[bytes],
+        searching: npt.NDArray[np.bool_],
+        shingled: npt.NDArray[np.bool_],
+    ) -> None:
         """In a batch whose searches no verdict can change (`_classify`), the
         documents that would search (`searching`: new ids with shingles, a content
         new to the index, a row that is not quiet) when the first of the batch with
         their content: SEARCH; the later ones with that content: their copies.
-        Every other document with shingles is PLAIN or COPY already; if one is not,
-        nothing is searched in bulk (the loop's searches would meet documents not
-        stored yet)."""
+        Every other document with shingles (`shingled`) is PLAIN or COPY already; if
+        one is not (a content owner without a record: a damaged index), nothing is
+        searched in bulk (its check in the loop would meet documents not stored
+        yet)."""
         kind, n = out.kind, len(contents)
         firsts = np.ones(n, dtype=np.bool_)
         seen_at: dict[bytes, int] = {}
@@ -828,7 +834,7 @@ class Deduplicator:
             if kind[owner] == SEARCH:
                 kind[j] = COPY
                 out.copy_of[j] = owner
-        if np.any((kind == 0) & searching):  # (not expected: the classes cover them)
+        if np.any((kind == 0) & shingled):  # (not expected: the classes cover them)
             kind[kind == SEARCH] = 0
             kind[list(out.copy_of)] = 0
             out.copy_of = {}

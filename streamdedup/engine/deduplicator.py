@@ -100,8 +100,9 @@ class Counters:
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
-    bulk: int = 0  # decided and stored in bulk (`_classify`): new ids, plain or exact copies
-    searched: int = 0  # searched for near duplicates before the loop (engine/search.py)
+    # decided and stored in bulk (`_classify`): new ids, plain, exact copies or searched
+    bulk: int = 0
+    searched: int = 0  # of those, searched in one search of their batch (engine/search.py)
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -287,7 +288,7 @@ class Deduplicator:
         self.bulk = True
         # Search a batch's near duplicates all at once when no verdict can change
         # them (engine/search.py; only with `bulk`); False: one by one in the loop
-        self.search_ahead = True
+        self.bulk_search = True
         try:
             self._open_sealed()
         except BaseException:
@@ -743,7 +744,7 @@ class Deduplicator:
         # nothing during the batch, exact verification.
         oldest = self._expiry.oldest
         searchable = (
-            self.search_ahead
+            self.bulk_search
             and self.params.verify == "exact"
             and not repeated
             and bool(free.all())

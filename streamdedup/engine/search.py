@@ -1,6 +1,5 @@
-"""The near-duplicate search of a whole batch, made before its per-document loop
-(`search_batch`), for the batches where no verdict can change what a later document
-of the batch finds.
+"""The near-duplicate search of a whole batch at once (`search_batch`), for the
+batches where no verdict can change what a later document of the batch finds.
 
 Why that is most batches of a stream, and when it holds (`Deduplicator._classify`
 checks it): no sealed segments; every document of the batch a new id (in neither the
@@ -12,14 +11,14 @@ is indexed (its postings added, its signature and exact set findable) iff it has
 shingles and its content has no owner yet -- a fact of the batch, not of any verdict.
 So each searching document's candidates (per bucket the newest `cap` of the batch's
 earlier indexed documents and of the stored postings read ahead), their ranking and
-the exact best match are fixed before the loop starts; only the `cluster` of a
-duplicate of one of the batch's documents follows that document's verdict, which the
-loop reads when it stores the document (`Tables.record`).
+the exact best match are fixed before any verdict is made; only the `cluster` of a
+duplicate of one of the batch's documents follows that document's verdict, which
+`Deduplicator._searched` resolves in batch order.
 
 The answers and the counters are exactly those `Deduplicator._best_match` would give
-one document at a time (tests/engine/test_bulk.py compares the two on random batches
-of near duplicates, inside the batch and against stored documents, with caps that
-bite)."""
+one document at a time in the batch's loop (tests/engine/test_bulk.py compares the
+two on random batches of near duplicates, inside the batch and against stored
+documents, with caps that bite)."""
 
 from __future__ import annotations
 

@@ -286,7 +286,7 @@ def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_pat
     assert counters.bulk > 300
 
 
-# ---------------------------------------------------------------- search ahead
+# ------------------------------------------------------------ the bulk search
 
 
 def _site_texts(seed: int) -> list[str]:
@@ -315,15 +315,15 @@ def _site_texts(seed: int) -> list[str]:
 def _run_search(
     path: Path,
     batches: list[list[Document]],
-    ahead: bool,
+    in_bulk: bool,
     options: EngineOptions,
     threshold: float,
 ) -> tuple[list[Any], dict[str, Any], int]:
     """Each batch's verdicts, changes, touched ids and counters (all but which path
-    took a document); the tables at the end; how many documents were searched ahead."""
+    took a document); the tables at the end; how many documents were searched in bulk."""
     seen: list[Any] = []
     with Deduplicator(path, options=options, threshold=threshold) as dd:
-        dd.search_ahead = ahead
+        dd.bulk_search = in_bulk
         for batch in batches:
             verdicts = dd.check_batch(batch)
             c = dd.last_batch
@@ -343,7 +343,7 @@ def _run_search(
     replays=st.booleans(),
     window=st.booleans(),
 )
-def test_search_ahead_equals_the_search_in_the_loop(
+def test_the_bulk_search_equals_the_search_in_the_loop(
     picks: list[int],
     cuts: list[int],
     seed: int,
@@ -352,7 +352,7 @@ def test_search_ahead_equals_the_search_in_the_loop(
     replays: bool,
     window: bool,
 ) -> None:
-    """A batch of new ids searched before its loop (engine/search.py) gives what the
+    """A batch of new ids searched at once (engine/search.py) gives what the
     loop's own searches give: verdicts, changes, counters and tables.  Batches mix
     near duplicates of earlier documents of the batch and of stored ones, template
     siblings sharing most buckets, exact copies, empty pages; `replays` sends some
@@ -377,19 +377,19 @@ def test_search_ahead_equals_the_search_in_the_loop(
         ttl_ms=20 * 60_000 if window else None,
     )
     with tempfile.TemporaryDirectory(prefix="search-") as tmp:
-        ahead, ahead_tables, searched = _run_search(Path(tmp) / "a", batches, True, opts, threshold)
+        bulk, bulk_tables, searched = _run_search(Path(tmp) / "a", batches, True, opts, threshold)
         loop, loop_tables, none = _run_search(Path(tmp) / "l", batches, False, opts, threshold)
     assert none == 0
-    assert ahead == loop
-    assert ahead_tables == loop_tables
-    event(f"searched ahead: {'none' if not searched else 'some'}")
-    dup = sum(v.verdict == "duplicate" and not v.exact for b in ahead for v in b[0])
+    assert bulk == loop
+    assert bulk_tables == loop_tables
+    event(f"searched in bulk: {'none' if not searched else 'some'}")
+    dup = sum(v.verdict == "duplicate" and not v.exact for b in bulk for v in b[0])
     event(f"near duplicates: {'none' if not dup else 'some'}")
-    event(f"capped: {'yes' if any(b[3][3] or b[4] for b in ahead) else 'no'}")
+    event(f"capped: {'yes' if any(b[3][3] or b[4] for b in bulk) else 'no'}")
 
 
-def test_search_ahead_finds_duplicates_inside_the_batch_and_stored(tmp_path: Path) -> None:
-    """One batch of new ids, searched ahead: a near duplicate of a stored page, one of
+def test_the_bulk_search_finds_duplicates_inside_the_batch_and_stored(tmp_path: Path) -> None:
+    """One batch of new ids, searched in bulk: a near duplicate of a stored page, one of
     an earlier page of the batch (its cluster follows that page's verdict), and a
     near duplicate of that near duplicate; the counters say all went the new way."""
     texts = _site_texts(1)
@@ -415,8 +415,8 @@ def _templated_batch(seed: int, n: int) -> list[Document]:
     return [Document(f"d{k}", texts[rnd.randrange(len(texts))]) for k in range(n)]
 
 
-@pytest.mark.parametrize("ahead", [True, False])
-def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, ahead: bool) -> None:
+@pytest.mark.parametrize("in_bulk", [True, False])
+def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, in_bulk: bool) -> None:
     """A batch given as several prepared parts (as `--workers` hands them over) is
     searched across its parts: the same verdicts, changes and tables as the loop's
     searches over the same parts."""
@@ -424,7 +424,7 @@ def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, ahead: bool
 
     def run(path: Path, search: bool) -> tuple[Any, ...]:
         with Deduplicator(path, threshold=0.7) as dd:
-            dd.search_ahead = search
+            dd.bulk_search = search
             dd.check_batch(docs[:20])
             parts = [dd.preparer.prepare(docs[a : a + 25], known=dd.known) for a in (20, 45)]
             parts.append(dd.preparer.prepare(docs[70:], known=dd.known))
@@ -433,9 +433,9 @@ def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, ahead: bool
             work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
             return verdicts, list(dd.changes), work, c.exact_capped, c.searched, _tables(dd)
 
-    got = run(tmp_path / "a", ahead)
+    got = run(tmp_path / "a", in_bulk)
     want = run(tmp_path / "l", False)
-    assert (got[4] > 0) == ahead
+    assert (got[4] > 0) == in_bulk
     assert got[:4] == want[:4] and got[5] == want[5]
     assert any(v.verdict == "duplicate" and not v.exact for v in got[0])
 

@@ -704,8 +704,8 @@ class Deduplicator:
         has (so it keeps its content), or of such a first document: `duplicate`,
         `exact`, stored as a copy.
 
-        In a batch whose every id is new (and none `light`), where the window forgets
-        nothing, with exact verification, the documents left -- those that search
+        In a batch whose every id is new (or a `light` replay), where the window
+        forgets nothing, with exact verification, the documents left -- those that search
         for near duplicates -- are SEARCH (and the later copies of their contents
         COPY): decided by one search of the whole batch (`_search_kinds`,
         `_searched`, engine/search.py), whose answers no verdict can change.
@@ -738,25 +738,28 @@ class Deduplicator:
             free &= np.fromiter(
                 (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
             )
-        # The loop's searches can be made before it (engine/search.py) when no verdict
-        # can change what a later document finds: every id new and none `light` (no
-        # document is forgotten, replaced or adopted), the window forgetting and hiding
-        # nothing during the batch, exact verification.
+        light = np.zeros(n, dtype=np.bool_)
+        start = 0
+        for p in parts:
+            if p.light:
+                light[[start + i for i in p.light]] = True
+            start += len(p.docs)
+        # The batch's searches can be made at once (engine/search.py) when no verdict
+        # can change what a later document finds: every id new, or a `light` replay
+        # (checked below: its stored document stays, unchanged) -- no document is
+        # forgotten, replaced or adopted --, the window forgetting and hiding nothing
+        # during the batch, exact verification.
         oldest = self._expiry.oldest
         searchable = (
             self.bulk_search
             and self.params.verify == "exact"
             and not repeated
-            and bool(free.all())
-            and not any(p.light or p.hashes is None for p in parts)
+            and bool((free | light).all())
+            and not any(p.hashes is None for p in parts)
             and (cutoff is None or oldest is None or oldest[0] >= cutoff)
         )
         free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
-        start = 0
-        for p in parts:
-            if p.light:
-                free[[start + i for i in p.light]] = False
-            start += len(p.docs)
+        free &= ~light
         # (a batch of replays only has nothing to check)
         if not free.any() or not all(
             self._replays(t, p, repeated, cutoff) for p in parts if p.light

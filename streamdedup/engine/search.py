@@ -3,8 +3,9 @@ batches where no verdict can change what a later document of the batch finds.
 
 Why that is most batches of a stream, and when it holds (`Deduplicator._classify`
 checks it): no sealed segments; every document of the batch a new id (in neither the
-index nor another document of the batch), none `light`; the time window forgets and
-hides nothing during the batch; exact verification.  Then no document is forgotten,
+index nor another document of the batch) or a replay (`light`: sent again with the
+content its stored document keeps); the time window forgets and hides nothing during
+the batch; exact verification.  Then no document is forgotten,
 replaced or adopted in the batch, so no stored posting goes stale and every document
 is inserted: its document number is the batch's first plus its position.  A document
 is indexed (its postings added, its signature and exact set findable) iff it has

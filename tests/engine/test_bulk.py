@@ -318,10 +318,12 @@ def _run_search(
     in_bulk: bool,
     options: EngineOptions,
     threshold: float,
-) -> tuple[list[Any], dict[str, Any], int]:
+) -> tuple[list[Any], dict[str, Any], int, int]:
     """Each batch's verdicts, changes, touched ids and counters (all but which path
-    took a document); the tables at the end; how many documents were searched in bulk."""
+    took a document); the tables at the end; how many documents were searched in bulk,
+    and in how many batches with replays among them."""
     seen: list[Any] = []
+    both = 0  # batches with replays searched in bulk
     with Deduplicator(path, options=options, threshold=threshold) as dd:
         dd.bulk_search = in_bulk
         for batch in batches:
@@ -329,7 +331,8 @@ def _run_search(
             c = dd.last_batch
             work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
             seen.append((verdicts, list(dd.changes), list(dd.touched), work, c.exact_capped))
-        return seen, _tables(dd), dd.counters.searched
+            both += bool(c.searched and c.replayed)
+        return seen, _tables(dd), dd.counters.searched, both
 
 
 @settings(max_examples=100, deadline=None)
@@ -364,8 +367,12 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
         Document(f"d{k}", texts[t], T0 + k * 60_000 if window else None)
         for k, t in enumerate(picks)
     ]
-    if replays:
-        stream += stream[:: max(1, len(stream) // 3)]
+    if replays:  # every third document sent again later, among new ones
+        again = {k + 20: d for k, d in enumerate(stream) if k % 3 == 0}
+        mixed = []
+        for k, d in enumerate(stream):
+            mixed += [again[k], d] if k in again else [d]
+        stream = mixed
     batches, at, k = [], 0, 0
     while at < len(stream):
         size = cuts[k % len(cuts)]
@@ -377,12 +384,15 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
         ttl_ms=20 * 60_000 if window else None,
     )
     with tempfile.TemporaryDirectory(prefix="search-") as tmp:
-        bulk, bulk_tables, searched = _run_search(Path(tmp) / "a", batches, True, opts, threshold)
-        loop, loop_tables, none = _run_search(Path(tmp) / "l", batches, False, opts, threshold)
+        bulk, bulk_tables, searched, both = _run_search(
+            Path(tmp) / "a", batches, True, opts, threshold
+        )
+        loop, loop_tables, none, _ = _run_search(Path(tmp) / "l", batches, False, opts, threshold)
     assert none == 0
     assert bulk == loop
     assert bulk_tables == loop_tables
     event(f"searched in bulk: {'none' if not searched else 'some'}")
+    event(f"replays in a batch searched in bulk: {'yes' if both else 'no'}")
     dup = sum(v.verdict == "duplicate" and not v.exact for b in bulk for v in b[0])
     event(f"near duplicates: {'none' if not dup else 'some'}")
     event(f"capped: {'yes' if any(b[3][3] or b[4] for b in bulk) else 'no'}")
@@ -454,8 +464,8 @@ def test_a_rerun_transaction_searches_the_batch_again(tmp_path: Path) -> None:
         docs.append(Document(f"d{k}", " ".join(words)))
     opts = EngineOptions(map_size=1 << 18)
     with tempfile.TemporaryDirectory(prefix="rerun-") as tmp:
-        a, a_tables, searched = _run_search(Path(tmp) / "a", [docs], True, opts, 0.8)
-        b, b_tables, _ = _run_search(Path(tmp) / "b", [docs], False, opts, 0.8)
+        a, a_tables, searched, _ = _run_search(Path(tmp) / "a", [docs], True, opts, 0.8)
+        b, b_tables, _, _ = _run_search(Path(tmp) / "b", [docs], False, opts, 0.8)
     assert searched > 50
     assert a == b and a_tables == b_tables
     assert sum(v.verdict == "duplicate" for v in a[0][0]) > 50
@@ -466,3 +476,25 @@ def test_a_rerun_transaction_searches_the_batch_again(tmp_path: Path) -> None:
         dd.check_batch(docs)
         assert dd.last_batch.searched == searched
     assert len(runs) > 1  # it did run again
+
+
+def test_replays_among_new_ids_keep_the_bulk_search(tmp_path: Path) -> None:
+    """Documents sent again with their stored content (`light`: a redelivery) do not
+    turn the bulk search off for the new documents of their batch; the result is the
+    loop's."""
+    texts = _site_texts(2)
+    first = [Document(f"s{k}", texts[k]) for k in range(20)]
+    second = [Document(f"n{k}", texts[20 + k]) for k in range(20)]  # edits of the first
+    second[3:3] = [first[3], first[7]]  # replays
+    second.append(first[11])
+    opts = EngineOptions()
+    a, a_tables, _, both = _run_search(tmp_path / "a", [first, second], True, opts, 0.7)
+    b, b_tables, _, _ = _run_search(tmp_path / "b", [first, second], False, opts, 0.7)
+    assert a == b and a_tables == b_tables
+    assert both == 1
+    with Deduplicator(tmp_path / "c", threshold=0.7) as dd:
+        dd.check_batch(first)
+        dd.check_batch(second)
+        assert dd.last_batch.replayed == 3
+        assert dd.last_batch.searched > 5
+    assert sum(v.verdict == "duplicate" and not v.exact for v in a[1][0]) > 5

@@ -705,7 +705,7 @@ class Deduplicator:
         `exact`, stored as a copy.
 
         In a batch whose every id is new (or a `light` replay), where the window
-        forgets nothing, with exact verification, the documents left -- those that search
+        forgets nothing, the documents left -- those that search
         for near duplicates -- are SEARCH (and the later copies of their contents
         COPY): decided by one search of the whole batch (`_search_kinds`,
         `_searched`, engine/search.py), whose answers no verdict can change.
@@ -748,14 +748,13 @@ class Deduplicator:
         # can change what a later document finds: every id new, or a `light` replay
         # (checked below: its stored document stays, unchanged) -- no document is
         # forgotten, replaced or adopted --, the window forgetting and hiding nothing
-        # during the batch, exact verification.
+        # during the batch.
         oldest = self._expiry.oldest
         searchable = (
             self.bulk_search
-            and self.params.verify == "exact"
             and not repeated
             and bool((free | light).all())
-            and not any(p.hashes is None for p in parts)
+            and (self.params.verify == "signature" or all(p.hashes is not None for p in parts))
             and (cutoff is None or oldest is None or oldest[0] >= cutoff)
         )
         free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
@@ -866,6 +865,7 @@ class Deduplicator:
             self.params.threshold,
             self._margin,
             self.options.max_exact_checks,
+            signature_only=self.params.verify == "signature",
         )
         c = self._batch
         c.candidates += got.candidates

@@ -5,14 +5,14 @@ Why that is most batches of a stream, and when it holds (`Deduplicator._classify
 checks it): no sealed segments; every document of the batch a new id (in neither the
 index nor another document of the batch) or a replay (`light`: sent again with the
 content its stored document keeps); the time window forgets and hides nothing during
-the batch; exact verification.  Then no document is forgotten,
-replaced or adopted in the batch, so no stored posting goes stale and every document
-is inserted: its document number is the batch's first plus its position.  A document
-is indexed (its postings added, its signature and exact set findable) iff it has
+the batch.  Then no document is forgotten, replaced or adopted in the batch, so no
+stored posting goes stale and every document is inserted or a replay.  A document is
+indexed (its postings added, its signature and exact set findable) iff it has
 shingles and its content has no owner yet -- a fact of the batch, not of any verdict.
 So each searching document's candidates (per bucket the newest `cap` of the batch's
 earlier indexed documents and of the stored postings read ahead), their ranking and
-the exact best match are fixed before any verdict is made; only the `cluster` of a
+the best match (by exact Jaccard, or with `verify = "signature"` by estimate) are
+fixed before any verdict is made; only the `cluster` of a
 duplicate of one of the batch's documents follows that document's verdict, which
 `Deduplicator._searched` resolves in batch order.
 
@@ -61,6 +61,7 @@ def search_batch(
     threshold: float,
     margin: float,
     max_checks: int,
+    signature_only: bool = False,
 ) -> Searched:
     """Search every one of `docs` ((part, index in it, docno), in batch order: the
     batch's documents that search, as `_classify` found them) as `_best_match` would
@@ -71,7 +72,9 @@ def search_batch(
     batch's earlier documents as the loop would have added them); the signatures of
     the stored ones among them read in one call and all of them ranked at once
     (`rank_all`); then the exact check (`best_exact`) only for the documents with
-    candidates near enough -- a few of a stream's, each with its own exact set."""
+    candidates near enough -- a few of a stream's, each with its own exact set.
+    `signature_only` (`verify = "signature"`): the best estimate decides, at least
+    `threshold`, as `_best_match` takes it."""
     out = Searched()
     found = out.found = dict.fromkeys((d for _, _, d in docs), None)
     if not docs:
@@ -94,10 +97,18 @@ def search_batch(
     if len(stored):  # their signatures read into memory's matrix (the ranking: none)
         memory.ranked(t, docs[0][0].sigs[docs[0][1]], stored, math.inf, 0)
     matrix, slot = memory.matrix()
-    kept, ranked, est, at = rank_all(
-        _signatures(docs), matrix, slot, flat, offsets, threshold - margin, max_checks + 1
-    )
+    # the candidates in the order any rule may look at them (`_best_match`): the
+    # exact check tries those within the margin of the bar, at most `max_checks`
+    # (one more says whether that cap stopped it); the signature rule the first
+    bar = -math.inf if signature_only else threshold - margin
+    limit = 1 if signature_only else max_checks + 1
+    kept, ranked, est, at = rank_all(_signatures(docs), matrix, slot, flat, offsets, bar, limit)
     bounds = at.tolist()
+    if signature_only:
+        for j in np.flatnonzero(np.diff(at)).tolist():
+            if est[bounds[j]] >= threshold:
+                found[docs[j][2]] = (float(est[bounds[j]]), int(ranked[bounds[j]]))
+        return out
     for j in np.flatnonzero(np.diff(at)).tolist():  # near enough to be checked exactly
         p, i, docno = docs[j]
         a, b = bounds[j], bounds[j + 1]

@@ -318,13 +318,14 @@ def _run_search(
     in_bulk: bool,
     options: EngineOptions,
     threshold: float,
+    verify: Verify = "exact",
 ) -> tuple[list[Any], dict[str, Any], int, int]:
     """Each batch's verdicts, changes, touched ids and counters (all but which path
     took a document); the tables at the end; how many documents were searched in bulk,
     and in how many batches with replays among them."""
     seen: list[Any] = []
     both = 0  # batches with replays searched in bulk
-    with Deduplicator(path, options=options, threshold=threshold) as dd:
+    with Deduplicator(path, options=options, threshold=threshold, verify=verify) as dd:
         dd.bulk_search = in_bulk
         for batch in batches:
             verdicts = dd.check_batch(batch)
@@ -345,6 +346,7 @@ def _run_search(
     threshold=st.sampled_from([0.5, 0.7, 0.8]),
     replays=st.booleans(),
     window=st.booleans(),
+    verify=st.sampled_from(["exact", "exact", "signature"]),
 )
 def test_the_bulk_search_equals_the_search_in_the_loop(
     picks: list[int],
@@ -354,14 +356,16 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
     threshold: float,
     replays: bool,
     window: bool,
+    verify: Verify,
 ) -> None:
     """A batch of new ids searched at once (engine/search.py) gives what the
     loop's own searches give: verdicts, changes, counters and tables.  Batches mix
     near duplicates of earlier documents of the batch and of stored ones, template
     siblings sharing most buckets, exact copies, empty pages; `replays` sends some
-    documents again (a known id: that batch is searched in the loop), `window`
-    dates documents so that some batches lie within a time window and some reach
-    past it."""
+    documents again among new ones (a replay keeps the bulk search; the same id
+    twice in one batch turns it off), `window` dates documents so that some batches
+    lie within a time window and some reach past it; `verify` by exact Jaccard or by
+    the signature estimate alone."""
     texts = _site_texts(seed)
     stream = [
         Document(f"d{k}", texts[t], T0 + k * 60_000 if window else None)
@@ -385,9 +389,11 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
     )
     with tempfile.TemporaryDirectory(prefix="search-") as tmp:
         bulk, bulk_tables, searched, both = _run_search(
-            Path(tmp) / "a", batches, True, opts, threshold
+            Path(tmp) / "a", batches, True, opts, threshold, verify
         )
-        loop, loop_tables, none, _ = _run_search(Path(tmp) / "l", batches, False, opts, threshold)
+        loop, loop_tables, none, _ = _run_search(
+            Path(tmp) / "l", batches, False, opts, threshold, verify
+        )
     assert none == 0
     assert bulk == loop
     assert bulk_tables == loop_tables

@@ -15,9 +15,13 @@ new content and no candidates (unique), or an exact copy of a content held by a
 document that stays (duplicate, exact).  Without sealed segments, `_classify` finds
 them for the whole batch up front (set and numpy operations over
 its ids, contents, quiet rows and read-ahead) and `_store_bulk` decides and stores
-them together after the loop; the loop only numbers them in their place.  Their
-verdicts, stored entries and changes are those the one-by-one path would make
-(tests/engine/test_bulk.py compares the two on random batches).
+them together after the loop; the loop only numbers them in their place.  In a
+batch of new ids (most batches of a stream), the documents that search for near
+duplicates are decided in bulk too: no verdict changes what a later document of
+such a batch finds, so the whole batch's searches are made at once
+(engine/search.py).  Their verdicts, stored entries and changes are those the
+one-by-one path would make (tests/engine/test_bulk.py compares the two on random
+batches).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import math
 import os
 import time
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -41,6 +46,7 @@ from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
+from streamdedup.engine.search import search_batch
 from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
@@ -94,7 +100,9 @@ class Counters:
     replayed: int = 0  # ids seen before with the same content
     expired: int = 0  # forgotten by the time window
     clock_outliers: int = 0  # timestamps too far ahead of the wall clock (not trusted)
-    bulk: int = 0  # decided and stored in bulk (`_classify`): new ids, plain or exact copies
+    # decided and stored in bulk (`_classify`): new ids, plain, exact copies or searched
+    bulk: int = 0
+    searched: int = 0  # of those, searched in one search of their batch (engine/search.py)
 
     def merge(self, other: Counters) -> None:
         self.documents += other.documents
@@ -107,6 +115,7 @@ class Counters:
         self.expired += other.expired
         self.clock_outliers += other.clock_outliers
         self.bulk += other.bulk
+        self.searched += other.searched
 
 
 @dataclass
@@ -119,7 +128,9 @@ class _Expiry:
     behind: bool = False
 
 
-PLAIN, COPY = 1, 2  # the kinds of documents decided in bulk (`_classify`)
+# the kinds of documents decided in bulk (`_classify`); SEARCH: searched for near
+# duplicates with the whole batch's others (engine/search.py)
+PLAIN, COPY, SEARCH = 1, 2, 3
 
 
 class _Bulk:
@@ -138,6 +149,9 @@ class _Bulk:
         self.timestamps: list[int | None] = []
         self.verdict_at: list[int] = []
         self.change_at: list[int] = []
+        # a copy of a SEARCH document's content (position -> that document's
+        # position): its `of` follows that document's verdict (`_store_bulk`)
+        self.copy_of: dict[int, int] = {}
 
 
 @contextmanager
@@ -272,6 +286,9 @@ class Deduplicator:
         # Decide a batch's plain documents at once (`_classify`); False: every document
         # one by one (tests compare the two)
         self.bulk = True
+        # Search a batch's near duplicates all at once when no verdict can change
+        # them (engine/search.py; only with `bulk`); False: one by one in the loop
+        self.bulk_search = True
         try:
             self._open_sealed()
         except BaseException:
@@ -547,28 +564,31 @@ class Deduplicator:
         )
         kinds = None if bulk is None else bulk.kinds
         out: list[Verdict] = []
-        for p, self._rows in zip(parts, rows, strict=True):
-            for i in range(len(p.docs)):
-                self._ts = ts = stamps[position]
-                if ttl is not None:
-                    self._expire(t, clocks[position] - ttl)
-                if kinds is not None and kinds[position]:
-                    # its place in `out` and `changes`, filled by `_store_bulk`
-                    assert bulk is not None
-                    bulk.positions.append(position)
-                    bulk.docnos.append(next_docno)
-                    bulk.timestamps.append(ts)
-                    bulk.verdict_at.append(len(out))
-                    bulk.change_at.append(len(self.changes))
-                    out.append(_LATER)
-                    self.changes.append(_LATER_CHANGE)
-                    next_docno += 1
+        if bulk is not None and ttl is None:  # (a window looks at every position)
+            next_docno = self._number(t, parts, rows, stamps, bulk, next_docno, out)
+        else:
+            for p, self._rows in zip(parts, rows, strict=True):
+                for i in range(len(p.docs)):
+                    self._ts = ts = stamps[position]
+                    if ttl is not None:
+                        self._expire(t, clocks[position] - ttl)
+                    if kinds is not None and kinds[position]:
+                        # its place in `out` and `changes`, filled by `_store_bulk`
+                        assert bulk is not None
+                        bulk.positions.append(position)
+                        bulk.docnos.append(next_docno)
+                        bulk.timestamps.append(ts)
+                        bulk.verdict_at.append(len(out))
+                        bulk.change_at.append(len(self.changes))
+                        out.append(_LATER)
+                        self.changes.append(_LATER_CHANGE)
+                        next_docno += 1
+                        position += 1
+                        continue
                     position += 1
-                    continue
-                position += 1
-                verdict, inserted = self._check_one(t, p, i, next_docno)
-                next_docno += inserted
-                out.append(verdict)
+                    verdict, inserted = self._check_one(t, p, i, next_docno)
+                    next_docno += inserted
+                    out.append(verdict)
         clock = clocks[-1] if clocks else clock
         if bulk is not None and bulk.docnos:
             assert isinstance(t, Tables)
@@ -585,6 +605,47 @@ class Deduplicator:
             caps["exact"] = caps.get("exact", 0) + b.exact_capped
             t.set_meta(MetaKey.CAPS, caps)
         return out
+
+    def _number(
+        self,
+        t: Store,
+        parts: list[Prepared],
+        rows: list[list[bytes]],
+        stamps: list[int | None],
+        bulk: _Bulk,
+        next_docno: int,
+        out: list[Verdict],
+    ) -> int:
+        """The loop of `_apply` without a time window: each run of documents decided
+        in bulk numbered at once (their places kept in `out` and `changes`), the
+        others decided one by one between them, in batch order; the next docno after
+        them.  In a batch of new ids every document is decided in bulk (but those
+        without shingles): a loop over positions would be most of what is left of
+        the batch's Python per document."""
+        ones = np.flatnonzero(bulk.kind == 0).tolist()  # decided one by one
+        starts = np.cumsum([0, *(len(p.docs) for p in parts)]).tolist()
+        changes, n = self.changes, starts[-1]
+        done = 0
+        for pos in [*ones, n]:
+            if pos > done:  # documents done .. pos - 1: in bulk
+                k = pos - done
+                bulk.positions += range(done, pos)
+                bulk.docnos += range(next_docno, next_docno + k)
+                bulk.timestamps += stamps[done:pos]
+                bulk.verdict_at += range(len(out), len(out) + k)
+                bulk.change_at += range(len(changes), len(changes) + k)
+                out += [_LATER] * k
+                changes += [_LATER_CHANGE] * k
+                next_docno += k
+            if pos == n:
+                break
+            part = bisect_right(starts, pos) - 1
+            self._rows, self._ts = rows[part], stamps[pos]
+            verdict, inserted = self._check_one(t, parts[part], pos - starts[part], next_docno)
+            next_docno += inserted
+            out.append(verdict)
+            done = pos + 1
+        return next_docno
 
     def _stamps(
         self, parts: list[Prepared], clock: int, ahead: int | None, now: int
@@ -643,6 +704,12 @@ class Deduplicator:
         has (so it keeps its content), or of such a first document: `duplicate`,
         `exact`, stored as a copy.
 
+        In a batch whose every id is new (or a `light` replay), where the window
+        forgets nothing, the documents left -- those that search
+        for near duplicates -- are SEARCH (and the later copies of their contents
+        COPY): decided by one search of the whole batch (`_search_kinds`,
+        `_searched`, engine/search.py), whose answers no verdict can change.
+
         Their checks would answer as here whatever comes before them in the batch:
         no one else's id or content is theirs (only a replaced id is forgotten, and
         none of these is, nor a stored owner of their content), and nothing a plain
@@ -663,7 +730,6 @@ class Deduplicator:
         contents = [c for p in parts for c in p.content]
         ids, owners = t.read_ahead(keys, contents)
         free = ids == ABSENT
-        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
         # the ids that come more than once in the batch (most batches: none)
         repeated = set() if len(set(keys)) == n else {k for k, c in Counter(keys).items() if c > 1}
         if repeated:  # only those seen once may be free
@@ -672,11 +738,27 @@ class Deduplicator:
             free &= np.fromiter(
                 (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
             )
+        light = np.zeros(n, dtype=np.bool_)
         start = 0
         for p in parts:
             if p.light:
-                free[[start + i for i in p.light]] = False
+                light[[start + i for i in p.light]] = True
             start += len(p.docs)
+        # The batch's searches can be made at once (engine/search.py) when no verdict
+        # can change what a later document finds: every id new, or a `light` replay
+        # (checked below: its stored document stays, unchanged) -- no document is
+        # forgotten, replaced or adopted --, the window forgetting and hiding nothing
+        # during the batch.
+        oldest = self._expiry.oldest
+        searchable = (
+            self.bulk_search
+            and not repeated
+            and bool((free | light).all())
+            and (self.params.verify == "signature" or all(p.hashes is not None for p in parts))
+            and (cutoff is None or oldest is None or oldest[0] >= cutoff)
+        )
+        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
+        free &= ~light
         # (a batch of replays only has nothing to check)
         if not free.any() or not all(
             self._replays(t, p, repeated, cutoff) for p in parts if p.light
@@ -721,8 +803,94 @@ class Deduplicator:
                 if (got := stored[owner]) is not None:
                     kind[j] = COPY
                     out.of[j] = got
+        if searchable:
+            self._search_kinds(out, contents, free & new & ~quiet, free)
         out.kinds = kind.tolist()
         return out
+
+    @staticmethod
+    def _search_kinds(
+        out: _Bulk,
+        contents: list[bytes],
+        searching: npt.NDArray[np.bool_],
+        shingled: npt.NDArray[np.bool_],
+    ) -> None:
+        """In a batch whose searches no verdict can change (`_classify`), the
+        documents that would search (`searching`: new ids with shingles, a content
+        new to the index, a row that is not quiet) when the first of the batch with
+        their content: SEARCH; the later ones with that content: their copies.
+        Every other document with shingles (`shingled`) is PLAIN or COPY already; if
+        one is not (a content owner without a record: a damaged index), nothing is
+        searched in bulk (its check in the loop would meet documents not stored
+        yet)."""
+        kind, n = out.kind, len(contents)
+        firsts = np.ones(n, dtype=np.bool_)
+        seen_at: dict[bytes, int] = {}
+        if len(set(contents)) < n:
+            for j, c in enumerate(contents):
+                if seen_at.setdefault(c, j) != j:
+                    firsts[j] = False
+        undecided = kind == 0
+        kind[undecided & searching & firsts] = SEARCH
+        for j in np.flatnonzero(undecided & searching & ~firsts).tolist():
+            owner = seen_at[contents[j]]
+            if kind[owner] == SEARCH:
+                kind[j] = COPY
+                out.copy_of[j] = owner
+        if np.any((kind == 0) & shingled):  # (not expected: the classes cover them)
+            kind[kind == SEARCH] = 0
+            kind[list(out.copy_of)] = 0
+            out.copy_of = {}
+
+    def _searched(
+        self,
+        t: Tables,
+        where: list[tuple[Prepared, int]],
+        docnos: list[int],
+        ids: list[DocId],
+    ) -> list[Verdict]:
+        """The verdicts of the batch's SEARCH documents (`where`, numbered `docnos`,
+        ascending): their near duplicates searched at once (engine/search.py), the
+        work counted as `_best_match` counts it.  A duplicate of an earlier SEARCH
+        document of the batch (the only ones of the batch a search can meet) takes
+        that document's cluster, known by then: they are decided in batch order."""
+        buckets = t.batch_buckets()
+        assert buckets is not None and not (buckets.stale or buckets.dropped or buckets.adopted)
+        got = search_batch(
+            t,
+            self._memory,
+            buckets,
+            [(p, i, d) for (p, i), d in zip(where, docnos, strict=True)],
+            self.options.max_bucket_candidates,
+            self.params.threshold,
+            self._margin,
+            self.options.max_exact_checks,
+            signature_only=self.params.verify == "signature",
+        )
+        c = self._batch
+        c.candidates += got.candidates
+        c.most_candidates = max(c.most_candidates, got.most_candidates)
+        c.exact_checks += got.exact_checks
+        c.bucket_capped += got.bucket_capped
+        c.exact_capped += got.exact_capped
+        c.searched += len(docnos)
+        found = got.found
+        mine: dict[int, tuple[DocId, DocId]] = {}  # docno -> (id, cluster), in the batch
+        verdicts: list[Verdict] = []
+        for docno, d in zip(docnos, ids, strict=True):
+            best = found[docno]
+            v = None
+            if best is not None:
+                match = mine.get(best[1])
+                if match is None and (rec := t.record(best[1])) is not None:
+                    match = (rec.doc_id, rec.cluster)
+                if match is not None:
+                    v = Verdict(d, "duplicate", *match, round(best[0], 4), False)
+            if v is None:
+                v = Verdict(d, "unique", None, d, None, False)
+            mine[docno] = (d, v.cluster)
+            verdicts.append(v)
+        return verdicts
 
     @staticmethod
     def _replays(t: Tables, p: Prepared, repeated: set[bytes], cutoff: int | None) -> bool:
@@ -754,11 +922,14 @@ class Deduplicator:
         with signature, postings and text.  A copy: `duplicate` of its content's
         owner, exact, stored as one of the content's copies.  Their verdicts and
         changes take the places the loop kept, so `out` and `changes` are as the
-        one-by-one path makes them."""
+        one-by-one path makes them.  A SEARCH one: its verdict from the batch's
+        search (`_searched`), stored as a plain one is (`put_plain`: the batch's
+        documents sharing a bucket are SEARCH ones, stored in docno order, so the
+        postings buffer keeps their order)."""
         at = [(p, i) for p in parts for i in range(len(p.docs))]
         flat_rows = [r for part in rows for r in part]
         changes, counts = self.changes, self._counts
-        for kind in (PLAIN, COPY):
+        for kind in (SEARCH, PLAIN, COPY):  # (copies of SEARCH documents follow them)
             ms = [m for m, pos in enumerate(b.positions) if b.kinds[pos] == kind]
             if not ms:
                 continue
@@ -766,7 +937,13 @@ class Deduplicator:
             docnos = [b.docnos[m] for m in ms]
             keys = [p.keys[i] for p, i in where]
             ids = [p.docs[i].id for p, i in where]
-            if kind == PLAIN:
+            if kind == SEARCH:
+                verdicts = self._searched(t, where, docnos, ids)
+                by_position = dict(zip((b.positions[m] for m in ms), verdicts, strict=True))
+                for j, owner in b.copy_of.items():
+                    v = by_position[owner]
+                    b.of[j] = (v.id, v.cluster)
+            elif kind == PLAIN:
                 verdicts = [Verdict(d, "unique", None, d, None, False) for d in ids]
             else:
                 verdicts = [
@@ -779,8 +956,13 @@ class Deduplicator:
             ]
             for m, v in zip(ms, verdicts, strict=True):
                 out[b.verdict_at[m]] = v
-            for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
-                counts[name] = counts.get(name, 0) + len(verdicts)
+            if kind == SEARCH:
+                for v in verdicts:
+                    for name in v.kinds():
+                        counts[name] = counts.get(name, 0) + 1
+            else:
+                for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
+                    counts[name] = counts.get(name, 0) + len(verdicts)
             if kind == COPY:
                 t.put_copies(docnos, keys, records)
                 for m, key, docno, rec in zip(ms, keys, docnos, records, strict=True):
@@ -795,8 +977,10 @@ class Deduplicator:
                 ms, keys, docnos, records, sigs, text_of, strict=True
             ):
                 changes[b.change_at[m]] = Change(key, docno, rec, sig, True, text)
-            # later documents of the batch meet them (if at all) through memory
-            self._memory.fresh.update(zip(docnos, where, strict=True))
+            # later documents of the batch meet them (if at all) through memory (the
+            # search remembered SEARCH documents already)
+            if kind == PLAIN:
+                self._memory.fresh.update(zip(docnos, where, strict=True))
             # (nor are they the time window's `_expiry.oldest`: none is older than the
             # batch's last cutoff, so the window reaches none of them in the batch)
         self._batch.bulk += len(b.positions)

@@ -180,6 +180,11 @@ class BatchMemory:
         )
         return kept, ranked, est
 
+    def matrix(self) -> tuple[npt.NDArray[np.uint16], npt.NDArray[np.int32]]:
+        """The signature matrix `ranked` reads and its docno -> row map (-1: none), for
+        a search that ranks a whole batch's candidates in one call (engine/search.py)."""
+        return self._rows, self._slot
+
     def _room(self, top: int) -> None:
         if top >= len(self._slot):
             grown = np.full(max(2 * len(self._slot), top + 1, 1024), -1, dtype=np.int32)

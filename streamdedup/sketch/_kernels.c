@@ -1822,6 +1822,299 @@ static PyObject *sort_pairs(PyObject *self, PyObject *args)
     return Py_BuildValue("NN", out_keys, out_values);
 }
 
+/* ============================================================ search (s28) ====
+ * The near-duplicate search of a whole batch (engine/search.py): every searching
+ * document's candidates gathered in one call, all of them ranked in another. */
+
+PyDoc_STRVAR(gather_batch_doc,
+"gather_batch(rows, docnos, read_ahead, added, hot, cap) -> (flat, offsets, capped)\n\n"
+"search.gather_all: `gather` for each document of a batch in turn (`rows`: each one's\n"
+"band keys, a list of 8-byte keys; `docnos`: int64, its number), each document's\n"
+"docno appended to the lists of `added` (key -> the batch's docnos, oldest first)\n"
+"that its keys have once it is gathered, as the loop's insert adds it: so a document\n"
+"meets exactly the earlier ones.  Returns the candidates of all of them end to end\n"
+"(int64 bytes), where each one's begin (int64 bytes, n + 1 offsets) and whether a cap\n"
+"cut a bucket of each (uint8 bytes).  `added` is changed in place.");
+
+static PyObject *gather_batch(PyObject *self, PyObject *args)
+{
+    PyObject *rows, *docnos_obj, *read_ahead, *added_of, *hot;
+    Py_ssize_t cap;
+    if (!PyArg_ParseTuple(args, "O!OO!O!On", &PyList_Type, &rows, &docnos_obj, &PyDict_Type,
+                          &read_ahead, &PyDict_Type, &added_of, &hot, &cap))
+        return NULL;
+    if (!PyAnySet_Check(hot) || cap < 0) {
+        PyErr_SetString(PyExc_TypeError, "gather_batch: hot must be a set, cap >= 0");
+        return NULL;
+    }
+    Py_buffer view;
+    if (get_buffer(docnos_obj, &view, 8, "docnos") < 0)
+        return NULL;
+    const int64_t *docnos = view.buf;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    PyObject *result = NULL, *offsets = NULL, *capped_out = NULL;
+    int64_t *flat = NULL, *buf = NULL;
+    PyObject **lists = NULL;
+    Py_ssize_t flat_room = 1024, flat_used = 0, buf_room = 0, lists_room = 0;
+    if (view.len / 8 != n) {
+        PyErr_SetString(PyExc_ValueError, "gather_batch: one docno a row");
+        goto done;
+    }
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    capped_out = PyBytes_FromStringAndSize(NULL, n ? n : 0);
+    flat = PyMem_Malloc((size_t)flat_room * 8);
+    if (offsets == NULL || capped_out == NULL || flat == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *off = (int64_t *)PyBytes_AS_STRING(offsets);
+    uint8_t *capped_of = (uint8_t *)PyBytes_AS_STRING(capped_out);
+    int any_hot = PySet_GET_SIZE(hot) > 0;
+    off[0] = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *keys = PyList_GET_ITEM(rows, j);
+        if (!PyList_Check(keys)) {
+            PyErr_SetString(PyExc_TypeError, "gather_batch: each row a list of keys");
+            goto done;
+        }
+        Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
+        if (2 * n_keys + 1 > lists_room) {
+            PyMem_Free(lists);
+            lists_room = 2 * n_keys + 1;
+            lists = PyMem_Calloc((size_t)lists_room, sizeof(PyObject *));
+            if (lists == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        PyObject **stored = lists, **added = lists + n_keys; /* borrowed */
+        int capped = 0;
+        for (Py_ssize_t b = 0; b < n_keys; b++) {
+            PyObject *bk = PyList_GET_ITEM(keys, b);
+            stored[b] = PyDict_GetItemWithError(read_ahead, bk);
+            if (stored[b] == NULL && PyErr_Occurred())
+                goto done;
+            added[b] = PyDict_GetItemWithError(added_of, bk);
+            if (added[b] == NULL && PyErr_Occurred())
+                goto done;
+            Py_ssize_t ns = stored[b] ? docnos_len(stored[b]) : 0;
+            Py_ssize_t na = added[b] ? docnos_len(added[b]) : 0;
+            if (ns < 0 || na < 0)
+                goto done;
+            if (any_hot) {
+                int is_hot = PySet_Contains(hot, bk);
+                if (is_hot < 0)
+                    goto done;
+                capped |= is_hot;
+            }
+            total += ns + na;
+        }
+        if (2 * total + 1 > buf_room) {
+            PyMem_Free(buf);
+            buf_room = 2 * total + 1 > 2 * buf_room ? 2 * total + 1 : 2 * buf_room;
+            buf = PyMem_Malloc((size_t)buf_room * 8);
+            if (buf == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+        }
+        Py_ssize_t m = 0;
+        for (Py_ssize_t b = 0; b < n_keys; b++) { /* `gather`'s rule, bucket by bucket */
+            Py_ssize_t ns = stored[b] ? docnos_len(stored[b]) : 0;
+            Py_ssize_t na = added[b] ? docnos_len(added[b]) : 0;
+            int bad;
+            if (na == 0) {
+                bad = append_range(buf, &m, stored[b], 0, ns);
+            } else {
+                if (na + ns > cap)
+                    capped = 1;
+                if (na >= cap) {
+                    bad = append_range(buf, &m, added[b], cap ? na - cap : 0, na);
+                } else {
+                    Py_ssize_t take = cap - na < ns ? cap - na : ns;
+                    bad = append_range(buf, &m, added[b], 0, na) ||
+                          append_range(buf, &m, stored[b], 0, take);
+                }
+            }
+            if (bad)
+                goto done;
+        }
+        m = sort_distinct_docnos(buf, buf + total, m);
+        if (flat_used + m > flat_room) {
+            Py_ssize_t room = 2 * flat_room > flat_used + m ? 2 * flat_room : flat_used + m;
+            int64_t *grown = PyMem_Realloc(flat, (size_t)room * 8);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            flat = grown;
+            flat_room = room;
+        }
+        memcpy(flat + flat_used, buf, (size_t)m * 8);
+        flat_used += m;
+        off[j + 1] = flat_used;
+        capped_of[j] = (uint8_t)capped;
+        /* the document is stored: its docno joins the batch's lists of its keys */
+        PyObject *d = NULL;
+        for (Py_ssize_t b = 0; b < n_keys; b++) {
+            if (added[b] == NULL)
+                continue;
+            if (d == NULL && (d = PyLong_FromLongLong(docnos[j])) == NULL)
+                goto done;
+            int failed;
+            if (PyList_Check(added[b])) {
+                failed = PyList_Append(added[b], d) < 0;
+            } else { /* an int64 array (array('q')), as a batch keeps them */
+                PyObject *r = PyObject_CallMethod(added[b], "append", "O", d);
+                failed = r == NULL;
+                Py_XDECREF(r);
+            }
+            if (failed) {
+                Py_DECREF(d);
+                goto done;
+            }
+        }
+        Py_XDECREF(d);
+    }
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)flat, flat_used * 8);
+    if (raw != NULL)
+        result = Py_BuildValue("NOO", raw, offsets, capped_out);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(capped_out);
+    PyMem_Free(flat);
+    PyMem_Free(buf);
+    PyMem_Free(lists);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+PyDoc_STRVAR(rank_batch_doc,
+"rank_batch(sigs, matrix, slot, flat, offsets, bar, limit) -> (kept, ranked, est, at)\n\n"
+"search.rank_all: `rank` (fill false) for each document of a batch: row j of `sigs`\n"
+"(uint16, K per row) against its candidates flat[offsets[j]:offsets[j+1]] (int64,\n"
+"each ascending), whose signatures are rows of `matrix` (`slot`: int32 docno -> row,\n"
+"-1 none).  Returns how many of each have a row (int64 bytes), the ranked docnos and\n"
+"their estimates of all of them end to end (int64 and float64 bytes), and where each\n"
+"one's begin (int64 bytes, n + 1 offsets).");
+
+static PyObject *rank_batch(PyObject *self, PyObject *args)
+{
+    PyObject *objs[5];
+    double bar;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "OOOOOdn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                          &bar, &limit))
+        return NULL;
+    Py_buffer views[5];
+    if (get_buffers(5, views, objs, (Py_ssize_t[]){2, 2, 4, 8, 8},
+                    (const char *[]){"sigs", "matrix", "slot", "flat", "offsets"}) < 0)
+        return NULL;
+    const uint16_t *sigs = views[0].buf, *matrix = views[1].buf;
+    const int32_t *slot = views[2].buf;
+    const int64_t *flat = views[3].buf, *offsets = views[4].buf;
+    Py_ssize_t n = views[4].len / 8 - 1, n_flat = views[3].len / 8, n_slot = views[2].len / 4;
+    PyObject *result = NULL, *kept_out = NULL, *at_out = NULL;
+    int32_t *agree = NULL;
+    Py_ssize_t *order = NULL, *start = NULL;
+    int64_t *ranked = NULL;
+    double *est = NULL;
+    if (n < 0 || (n > 0 && views[0].len % (2 * n))) {
+        PyErr_SetString(PyExc_ValueError, "rank_batch: one signature a document");
+        goto done;
+    }
+    Py_ssize_t k = n ? views[0].len / 2 / n : 0;
+    Py_ssize_t n_rows = k ? views[1].len / 2 / k : 0;
+    if (n > 0 && !offsets_ok(offsets, n, n_flat, INT64_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "rank_batch: offsets out of order");
+        goto done;
+    }
+    if (limit < 0)
+        limit = 0;
+    kept_out = PyBytes_FromStringAndSize(NULL, n * 8);
+    at_out = PyBytes_FromStringAndSize(NULL, (n + 1) * 8);
+    agree = PyMem_Malloc((size_t)(n_flat ? n_flat : 1) * sizeof(int32_t));
+    order = PyMem_Malloc((size_t)(n_flat ? n_flat : 1) * sizeof(Py_ssize_t));
+    start = PyMem_Malloc(((size_t)k + 2) * sizeof(Py_ssize_t));
+    /* at most `limit` ranked a document, and never more than its candidates */
+    Py_ssize_t room = n_flat < n * limit ? n_flat : n * limit;
+    ranked = PyMem_Malloc((size_t)(room ? room : 1) * 8);
+    est = PyMem_Malloc((size_t)(room ? room : 1) * 8);
+    if (!kept_out || !at_out || !agree || !order || !start || !ranked || !est) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *kept_of = (int64_t *)PyBytes_AS_STRING(kept_out);
+    int64_t *at = (int64_t *)PyBytes_AS_STRING(at_out);
+    const double accidental = 1.0 / 65536.0;
+    Py_ssize_t used = 0;
+    at[0] = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        const uint16_t *sig = sigs + j * k;
+        Py_ssize_t lo = (Py_ssize_t)offsets[j], hi = (Py_ssize_t)offsets[j + 1], kept = 0;
+        memset(start, 0, ((size_t)k + 2) * sizeof(Py_ssize_t));
+        for (Py_ssize_t x = lo; x < hi; x++) {
+            int64_t d = flat[x];
+            if (d < 0 || (x > lo && d <= flat[x - 1])) {
+                PyErr_SetString(PyExc_ValueError, "rank_batch: docnos must ascend from 0");
+                goto done;
+            }
+            int32_t row = d < n_slot ? slot[d] : -1;
+            if (row >= n_rows) {
+                PyErr_SetString(PyExc_IndexError, "rank_batch: a row outside the matrix");
+                goto done;
+            }
+            if (row < 0) {
+                agree[x] = -1;
+                continue;
+            }
+            uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
+            agree[x] = (int32_t)a;
+            start[k - a + 1]++;
+            kept++;
+        }
+        for (Py_ssize_t a = 0; a <= k; a++)
+            start[a + 1] += start[a];
+        for (Py_ssize_t x = lo; x < hi; x++) /* stable: docnos ascending within a bucket */
+            if (agree[x] >= 0)
+                order[lo + start[k - agree[x]]++] = x;
+        Py_ssize_t take = 0;
+        while (take < kept && take < limit) {
+            Py_ssize_t x = order[lo + take];
+            double e = ((double)agree[x] / (double)k - accidental) / (1.0 - accidental);
+            e = e > 0.0 ? e : 0.0;
+            if (e < bar)
+                break;
+            ranked[used + take] = flat[x];
+            est[used + take] = e;
+            take++;
+        }
+        used += take;
+        kept_of[j] = kept;
+        at[j + 1] = used;
+    }
+    PyObject *r = PyBytes_FromStringAndSize((const char *)ranked, used * 8);
+    PyObject *e = r ? PyBytes_FromStringAndSize((const char *)est, used * 8) : NULL;
+    if (e == NULL) {
+        Py_XDECREF(r);
+        goto done;
+    }
+    result = Py_BuildValue("ONNO", kept_out, r, e, at_out);
+done:
+    Py_XDECREF(kept_out);
+    Py_XDECREF(at_out);
+    PyMem_Free(agree);
+    PyMem_Free(order);
+    PyMem_Free(start);
+    PyMem_Free(ranked);
+    PyMem_Free(est);
+    release_buffers(5, views);
+    return result;
+}
+
+/* ======================================================== end of search (s28) ==== */
 
 /* ------------------------------------------------------------------ module */
 
@@ -1840,6 +2133,9 @@ static PyMethodDef methods[] = {
     {"sort_pairs", sort_pairs, METH_VARARGS, sort_pairs_doc},
     {"merge_runs", merge_runs, METH_VARARGS, merge_runs_doc},
     {"probe_runs", probe_runs, METH_VARARGS, probe_runs_doc},
+    /* the search of a whole batch (s28) */
+    {"gather_batch", gather_batch, METH_VARARGS, gather_batch_doc},
+    {"rank_batch", rank_batch, METH_VARARGS, rank_batch_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1851,9 +2147,3 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
-
-/* ==================================================================================
- * Session 28: another engineer (branch s28-search, the bulk search) appends new
- * kernels BELOW this line; the existing kernels above are tuned on branch s28-chain,
- * whose edits stay above it.
- * ================================================================================== */

@@ -96,6 +96,28 @@ class Kernels(Protocol):
         self, keys: Buffer, runs: list[tuple[int, Buffer]], cap: int
     ) -> tuple[bytes, bytes, bytes]: ...
 
+    # the search of a whole batch (engine/search.py)
+    def gather_batch(
+        self,
+        rows: list[list[bytes]],
+        docnos: Buffer,
+        read_ahead: Mapping[bytes, Sequence[int]],
+        added: Mapping[bytes, list[int]],
+        hot: set[bytes],
+        cap: int,
+    ) -> tuple[bytes, bytes, bytes]: ...
+
+    def rank_batch(
+        self,
+        sigs: Buffer,
+        matrix: Buffer,
+        slot: Buffer,
+        flat: Buffer,
+        offsets: Buffer,
+        bar: float,
+        limit: int,
+    ) -> tuple[bytes, bytes, bytes, bytes]: ...
+
 
 def load(choice: str | None = None) -> Kernels | None:
     """The compiled kernels, or None for the numpy code (`choice` "numpy", or the

@@ -720,6 +720,12 @@ class Tables:
             quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
         )
 
+    def batch_buckets(self) -> BatchPostings | None:
+        """The batch's buckets read ahead and postings buffered (`batch_postings`), for
+        a search of the whole batch before its documents are stored (engine/search.py);
+        None outside a batch."""
+        return self._postings
+
     def is_quiet(self, row: bytes) -> bool:
         """Whether a document of the batch (`row`: its band keys joined) has no
         candidates: none of its buckets is stored, nor shared with another document of

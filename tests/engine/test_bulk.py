@@ -284,3 +284,223 @@ def test_a_restore_from_the_changes_of_bulk_batches_reproduces_the_index(tmp_pat
     ]
     counters, _, _ = restore_from_changes(tmp_path, docs)
     assert counters.bulk > 300
+
+
+# ------------------------------------------------------------ the bulk search
+
+
+def _site_texts(seed: int) -> list[str]:
+    """Pages as a templated crawl makes them: two site templates around short bodies
+    (siblings share most of their buckets and sit below the threshold), edited
+    re-emissions of those pages (near duplicates, some near the threshold), distinct
+    pages and their edits, one-liners, an empty page."""
+    rnd = random.Random(seed)
+    templates = [rnd.choices(VOCAB, k=rnd.randint(40, 70)) for _ in range(2)]
+    pages = []
+    for j in range(14):
+        body = rnd.choices(VOCAB, k=rnd.randint(8, 30))
+        t = templates[j % 2]
+        pages.append(" ".join(t[: len(t) // 2] + body + t[len(t) // 2 :]))
+    pages += [" ".join(rnd.choices(VOCAB, k=rnd.randint(30, 90))) for _ in range(6)]
+    edits = []
+    for t in pages:
+        words = t.split()
+        for _ in range(rnd.randint(1, 4)):
+            words[rnd.randrange(len(words))] = rnd.choice(["edited", "changed", "new"])
+        edits.append(" ".join(words))
+    short = [" ".join(rnd.choices(VOCAB[:12], k=rnd.randint(1, 3))) for _ in range(4)]
+    return [*pages, *edits, *short, ""]
+
+
+def _run_search(
+    path: Path,
+    batches: list[list[Document]],
+    in_bulk: bool,
+    options: EngineOptions,
+    threshold: float,
+    verify: Verify = "exact",
+) -> tuple[list[Any], dict[str, Any], int, int]:
+    """Each batch's verdicts, changes, touched ids and counters (all but which path
+    took a document); the tables at the end; how many documents were searched in bulk,
+    and in how many batches with replays among them."""
+    seen: list[Any] = []
+    both = 0  # batches with replays searched in bulk
+    with Deduplicator(path, options=options, threshold=threshold, verify=verify) as dd:
+        dd.bulk_search = in_bulk
+        for batch in batches:
+            verdicts = dd.check_batch(batch)
+            c = dd.last_batch
+            work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
+            seen.append((verdicts, list(dd.changes), list(dd.touched), work, c.exact_capped))
+            both += bool(c.searched and c.replayed)
+        return seen, _tables(dd), dd.counters.searched, both
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    picks=st.lists(st.integers(0, 44), min_size=8, max_size=60),
+    cuts=st.lists(st.integers(1, 30), min_size=1, max_size=5),
+    seed=st.integers(0, 5),
+    # caps small enough to bite (a hot bucket, a long exact search), and none
+    caps=st.sampled_from([(1, 1), (2, 1), (3, 2), (5, 3), (2000, 2000)]),
+    threshold=st.sampled_from([0.5, 0.7, 0.8]),
+    replays=st.booleans(),
+    window=st.booleans(),
+    verify=st.sampled_from(["exact", "exact", "signature"]),
+)
+def test_the_bulk_search_equals_the_search_in_the_loop(
+    picks: list[int],
+    cuts: list[int],
+    seed: int,
+    caps: tuple[int, int],
+    threshold: float,
+    replays: bool,
+    window: bool,
+    verify: Verify,
+) -> None:
+    """A batch of new ids searched at once (engine/search.py) gives what the
+    loop's own searches give: verdicts, changes, counters and tables.  Batches mix
+    near duplicates of earlier documents of the batch and of stored ones, template
+    siblings sharing most buckets, exact copies, empty pages; `replays` sends some
+    documents again among new ones (a replay keeps the bulk search; the same id
+    twice in one batch turns it off), `window` dates documents so that some batches
+    lie within a time window and some reach past it; `verify` by exact Jaccard or by
+    the signature estimate alone."""
+    texts = _site_texts(seed)
+    stream = [
+        Document(f"d{k}", texts[t], T0 + k * 60_000 if window else None)
+        for k, t in enumerate(picks)
+    ]
+    if replays:  # every third document sent again later, among new ones
+        again = {k + 20: d for k, d in enumerate(stream) if k % 3 == 0}
+        mixed = []
+        for k, d in enumerate(stream):
+            mixed += [again[k], d] if k in again else [d]
+        stream = mixed
+    batches, at, k = [], 0, 0
+    while at < len(stream):
+        size = cuts[k % len(cuts)]
+        batches.append(stream[at : at + size])
+        at, k = at + size, k + 1
+    opts = EngineOptions(
+        max_bucket_candidates=caps[0],
+        max_exact_checks=caps[1],
+        ttl_ms=20 * 60_000 if window else None,
+    )
+    with tempfile.TemporaryDirectory(prefix="search-") as tmp:
+        bulk, bulk_tables, searched, both = _run_search(
+            Path(tmp) / "a", batches, True, opts, threshold, verify
+        )
+        loop, loop_tables, none, _ = _run_search(
+            Path(tmp) / "l", batches, False, opts, threshold, verify
+        )
+    assert none == 0
+    assert bulk == loop
+    assert bulk_tables == loop_tables
+    event(f"searched in bulk: {'none' if not searched else 'some'}")
+    event(f"replays in a batch searched in bulk: {'yes' if both else 'no'}")
+    dup = sum(v.verdict == "duplicate" and not v.exact for b in bulk for v in b[0])
+    event(f"near duplicates: {'none' if not dup else 'some'}")
+    event(f"capped: {'yes' if any(b[3][3] or b[4] for b in bulk) else 'no'}")
+
+
+def test_the_bulk_search_finds_duplicates_inside_the_batch_and_stored(tmp_path: Path) -> None:
+    """One batch of new ids, searched in bulk: a near duplicate of a stored page, one of
+    an earlier page of the batch (its cluster follows that page's verdict), and a
+    near duplicate of that near duplicate; the counters say all went the new way."""
+    texts = _site_texts(1)
+    pages, edits = texts[:20], texts[20:40]
+    with Deduplicator(tmp_path / "i", threshold=0.7) as dd:
+        dd.check_batch([Document("stored", pages[15])])
+        batch = [
+            Document("a", pages[16]),
+            Document("b", edits[15]),  # near the stored page
+            Document("c", edits[16]),  # near "a", earlier in the batch
+            Document("d", pages[17]),
+        ]
+        a, b, c, d = dd.check_batch(batch)
+        assert dd.last_batch.searched >= 2
+    assert (b.verdict, b.duplicate_of, b.cluster) == ("duplicate", "stored", "stored")
+    assert (c.verdict, c.duplicate_of, c.cluster) == ("duplicate", "a", "a")
+    assert a.verdict == d.verdict == "unique"
+
+
+def _templated_batch(seed: int, n: int) -> list[Document]:
+    texts = _site_texts(seed)
+    rnd = random.Random(seed)
+    return [Document(f"d{k}", texts[rnd.randrange(len(texts))]) for k in range(n)]
+
+
+@pytest.mark.parametrize("in_bulk", [True, False])
+def test_a_batch_of_several_parts_is_searched_as_one(tmp_path: Path, in_bulk: bool) -> None:
+    """A batch given as several prepared parts (as `--workers` hands them over) is
+    searched across its parts: the same verdicts, changes and tables as the loop's
+    searches over the same parts."""
+    docs = _templated_batch(3, 90)
+
+    def run(path: Path, search: bool) -> tuple[Any, ...]:
+        with Deduplicator(path, threshold=0.7) as dd:
+            dd.bulk_search = search
+            dd.check_batch(docs[:20])
+            parts = [dd.preparer.prepare(docs[a : a + 25], known=dd.known) for a in (20, 45)]
+            parts.append(dd.preparer.prepare(docs[70:], known=dd.known))
+            verdicts = dd.apply(parts)
+            c = dd.last_batch
+            work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
+            return verdicts, list(dd.changes), work, c.exact_capped, c.searched, _tables(dd)
+
+    got = run(tmp_path / "a", in_bulk)
+    want = run(tmp_path / "l", False)
+    assert (got[4] > 0) == in_bulk
+    assert got[:4] == want[:4] and got[5] == want[5]
+    assert any(v.verdict == "duplicate" and not v.exact for v in got[0])
+
+
+def test_a_rerun_transaction_searches_the_batch_again(tmp_path: Path) -> None:
+    """A batch with near duplicates larger than the map: LMDB refuses it, the
+    transaction runs again, and the search of the whole batch starts over with it
+    (the memory of the first run is dropped): as the loop's searches would give."""
+    rnd = random.Random(4)
+    pages = [" ".join(rnd.choices(VOCAB, k=300)) for _ in range(60)]
+    docs = []
+    for k in range(240):
+        words = pages[k % 60].split()
+        for _ in range(rnd.randint(1, 4)):
+            words[rnd.randrange(len(words))] = rnd.choice(VOCAB)
+        docs.append(Document(f"d{k}", " ".join(words)))
+    opts = EngineOptions(map_size=1 << 18)
+    with tempfile.TemporaryDirectory(prefix="rerun-") as tmp:
+        a, a_tables, searched, _ = _run_search(Path(tmp) / "a", [docs], True, opts, 0.8)
+        b, b_tables, _, _ = _run_search(Path(tmp) / "b", [docs], False, opts, 0.8)
+    assert searched > 50
+    assert a == b and a_tables == b_tables
+    assert sum(v.verdict == "duplicate" for v in a[0][0]) > 50
+    runs = []
+    with Deduplicator(tmp_path / "i", options=opts) as dd:
+        apply = dd._apply
+        dd._apply = lambda t, parts: runs.append(1) or apply(t, parts)  # type: ignore[method-assign]
+        dd.check_batch(docs)
+        assert dd.last_batch.searched == searched
+    assert len(runs) > 1  # it did run again
+
+
+def test_replays_among_new_ids_keep_the_bulk_search(tmp_path: Path) -> None:
+    """Documents sent again with their stored content (`light`: a redelivery) do not
+    turn the bulk search off for the new documents of their batch; the result is the
+    loop's."""
+    texts = _site_texts(2)
+    first = [Document(f"s{k}", texts[k]) for k in range(20)]
+    second = [Document(f"n{k}", texts[20 + k]) for k in range(20)]  # edits of the first
+    second[3:3] = [first[3], first[7]]  # replays
+    second.append(first[11])
+    opts = EngineOptions()
+    a, a_tables, _, both = _run_search(tmp_path / "a", [first, second], True, opts, 0.7)
+    b, b_tables, _, _ = _run_search(tmp_path / "b", [first, second], False, opts, 0.7)
+    assert a == b and a_tables == b_tables
+    assert both == 1
+    with Deduplicator(tmp_path / "c", threshold=0.7) as dd:
+        dd.check_batch(first)
+        dd.check_batch(second)
+        assert dd.last_batch.replayed == 3
+        assert dd.last_batch.searched > 5
+    assert sum(v.verdict == "duplicate" and not v.exact for v in a[1][0]) > 5

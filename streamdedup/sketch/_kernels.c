@@ -1146,10 +1146,10 @@ static Py_ssize_t docnos_len(PyObject *o)
  * reading them was most of `gather`'s time on a template page. */
 static int append_range(int64_t *buf, Py_ssize_t *m, PyObject *o, Py_ssize_t from, Py_ssize_t to)
 {
+    if (from >= to) /* nothing to read: `o` may be NULL (a bucket without postings) */
+        return 0;
     if (PyList_Check(o))
         return append_docnos(buf, m, o, from, to);
-    if (from >= to)
-        return 0;
     Py_buffer v;
     if (PyObject_GetBuffer(o, &v, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0)
         return -1;

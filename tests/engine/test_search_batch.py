@@ -6,6 +6,7 @@ engine's verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=
 from __future__ import annotations
 
 import copy
+from array import array
 
 import numpy as np
 from hypothesis import given, settings
@@ -23,15 +24,20 @@ def gathers(draw: st.DrawFn) -> tuple[object, ...]:
     """A batch's read-ahead (stored docnos newest first, at most `cap`), its shared
     keys (`added`, empty: the batch's documents join them as they are gathered),
     hot keys, and the band keys of its searching documents, numbered in order with
-    gaps (documents the search skips)."""
+    gaps (documents the search skips).  The read-ahead's postings as lists or as the
+    int64 arrays a batch keeps them in (`store.batch.docnos`), and the batch's lists
+    (`added`) either way too: the kernel reads and grows both."""
     cap = draw(st.sampled_from([0, 1, 2, 5, 2000]))
+    kept = draw(st.sampled_from([list, lambda v: array("q", v)]))
+    grown = draw(st.sampled_from([list, lambda v: array("q", v)]))
     read_ahead = {
         k: sorted(draw(st.lists(st.integers(0, FIRST - 1), max_size=30, unique=True)))[::-1][
             : max(cap, 0)
         ]
         for k in draw(st.sets(st.sampled_from(KEYS)))
     }
-    added: dict[bytes, list[int]] = {k: [] for k in draw(st.sets(st.sampled_from(KEYS)))}
+    read_ahead = {k: kept(v) for k, v in read_ahead.items()}
+    added = {k: grown([]) for k in draw(st.sets(st.sampled_from(KEYS)))}
     hot = draw(st.sets(st.sampled_from(list(read_ahead) or KEYS[:1])))
     rows = draw(
         st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=6), min_size=0, max_size=25)

@@ -78,12 +78,14 @@ class BatchPostings:
             got.append(docno)
 
     def add_many(self, docnos: list[int], rows: list[bytes]) -> None:
-        """Documents whose rows are among the batch's quiet ones (`quiet`, as
-        computed up front): what `add` does for each of them -- they share no key
-        with another row, so only their rows are kept -- in two list operations.
-        Their docnos may be below those added already: `flush_postings` needs no
-        new order for that, since a key's docnos are ordered among the documents
-        sharing it, and these share none."""
+        """Documents decided in bulk: what `add` does for each of them -- only their
+        rows are kept -- in two list operations.  Either their rows are among the
+        batch's quiet ones (`quiet`, as computed up front: they share no key with
+        another row), or they are the documents of a batch searched as a whole
+        (engine/search.py), given in docno order before any other of the batch is
+        added.  Their docnos may be below those added already: `flush_postings`
+        needs no new order for that, since a key's docnos are ordered among the
+        documents sharing it, and quiet ones share none."""
         self.docs += zip(docnos, rows, strict=True)
         self.buffered.update(docnos)
 

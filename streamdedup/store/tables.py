@@ -399,7 +399,9 @@ class Tables:
         """Store documents the engine decided in bulk, the common case of a stream:
         each a new id (no entry in `ids`, nor another of the batch's), the owner of a
         content hash nobody else holds, indexed (signature, postings: `rows`, each
-        document's band keys joined, the batch's quiet rows; text when given).  The
+        document's band keys joined: the batch's quiet rows, or those of a batch
+        searched as a whole, in docno order, `BatchPostings.add_many`; text when
+        given).  The
         same entries `put_document` would write for each (owner of its content:
         True), buffered the same way, written with whole-list operations instead of
         one call chain per document.  `docnos` ascend; they may interleave with

@@ -62,6 +62,10 @@ class BatchMemory:
     def __init__(self, shingler: Shingler, exact_values: int = EXACT_VALUES) -> None:
         self._shingler = shingler  # exact re-checks
         self.fresh: dict[int, tuple[Prepared, int]] = {}
+        # the docnos of `fresh`'s documents, by (id of their part, index): a batch
+        # searched as a whole (engine/search.py) remembers every document before it
+        # checks any, so `own` finds there the set a document has as a candidate
+        self._fresh_docno: dict[tuple[int, int], int] = {}
         self.exact: dict[int, Summary] = {}
         self._exact_values = 0
         self._budget = exact_values
@@ -100,6 +104,7 @@ class BatchMemory:
         """The batch is decided: its arrays are let go; its own exact sets wait for
         `commit` (or `clear`)."""
         self.fresh = {}
+        self._fresh_docno = {}
         self._mine = None
         for docnos in self._filled:
             self._slot[docnos] = -1
@@ -117,6 +122,7 @@ class BatchMemory:
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
         self.fresh[docno] = (p, i)
+        self._fresh_docno[id(p), i] = docno
         block = self._blocks.get(id(p))
         if block is None:  # the part's signatures, copied once (a few hundred KB at most)
             block = self._blocks[id(p)] = (p, self._used)
@@ -133,7 +139,9 @@ class BatchMemory:
 
     def forget(self, docno: int) -> None:
         """A document is forgotten, or adopts another's signature: read it again."""
-        self.fresh.pop(docno, None)
+        fresh = self.fresh.pop(docno, None)
+        if fresh is not None:
+            self._fresh_docno.pop((id(fresh[0]), fresh[1]), None)
         got = self.exact.pop(docno, None)
         if got is not None:
             self._exact_values -= summary_values(got)
@@ -211,10 +219,19 @@ class BatchMemory:
     # -- exact sets
 
     def own(self, p: Prepared, i: int) -> Summary:
-        """The exact set of the document being checked (kept with it once stored)."""
+        """The exact set of the document being checked (kept with it once stored).
+        One remembered already (a batch searched as a whole) shares it with its
+        place among the batch's candidates (`pending`): made once, not twice."""
         mine = self._mine
         if mine is None or mine[0] is not p or mine[1] != i:
-            mine = self._mine = (p, i, summary_of(own_hashes(p, i)))
+            docno = self._fresh_docno.get((id(p), i))
+            got = None if docno is None else self.pending.get(docno)
+            if got is None:
+                got = summary_of(own_hashes(p, i))
+                if docno is not None:
+                    self.pending[docno] = got
+                    self._queue(docno)
+            mine = self._mine = (p, i, got)
         return mine[2]
 
     def exact_shingles(self, t: Store, docno: int) -> Summary:

@@ -48,7 +48,7 @@ from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.search import search_batch
 from streamdedup.engine.segments import LocalReader, SegmentReader
-from streamdedup.engine.verify import BatchMemory, best_exact, exact_margin
+from streamdedup.engine.verify import BatchMemory, best_exact, cap_stopped, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Change, DocId, Document, Record, Verdict
 from streamdedup.sketch.shingle import Shingler
@@ -152,6 +152,27 @@ class _Bulk:
         # a copy of a SEARCH document's content (position -> that document's
         # position): its `of` follows that document's verdict (`_store_bulk`)
         self.copy_of: dict[int, int] = {}
+
+    def hold(
+        self,
+        start: int,
+        stop: int,
+        docno: int,
+        stamps: list[int | None],
+        out: list[Verdict],
+        changes: list[Change],
+    ) -> None:
+        """Number the batch's documents at positions `start` .. `stop - 1`, decided in
+        bulk, from `docno` on, and keep their places in `out` and `changes` (the
+        loop's lists), which `_store_bulk` fills."""
+        k = stop - start
+        self.positions += range(start, stop)
+        self.docnos += range(docno, docno + k)
+        self.timestamps += stamps[start:stop]
+        self.verdict_at += range(len(out), len(out) + k)
+        self.change_at += range(len(changes), len(changes) + k)
+        out += [_LATER] * k
+        changes += [_LATER_CHANGE] * k
 
 
 @contextmanager
@@ -569,19 +590,12 @@ class Deduplicator:
         else:
             for p, self._rows in zip(parts, rows, strict=True):
                 for i in range(len(p.docs)):
-                    self._ts = ts = stamps[position]
+                    self._ts = stamps[position]
                     if ttl is not None:
                         self._expire(t, clocks[position] - ttl)
                     if kinds is not None and kinds[position]:
-                        # its place in `out` and `changes`, filled by `_store_bulk`
                         assert bulk is not None
-                        bulk.positions.append(position)
-                        bulk.docnos.append(next_docno)
-                        bulk.timestamps.append(ts)
-                        bulk.verdict_at.append(len(out))
-                        bulk.change_at.append(len(self.changes))
-                        out.append(_LATER)
-                        self.changes.append(_LATER_CHANGE)
+                        bulk.hold(position, position + 1, next_docno, stamps, out, self.changes)
                         next_docno += 1
                         position += 1
                         continue
@@ -628,15 +642,8 @@ class Deduplicator:
         done = 0
         for pos in [*ones, n]:
             if pos > done:  # documents done .. pos - 1: in bulk
-                k = pos - done
-                bulk.positions += range(done, pos)
-                bulk.docnos += range(next_docno, next_docno + k)
-                bulk.timestamps += stamps[done:pos]
-                bulk.verdict_at += range(len(out), len(out) + k)
-                bulk.change_at += range(len(changes), len(changes) + k)
-                out += [_LATER] * k
-                changes += [_LATER_CHANGE] * k
-                next_docno += k
+                bulk.hold(done, pos, next_docno, stamps, out, changes)
+                next_docno += pos - done
             if pos == n:
                 break
             part = bisect_right(starts, pos) - 1
@@ -929,8 +936,9 @@ class Deduplicator:
         at = [(p, i) for p in parts for i in range(len(p.docs))]
         flat_rows = [r for part in rows for r in part]
         changes, counts = self.changes, self._counts
+        kind_of = b.kind[b.positions]  # each numbered document's kind, in loop order
         for kind in (SEARCH, PLAIN, COPY):  # (copies of SEARCH documents follow them)
-            ms = [m for m, pos in enumerate(b.positions) if b.kinds[pos] == kind]
+            ms = np.flatnonzero(kind_of == kind).tolist()
             if not ms:
                 continue
             where = [at[b.positions[m]] for m in ms]
@@ -1139,10 +1147,9 @@ class Deduplicator:
             self.options.max_exact_checks,
         )
         c.exact_checks += checks
-        if len(ranked) > checks >= self.options.max_exact_checks:
-            floor = threshold if best is None else best[0]
-            if ranked_est[checks] >= floor - self._margin:  # the cap stopped the search
-                c.exact_capped += 1
+        c.exact_capped += cap_stopped(
+            ranked_est, checks, best, threshold, self._margin, self.options.max_exact_checks
+        )
         if best is None:
             return None
         rec = t.record(best[1])

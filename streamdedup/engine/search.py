@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.verify import BatchMemory, best_exact
+from streamdedup.engine.verify import BatchMemory, best_exact, cap_stopped
 from streamdedup.sketch import kernels
 from streamdedup.sketch.signature import rank_gathered
 from streamdedup.store.batch import BatchPostings, Docnos
@@ -118,12 +118,8 @@ def search_batch(
             t, memory, p, i, ranked[a:b].tolist(), ranked_est, threshold, margin, max_checks
         )
         out.exact_checks += checks
-        if b - a > checks >= max_checks:
-            floor = threshold if best is None else best[0]
-            if ranked_est[checks] >= floor - margin:  # the cap stopped the search
-                out.exact_capped += 1
-        found[docno] = best
-        memory.remember(docno, p, i)  # its own exact set, made by the check, kept
+        out.exact_capped += cap_stopped(ranked_est, checks, best, threshold, margin, max_checks)
+        found[docno] = best  # (its own exact set, made by the check, kept: `BatchMemory.own`)
     del kept  # (a document none of whose candidates has a signature: no check either)
     return out
 

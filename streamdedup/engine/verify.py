@@ -296,6 +296,23 @@ def exact_margin(threshold: float, num_perm: int) -> float:
     return 4.0 * math.sqrt(threshold * (1.0 - threshold) / num_perm) + 0.01
 
 
+def cap_stopped(
+    ranked_est: npt.NDArray[np.float64],
+    checks: int,
+    best: tuple[float, int] | None,
+    threshold: float,
+    margin: float,
+    max_checks: int,
+) -> bool:
+    """Whether `max_checks` cut a search (`best_exact`'s: `checks` made, `best`
+    found) short: a candidate it did not try still had an estimate within the margin
+    of what it would have had to beat.  Counted for `stats` (`exact_capped`)."""
+    if not len(ranked_est) > checks >= max_checks:
+        return False
+    floor = threshold if best is None else best[0]
+    return bool(ranked_est[checks] >= floor - margin)
+
+
 def best_exact(
     t: Store,
     memory: BatchMemory,

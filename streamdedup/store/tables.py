@@ -413,12 +413,9 @@ class Tables:
         w = self._writes
         w.sigs += zip(dks, signatures, strict=True)
         if texts is not None:
-            chunks = w.texts
-            for dk, text in zip(dks, texts, strict=True):
-                if len(text) < TEXT_CHUNK:  # many: one chunk (`text_chunks`)
-                    chunks.append((dk + b"\x00\x00", text))
-                else:
-                    chunks += _chunks_of(dk, text)
+            w.texts += itertools.chain.from_iterable(
+                itertools.starmap(_chunks_of, zip(dks, texts, strict=True))
+            )
         hashes = [r.content_hash for r in records]
         w.content += zip(hashes, dks, strict=True)
         self._content.update(zip(hashes, docnos, strict=True))

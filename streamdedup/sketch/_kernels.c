@@ -1175,6 +1175,109 @@ static int append_range(int64_t *buf, Py_ssize_t *m, PyObject *o, Py_ssize_t fro
     return 0;
 }
 
+/* What gathering one document's candidates needs, kept across the documents of a
+ * batch (`gather_batch`) so that its buffers are allocated once: for each band key
+ * of the document its bucket's stored postings (`lists[b]`) and the batch's own
+ * (`lists[n_keys + b]`; borrowed, NULL where none) with their lengths, and the
+ * postings collected (`buf`, twice the room, for `sort_distinct_docnos`). */
+typedef struct {
+    PyObject **lists;
+    Py_ssize_t *sizes;
+    Py_ssize_t lists_room;
+    int64_t *buf;
+    Py_ssize_t buf_room;
+} Gathering;
+
+static void gathering_free(Gathering *g)
+{
+    PyMem_Free(g->lists);
+    PyMem_Free(g->sizes);
+    PyMem_Free(g->buf);
+}
+
+/* `gather`'s rule for one document, whose band keys are the list `keys`: the distinct
+ * docnos, ascending, of each bucket's newest `cap` postings -- the batch's own
+ * (`added_of`, oldest first, all newer than the stored ones) before the stored ones
+ * (`read_ahead`, newest first) -- left in g->buf; their number, and *capped set if a
+ * cap cut a bucket (or a bucket is `hot`); -1 with an exception set. */
+static Py_ssize_t gather_into(Gathering *g, PyObject *keys, PyObject *read_ahead,
+                              PyObject *added_of, PyObject *hot, Py_ssize_t cap, int *capped)
+{
+    if (!PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "gather: band keys must be a list");
+        return -1;
+    }
+    Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
+    if (2 * n_keys + 1 > g->lists_room) {
+        PyMem_Free(g->lists);
+        PyMem_Free(g->sizes);
+        g->lists_room = 2 * n_keys + 1;
+        g->lists = PyMem_Calloc((size_t)g->lists_room, sizeof(PyObject *));
+        g->sizes = PyMem_Calloc((size_t)g->lists_room, sizeof(Py_ssize_t));
+        if (g->lists == NULL || g->sizes == NULL) {
+            g->lists_room = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    PyObject **stored = g->lists, **added = g->lists + n_keys;
+    Py_ssize_t *n_stored = g->sizes, *n_added = g->sizes + n_keys;
+    int any_hot = PySet_GET_SIZE(hot) > 0;
+    for (Py_ssize_t b = 0; b < n_keys; b++) {
+        PyObject *bk = PyList_GET_ITEM(keys, b);
+        stored[b] = PyDict_GetItemWithError(read_ahead, bk);
+        if (stored[b] == NULL && PyErr_Occurred())
+            return -1;
+        added[b] = PyDict_GetItemWithError(added_of, bk);
+        if (added[b] == NULL && PyErr_Occurred())
+            return -1;
+        n_stored[b] = stored[b] ? docnos_len(stored[b]) : 0;
+        n_added[b] = added[b] ? docnos_len(added[b]) : 0;
+        if (n_stored[b] < 0 || n_added[b] < 0)
+            return -1;
+        if (any_hot) {
+            int is_hot = PySet_Contains(hot, bk);
+            if (is_hot < 0)
+                return -1;
+            *capped |= is_hot;
+        }
+        total += n_stored[b] + n_added[b];
+    }
+    if (2 * total + 1 > g->buf_room) {
+        PyMem_Free(g->buf);
+        g->buf_room = 2 * total + 1 > 2 * g->buf_room ? 2 * total + 1 : 2 * g->buf_room;
+        g->buf = PyMem_Malloc((size_t)g->buf_room * 8);
+        if (g->buf == NULL) {
+            g->buf_room = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    int64_t *buf = g->buf;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t b = 0; b < n_keys; b++) {
+        Py_ssize_t ns = n_stored[b], na = n_added[b];
+        int bad;
+        if (na == 0) {
+            bad = append_range(buf, &m, stored[b], 0, ns);
+        } else {
+            if (na + ns > cap)
+                *capped = 1;
+            if (na >= cap) {
+                /* added[-cap:], as Python slices it: all of it for a cap of 0 */
+                bad = append_range(buf, &m, added[b], cap ? na - cap : 0, na);
+            } else {
+                Py_ssize_t take = cap - na < ns ? cap - na : ns;
+                bad = append_range(buf, &m, added[b], 0, na) ||
+                      append_range(buf, &m, stored[b], 0, take);
+            }
+        }
+        if (bad)
+            return -1;
+    }
+    return sort_distinct_docnos(buf, buf + total, m);
+}
+
 PyDoc_STRVAR(gather_doc,
 "gather(band_keys, read_ahead, added, hot, cap) -> (bytes, capped)\n\n"
 "tables.gather_newest: the distinct docnos (int64, ascending) of the newest `cap`\n"
@@ -1194,76 +1297,14 @@ static PyObject *gather(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "gather: hot must be a set, cap >= 0");
         return NULL;
     }
-    Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
-    int capped = 0, any_hot = PySet_GET_SIZE(hot) > 0;
-    PyObject **stored = PyMem_Calloc((size_t)(2 * n_keys + 1), sizeof(PyObject *));
-    Py_ssize_t *sizes = PyMem_Calloc((size_t)(2 * n_keys + 1), sizeof(Py_ssize_t));
-    if (stored == NULL || sizes == NULL) {
-        PyMem_Free(stored);
-        PyMem_Free(sizes);
-        return PyErr_NoMemory();
-    }
-    PyObject **added = stored + n_keys;
-    Py_ssize_t *n_stored = sizes, *n_added = sizes + n_keys;
-    for (Py_ssize_t b = 0; b < n_keys; b++) { /* borrowed references */
-        PyObject *bk = PyList_GET_ITEM(keys, b);
-        stored[b] = PyDict_GetItemWithError(read_ahead, bk);
-        if (stored[b] == NULL && PyErr_Occurred())
-            goto fail;
-        added[b] = PyDict_GetItemWithError(added_of, bk);
-        if (added[b] == NULL && PyErr_Occurred())
-            goto fail;
-        if ((stored[b] && (n_stored[b] = docnos_len(stored[b])) < 0) ||
-            (added[b] && (n_added[b] = docnos_len(added[b])) < 0))
-            goto fail;
-        if (any_hot) {
-            int is_hot = PySet_Contains(hot, bk);
-            if (is_hot < 0)
-                goto fail;
-            capped |= is_hot;
-        }
-        total += n_stored[b] + n_added[b];
-    }
-    int64_t *buf = PyMem_Malloc((size_t)(2 * total + 1) * 8);
-    if (buf == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    Py_ssize_t m = 0;
-    for (Py_ssize_t b = 0; b < n_keys; b++) {
-        Py_ssize_t ns = n_stored[b], na = n_added[b];
-        int bad;
-        if (na == 0) {
-            bad = ns ? append_range(buf, &m, stored[b], 0, ns) : 0;
-        } else {
-            if (na + ns > cap)
-                capped = 1;
-            if (na >= cap) {
-                /* added[-cap:], as Python slices it: all of it for a cap of 0 */
-                bad = append_range(buf, &m, added[b], cap ? na - cap : 0, na);
-            } else {
-                Py_ssize_t take = cap - na < ns ? cap - na : ns;
-                bad = append_range(buf, &m, added[b], 0, na) ||
-                      (take ? append_range(buf, &m, stored[b], 0, take) : 0);
-            }
-        }
-        if (bad) {
-            PyMem_Free(buf);
-            goto fail;
-        }
-    }
-    PyMem_Free(stored);
-    PyMem_Free(sizes);
-    m = sort_distinct_docnos(buf, buf + total, m);
-    PyObject *raw = PyBytes_FromStringAndSize((const char *)buf, m * 8);
-    PyMem_Free(buf);
+    Gathering g = {0};
+    int capped = 0;
+    Py_ssize_t m = gather_into(&g, keys, read_ahead, added_of, hot, cap, &capped);
+    PyObject *raw = m < 0 ? NULL : PyBytes_FromStringAndSize((const char *)g.buf, m * 8);
+    gathering_free(&g);
     if (raw == NULL)
         return NULL;
     return Py_BuildValue("NO", raw, capped ? Py_True : Py_False);
-fail:
-    PyMem_Free(stored);
-    PyMem_Free(sizes);
-    return NULL;
 }
 
 PyDoc_STRVAR(rank_doc,
@@ -1853,9 +1894,9 @@ static PyObject *gather_batch(PyObject *self, PyObject *args)
     const int64_t *docnos = view.buf;
     Py_ssize_t n = PyList_GET_SIZE(rows);
     PyObject *result = NULL, *offsets = NULL, *capped_out = NULL;
-    int64_t *flat = NULL, *buf = NULL;
-    PyObject **lists = NULL;
-    Py_ssize_t flat_room = 1024, flat_used = 0, buf_room = 0, lists_room = 0;
+    int64_t *flat = NULL;
+    Gathering g = {0};
+    Py_ssize_t flat_room = 1024, flat_used = 0;
     if (view.len / 8 != n) {
         PyErr_SetString(PyExc_ValueError, "gather_batch: one docno a row");
         goto done;
@@ -1870,77 +1911,13 @@ static PyObject *gather_batch(PyObject *self, PyObject *args)
     }
     int64_t *off = (int64_t *)PyBytes_AS_STRING(offsets);
     uint8_t *capped_of = (uint8_t *)PyBytes_AS_STRING(capped_out);
-    int any_hot = PySet_GET_SIZE(hot) > 0;
     off[0] = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *keys = PyList_GET_ITEM(rows, j);
-        if (!PyList_Check(keys)) {
-            PyErr_SetString(PyExc_TypeError, "gather_batch: each row a list of keys");
-            goto done;
-        }
-        Py_ssize_t n_keys = PyList_GET_SIZE(keys), total = 0;
-        if (2 * n_keys + 1 > lists_room) {
-            PyMem_Free(lists);
-            lists_room = 2 * n_keys + 1;
-            lists = PyMem_Calloc((size_t)lists_room, sizeof(PyObject *));
-            if (lists == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-        }
-        PyObject **stored = lists, **added = lists + n_keys; /* borrowed */
         int capped = 0;
-        for (Py_ssize_t b = 0; b < n_keys; b++) {
-            PyObject *bk = PyList_GET_ITEM(keys, b);
-            stored[b] = PyDict_GetItemWithError(read_ahead, bk);
-            if (stored[b] == NULL && PyErr_Occurred())
-                goto done;
-            added[b] = PyDict_GetItemWithError(added_of, bk);
-            if (added[b] == NULL && PyErr_Occurred())
-                goto done;
-            Py_ssize_t ns = stored[b] ? docnos_len(stored[b]) : 0;
-            Py_ssize_t na = added[b] ? docnos_len(added[b]) : 0;
-            if (ns < 0 || na < 0)
-                goto done;
-            if (any_hot) {
-                int is_hot = PySet_Contains(hot, bk);
-                if (is_hot < 0)
-                    goto done;
-                capped |= is_hot;
-            }
-            total += ns + na;
-        }
-        if (2 * total + 1 > buf_room) {
-            PyMem_Free(buf);
-            buf_room = 2 * total + 1 > 2 * buf_room ? 2 * total + 1 : 2 * buf_room;
-            buf = PyMem_Malloc((size_t)buf_room * 8);
-            if (buf == NULL) {
-                PyErr_NoMemory();
-                goto done;
-            }
-        }
-        Py_ssize_t m = 0;
-        for (Py_ssize_t b = 0; b < n_keys; b++) { /* `gather`'s rule, bucket by bucket */
-            Py_ssize_t ns = stored[b] ? docnos_len(stored[b]) : 0;
-            Py_ssize_t na = added[b] ? docnos_len(added[b]) : 0;
-            int bad;
-            if (na == 0) {
-                bad = append_range(buf, &m, stored[b], 0, ns);
-            } else {
-                if (na + ns > cap)
-                    capped = 1;
-                if (na >= cap) {
-                    bad = append_range(buf, &m, added[b], cap ? na - cap : 0, na);
-                } else {
-                    Py_ssize_t take = cap - na < ns ? cap - na : ns;
-                    bad = append_range(buf, &m, added[b], 0, na) ||
-                          append_range(buf, &m, stored[b], 0, take);
-                }
-            }
-            if (bad)
-                goto done;
-        }
-        m = sort_distinct_docnos(buf, buf + total, m);
+        Py_ssize_t m = gather_into(&g, keys, read_ahead, added_of, hot, cap, &capped);
+        if (m < 0)
+            goto done;
         if (flat_used + m > flat_room) {
             Py_ssize_t room = 2 * flat_room > flat_used + m ? 2 * flat_room : flat_used + m;
             int64_t *grown = PyMem_Realloc(flat, (size_t)room * 8);
@@ -1951,11 +1928,13 @@ static PyObject *gather_batch(PyObject *self, PyObject *args)
             flat = grown;
             flat_room = room;
         }
-        memcpy(flat + flat_used, buf, (size_t)m * 8);
+        memcpy(flat + flat_used, g.buf, (size_t)m * 8);
         flat_used += m;
         off[j + 1] = flat_used;
         capped_of[j] = (uint8_t)capped;
         /* the document is stored: its docno joins the batch's lists of its keys */
+        Py_ssize_t n_keys = PyList_GET_SIZE(keys);
+        PyObject **added = g.lists + n_keys;
         PyObject *d = NULL;
         for (Py_ssize_t b = 0; b < n_keys; b++) {
             if (added[b] == NULL)
@@ -1984,8 +1963,7 @@ done:
     Py_XDECREF(offsets);
     Py_XDECREF(capped_out);
     PyMem_Free(flat);
-    PyMem_Free(buf);
-    PyMem_Free(lists);
+    gathering_free(&g);
     PyBuffer_Release(&view);
     return result;
 }

@@ -1307,6 +1307,69 @@ static PyObject *gather(PyObject *self, PyObject *args)
     return Py_BuildValue("NO", raw, capped ? Py_True : Py_False);
 }
 
+/* The signature estimate of `a` agreeing positions of `k` (estimate_jaccard's
+ * arithmetic: an accidental agreement of two 16-bit minima, 1 in 65536, taken out;
+ * floored at 0). */
+static inline double estimate_of(uint32_t a, Py_ssize_t k)
+{
+    const double accidental = 1.0 / 65536.0;
+    double e = ((double)a / (double)k - accidental) / (1.0 - accidental);
+    return e > 0.0 ? e : 0.0;
+}
+
+/* The rows of `matrix` holding the signatures of candidates docnos[0..n) (ascending
+ * from 0), looked up in `slot` (-1, or a docno past it: none) into rows[]; how many
+ * have none, or -1 with an exception (`name`: the kernel's, for its message). */
+static Py_ssize_t rows_of(const int64_t *docnos, Py_ssize_t n, const int32_t *slot,
+                          Py_ssize_t n_slot, Py_ssize_t n_rows, int32_t *rows,
+                          const char *name)
+{
+    Py_ssize_t missing = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int64_t d = docnos[j];
+        if (d < 0 || (j && d <= docnos[j - 1])) {
+            PyErr_Format(PyExc_ValueError, "%s: docnos must ascend from 0", name);
+            return -1;
+        }
+        int32_t row = d < n_slot ? slot[d] : -1;
+        if (row >= n_rows) {
+            PyErr_Format(PyExc_IndexError, "%s: a row outside the matrix", name);
+            return -1;
+        }
+        rows[j] = row;
+        missing += row < 0;
+    }
+    return missing;
+}
+
+/* The candidates whose `rows_of` found a row, ranked against `sig` (k positions):
+ * agree[j] becomes candidate j's agreeing positions (-1: no row), order[0..kept)
+ * the candidates by agreement, the most first, ties by docno (a counting sort:
+ * `start` has k + 2 entries); `kept`, how many have a row.  The estimate is a
+ * strictly increasing function of the agreement, so this is numpy's lexsort by
+ * (-estimate, docno). */
+static Py_ssize_t rank_rows(const uint16_t *sig, Py_ssize_t k, const uint16_t *matrix,
+                            int32_t *agree, Py_ssize_t n, Py_ssize_t *start, Py_ssize_t *order)
+{
+    Py_ssize_t kept = 0;
+    memset(start, 0, ((size_t)k + 2) * sizeof(Py_ssize_t));
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int32_t row = agree[j];
+        if (row < 0)
+            continue;
+        uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
+        agree[j] = (int32_t)a;
+        start[k - a + 1]++; /* bucket k - a: the most agreeing first */
+        kept++;
+    }
+    for (Py_ssize_t a = 0; a <= k; a++)
+        start[a + 1] += start[a];
+    for (Py_ssize_t j = 0; j < n; j++) /* stable: docnos ascending within a bucket */
+        if (agree[j] >= 0)
+            order[start[k - agree[j]]++] = j;
+    return kept;
+}
+
 PyDoc_STRVAR(rank_doc,
 "rank(sig, matrix, slot, docnos, bar, limit, fill) -> (missing, kept, ranked, est)\n\n"
 "signature.rank_gathered: the candidates `docnos` (int64, ascending) whose signature\n"
@@ -1346,21 +1409,9 @@ static PyObject *rank(PyObject *self, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t missing = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int64_t d = docnos[j];
-        if (d < 0 || (j && d <= docnos[j - 1])) {
-            PyErr_SetString(PyExc_ValueError, "rank: docnos must ascend from 0");
-            goto done;
-        }
-        int32_t row = d < n_slot ? slot[d] : -1;
-        if (row >= n_rows) {
-            PyErr_SetString(PyExc_IndexError, "rank: a row outside the matrix");
-            goto done;
-        }
-        agree[j] = row; /* for now */
-        missing += row < 0;
-    }
+    Py_ssize_t missing = rows_of(docnos, n, slot, n_slot, n_rows, agree, "rank");
+    if (missing < 0)
+        goto done;
     if (fill && missing) { /* ascending and distinct already */
         PyObject *raw = PyBytes_FromStringAndSize(NULL, missing * 8);
         if (raw == NULL)
@@ -1372,33 +1423,12 @@ static PyObject *rank(PyObject *self, PyObject *args)
         result = Py_BuildValue("Nn[]y#", raw, (Py_ssize_t)0, "", (Py_ssize_t)0);
         goto done;
     }
-    Py_ssize_t kept = 0;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        int32_t row = agree[j];
-        if (row < 0) {
-            agree[j] = -1;
-            continue;
-        }
-        uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
-        agree[j] = (int32_t)a;
-        start[k - a + 1]++; /* bucket k - a: the most agreeing first */
-        kept++;
-    }
-    for (Py_ssize_t a = 0; a <= k; a++)
-        start[a + 1] += start[a];
-    for (Py_ssize_t j = 0; j < n; j++) /* stable: docnos ascending within a bucket */
-        if (agree[j] >= 0)
-            order[start[k - agree[j]]++] = j;
-    const double accidental = 1.0 / 65536.0;
+    Py_ssize_t kept = rank_rows(sig, k, matrix, agree, n, start, order);
     Py_ssize_t take = 0;
     if (limit < 0)
         limit = 0;
-    while (take < kept && take < limit) {
-        double e = ((double)agree[order[take]] / (double)k - accidental) / (1.0 - accidental);
-        if ((e > 0.0 ? e : 0.0) < bar)
-            break;
+    while (take < kept && take < limit && estimate_of(agree[order[take]], k) >= bar)
         take++;
-    }
     PyObject *ranked = PyList_New(take);
     PyObject *est = ranked ? PyBytes_FromStringAndSize(NULL, take * 8) : NULL;
     if (est == NULL) {
@@ -1414,8 +1444,7 @@ static PyObject *rank(PyObject *self, PyObject *args)
             goto done;
         }
         PyList_SET_ITEM(ranked, j, d);
-        double v = ((double)agree[order[j]] / (double)k - accidental) / (1.0 - accidental);
-        e[j] = v > 0.0 ? v : 0.0;
+        e[j] = estimate_of(agree[order[j]], k);
     }
     result = Py_BuildValue("OnNN", Py_None, kept, ranked, est);
 done:
@@ -2026,43 +2055,17 @@ static PyObject *rank_batch(PyObject *self, PyObject *args)
     }
     int64_t *kept_of = (int64_t *)PyBytes_AS_STRING(kept_out);
     int64_t *at = (int64_t *)PyBytes_AS_STRING(at_out);
-    const double accidental = 1.0 / 65536.0;
     Py_ssize_t used = 0;
     at[0] = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
-        const uint16_t *sig = sigs + j * k;
-        Py_ssize_t lo = (Py_ssize_t)offsets[j], hi = (Py_ssize_t)offsets[j + 1], kept = 0;
-        memset(start, 0, ((size_t)k + 2) * sizeof(Py_ssize_t));
-        for (Py_ssize_t x = lo; x < hi; x++) {
-            int64_t d = flat[x];
-            if (d < 0 || (x > lo && d <= flat[x - 1])) {
-                PyErr_SetString(PyExc_ValueError, "rank_batch: docnos must ascend from 0");
-                goto done;
-            }
-            int32_t row = d < n_slot ? slot[d] : -1;
-            if (row >= n_rows) {
-                PyErr_SetString(PyExc_IndexError, "rank_batch: a row outside the matrix");
-                goto done;
-            }
-            if (row < 0) {
-                agree[x] = -1;
-                continue;
-            }
-            uint32_t a = agreeing(matrix + (Py_ssize_t)row * k, sig, k);
-            agree[x] = (int32_t)a;
-            start[k - a + 1]++;
-            kept++;
-        }
-        for (Py_ssize_t a = 0; a <= k; a++)
-            start[a + 1] += start[a];
-        for (Py_ssize_t x = lo; x < hi; x++) /* stable: docnos ascending within a bucket */
-            if (agree[x] >= 0)
-                order[lo + start[k - agree[x]]++] = x;
+        Py_ssize_t lo = (Py_ssize_t)offsets[j], m = (Py_ssize_t)offsets[j + 1] - lo;
+        if (rows_of(flat + lo, m, slot, n_slot, n_rows, agree + lo, "rank_batch") < 0)
+            goto done;
+        Py_ssize_t kept = rank_rows(sigs + j * k, k, matrix, agree + lo, m, start, order + lo);
         Py_ssize_t take = 0;
         while (take < kept && take < limit) {
-            Py_ssize_t x = order[lo + take];
-            double e = ((double)agree[x] / (double)k - accidental) / (1.0 - accidental);
-            e = e > 0.0 ? e : 0.0;
+            Py_ssize_t x = lo + order[lo + take];
+            double e = estimate_of(agree[x], k);
             if (e < bar)
                 break;
             ranked[used + take] = flat[x];

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import gc
 import importlib
 import os
 import signal
@@ -199,11 +200,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
+# Objects between cyclic collections of the youngest generation (Python's default: 700)
+YOUNG_GC_THRESHOLD = 100_000
+
+
+def settle_gc() -> None:
+    """Collect cycles every 100,000 new objects instead of every 700.  A batch makes
+    several objects per document (verdicts, records, changes, keys) that live until
+    the batch is written, so with the default every collection walked thousands of
+    them only to find no garbage: 12% of `dedup`'s time on one-line documents, 4-5% on
+    pages.  Our objects are freed by reference counting; cycles (rare: exceptions,
+    closures) wait a little longer, a few MB at most.  Only the command line does
+    this: the process is ours there, not a host application's."""
+    gc.set_threshold(YOUNG_GC_THRESHOLD, 10, 10)
+
+
 def entry(argv: Sequence[str] | None = None) -> int:
     """The console script. Once the command has returned its status, a late SIGINT or
     SIGTERM (Ctrl-C, a pod stop) must not turn a finished run into a death by signal:
     Python restores the default handlers while it shuts down, and only an ignored
     signal stays ignored through that."""
+    settle_gc()
     status = main(argv)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)

@@ -298,3 +298,18 @@ def test_dedup_imports_no_kafka_metrics_or_html_modules(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
     assert len(lines(tmp_path / "out.jsonl")) == 20
+
+
+def test_the_command_collects_cycles_less_often() -> None:
+    # `entry` (the console script) raises the youngest generation's threshold for its
+    # own process; `main`, called in process by a host, leaves the host's alone.
+    script = (
+        "import gc, sys; from streamdedup.cli.main import YOUNG_GC_THRESHOLD, entry, main\n"
+        "before = gc.get_threshold()\n"
+        "main(['tune', '--threshold', '0.8'])\n"
+        "assert gc.get_threshold() == before, gc.get_threshold()\n"
+        "entry(['tune', '--threshold', '0.8'])\n"
+        "assert gc.get_threshold()[0] == YOUNG_GC_THRESHOLD != before[0], gc.get_threshold()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]

@@ -313,3 +313,23 @@ def test_the_command_collects_cycles_less_often() -> None:
     )
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
+
+
+def test_the_command_loads_numpy_with_one_blas_thread() -> None:
+    # OpenBLAS starts (and spins) a thread per core when numpy loads; the command does
+    # no linear algebra.  A value the user set wins.
+    script = (
+        "import os, sys\n"
+        "import streamdedup.cli, numpy\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, env=env, timeout=60)
+    assert r.stdout.split() == [b"1", b"1"], r.stderr.decode()[-2000:]
+    r = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        env={**env, "OPENBLAS_NUM_THREADS": "2"},
+        timeout=60,
+    )
+    assert r.stdout.split()[0] == b"2", r.stderr.decode()[-2000:]

@@ -6,6 +6,7 @@ so that every layer can name them without importing another layer."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,6 +160,36 @@ class Record:
         """`pack` of each record (one packer looked up for all)."""
         pack = _packer().pack
         return [pack(r._fields()) for r in records]
+
+    @staticmethod
+    def pack_verdicts(
+        verdicts: Sequence[Verdict],
+        content_hashes: Sequence[bytes],
+        timestamps: Sequence[int | None],
+        shingles: Sequence[int],
+    ) -> list[bytes]:
+        """`Record.of(v, ...).pack()` of each verdict and its document's data, without
+        the `Record`s: the engine stores most of a stream's documents in bulk, where
+        nothing reads their records as objects, and building one took as long as
+        packing it.  Same fields, same order (tests/test_models.py compares them)."""
+        pack = _packer().pack
+        return [
+            pack(
+                [
+                    v.id,
+                    DUPLICATE if v.verdict == "duplicate" else UNIQUE,
+                    v.duplicate_of,
+                    v.cluster,
+                    v.similarity,
+                    v.exact,
+                    c,
+                    ts,
+                    v.reason,
+                    n,
+                ]
+            )
+            for v, c, ts, n in zip(verdicts, content_hashes, timestamps, shingles, strict=True)
+        ]
 
     @classmethod
     def unpack(cls, raw: bytes) -> Record:

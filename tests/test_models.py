@@ -76,3 +76,24 @@ def test_a_record_keeps_its_verdict_field_for_field(
     assert (rec.content_hash, rec.timestamp_ms, rec.shingles) == (content, timestamp, shingles)
     assert rec.verdict == (DUPLICATE if v.is_duplicate else UNIQUE)
     assert Record.unpack(rec.pack()) == rec
+
+
+@given(
+    st.lists(
+        st.tuples(
+            packable,
+            st.binary(min_size=16, max_size=16),
+            st.none() | st.integers(0, 2**62),
+            st.integers(0, 10**6),
+        ),
+        max_size=5,
+    )
+)
+def test_verdicts_pack_as_their_records_do(
+    docs: list[tuple[Verdict, bytes, int | None, int]],
+) -> None:
+    """`Record.pack_verdicts` (the bulk store, without `Record` objects) gives the
+    bytes of `Record.of(...).pack()`, document for document."""
+    verdicts, contents, stamps, shingles = ([d[k] for d in docs] for k in range(4))
+    packed = Record.pack_verdicts(verdicts, contents, stamps, shingles)
+    assert packed == [Record.of(*d).pack() for d in docs]

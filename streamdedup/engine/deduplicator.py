@@ -27,17 +27,19 @@ batches).
 from __future__ import annotations
 
 import gc
+import itertools
 import logging
 import math
+import operator
 import os
 import time
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -65,7 +67,7 @@ from streamdedup.store.segments import (
     seal,
     segments,
 )
-from streamdedup.store.tables import ABSENT, Tables
+from streamdedup.store.tables import ABSENT, Packed, Tables
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +214,58 @@ def _text(p: Prepared, i: int) -> bytes:
 _LATER = Verdict("", "unique", None, "", None, False)
 _LATER_CHANGE = Change(b"", -1, None, None, False)
 
+_T = TypeVar("_T")
+
+
+def _joined(lists: Sequence[Sequence[_T]]) -> Sequence[_T]:
+    """The parts' lists as one: the list itself for a batch of one part (file mode)."""
+    return lists[0] if len(lists) == 1 else [x for seq in lists for x in seq]
+
+
+def _pick(seq: Sequence[_T] | Mapping[int, _T], at: list[int]) -> list[_T]:
+    """`[seq[j] for j in at]`, in one C call (`itemgetter`) rather than a loop of
+    Python steps: a bulk store picks a dozen fields of each of its documents."""
+    if len(at) > 1:
+        return list(operator.itemgetter(*at)(seq))
+    return [seq[j] for j in at]
+
+
+@dataclass
+class _Stored:
+    """Documents of one kind stored in bulk (`_store_bulk`), kept for their changes:
+    those are made from them if `changes` is read (`build`), not for every batch.
+    `signatures` (and `texts`, with exact verification): indexed ones, which own
+    their content; None: exact copies."""
+
+    at: list[int]  # the places of their changes in the batch's list
+    keys: list[bytes]
+    docnos: list[int]
+    verdicts: list[Verdict]
+    contents: list[bytes]
+    timestamps: list[int | None]
+    shingles: list[int]
+    signatures: list[bytes] | None = None
+    texts: list[bytes] | None = None
+
+    def build(self, changes: list[Change]) -> None:
+        """Their changes, each in its place in `changes` (what `_insert` appends for
+        a document stored one by one)."""
+        records = [
+            Record.of(v, c, ts, n)
+            for v, c, ts, n in zip(
+                self.verdicts, self.contents, self.timestamps, self.shingles, strict=True
+            )
+        ]
+        if self.signatures is None:
+            for j, key, docno, rec in zip(self.at, self.keys, self.docnos, records, strict=True):
+                changes[j] = Change(key, docno, rec, None, False)
+            return
+        texts: Sequence[bytes | None] = self.texts or [None] * len(records)
+        for j, key, docno, rec, sig, text in zip(
+            self.at, self.keys, self.docnos, records, self.signatures, texts, strict=True
+        ):
+            changes[j] = Change(key, docno, rec, sig, True, text)
+
 
 class Deduplicator:
     """Near-duplicate detection against everything indexed before, persisted in LMDB.
@@ -287,8 +341,10 @@ class Deduplicator:
         # this batch's indexed documents, and its candidates' exact sets (verify.py)
         self._memory = BatchMemory(Shingler(self.params.shingle))
         # The changes of the last applied batch, for a changelog (the worker reads them
-        # after `apply`); rebuilt on every run of the transaction.
-        self.changes: list[Change] = []
+        # after `apply`: `changes`); rebuilt on every run of the transaction.  Those of
+        # the documents stored in bulk are made only if read (`_Stored`).
+        self._changes: list[Change] = []
+        self._unbuilt: list[_Stored] = []
         # Ids (index keys) of the documents the last applied batch changed beyond
         # storing its own: forgotten by the time window, or promoted to content owner
         # when their owner went.  A worker keeps them with the batch's verdicts, so a
@@ -435,6 +491,17 @@ class Deduplicator:
         check_changelog(self.index, bound, self.changelog)
 
     @property
+    def changes(self) -> list[Change]:
+        """The changes the last applied batch made to the index, in order: what a
+        changelog mirrors (the worker publishes them after every batch).  Those of
+        documents stored in bulk are made here, when first read: file mode never
+        reads them, and they were a tenth of the bulk store's time."""
+        for stored in self._unbuilt:
+            stored.build(self._changes)
+        self._unbuilt = []
+        return self._changes
+
+    @property
     def last_batch(self) -> Counters:
         """The work of the last applied batch."""
         return self._batch
@@ -504,7 +571,7 @@ class Deduplicator:
                 self._dropped = self.sealed.fully_masked()
                 for n in self._dropped:  # every document expired or replaced
                     drop_segment(t, n)
-            if self.changes:  # documents stored or forgotten: refused if unlogged
+            if self._changes:  # documents stored or forgotten: refused if unlogged
                 check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
             if also is not None:
                 also(t, verdicts)
@@ -553,7 +620,8 @@ class Deduplicator:
         next_docno = int(t.meta(MetaKey.NEXT_DOCNO) or 0)
         self._counts = dict(t.meta(MetaKey.COUNTS) or {})
         self._batch = Counters(documents=sum(len(p.docs) for p in parts))
-        self.changes = []
+        self._changes = []
+        self._unbuilt = []
         self.touched = []
         self._memory.clear(next_docno)
         clock = int(t.meta(MetaKey.CLOCK) or 0)
@@ -595,7 +663,7 @@ class Deduplicator:
                         self._expire(t, clocks[position] - ttl)
                     if kinds is not None and kinds[position]:
                         assert bulk is not None
-                        bulk.hold(position, position + 1, next_docno, stamps, out, self.changes)
+                        bulk.hold(position, position + 1, next_docno, stamps, out, self._changes)
                         next_docno += 1
                         position += 1
                         continue
@@ -638,7 +706,7 @@ class Deduplicator:
         the batch's Python per document."""
         ones = np.flatnonzero(bulk.kind == 0).tolist()  # decided one by one
         starts = np.cumsum([0, *(len(p.docs) for p in parts)]).tolist()
-        changes, n = self.changes, starts[-1]
+        changes, n = self._changes, starts[-1]
         done = 0
         for pos in [*ones, n]:
             if pos > done:  # documents done .. pos - 1: in bulk
@@ -933,37 +1001,41 @@ class Deduplicator:
         search (`_searched`), stored as a plain one is (`put_plain`: the batch's
         documents sharing a bucket are SEARCH ones, stored in docno order, so the
         postings buffer keeps their order)."""
-        at = [(p, i) for p in parts for i in range(len(p.docs))]
-        flat_rows = [r for part in rows for r in part]
-        changes, counts = self.changes, self._counts
+        one = parts[0] if len(parts) == 1 else None
+        at = [] if one else [(p, i) for p in parts for i in range(len(p.docs))]
+        docs_of = _joined([p.docs for p in parts])
+        keys_of = _joined([p.keys for p in parts])
+        content_of = _joined([p.content for p in parts])
+        shingles_of = _joined([p.shingles for p in parts])
+        sigs_of = _joined([p.sig_bytes for p in parts])
+        rows_of = _joined(rows)
+        counts = self._counts
         kind_of = b.kind[b.positions]  # each numbered document's kind, in loop order
         for kind in (SEARCH, PLAIN, COPY):  # (copies of SEARCH documents follow them)
             ms = np.flatnonzero(kind_of == kind).tolist()
             if not ms:
                 continue
-            where = [at[b.positions[m]] for m in ms]
-            docnos = [b.docnos[m] for m in ms]
-            keys = [p.keys[i] for p, i in where]
-            ids = [p.docs[i].id for p, i in where]
+            pos = _pick(b.positions, ms)
+            where = list(zip(itertools.repeat(one), pos)) if one else _pick(at, pos)
+            docnos = _pick(b.docnos, ms)
+            keys = _pick(keys_of, pos)
+            ids = [d.id for d in _pick(docs_of, pos)]
             if kind == SEARCH:
                 verdicts = self._searched(t, where, docnos, ids)
-                by_position = dict(zip((b.positions[m] for m in ms), verdicts, strict=True))
+                by_position = dict(zip(pos, verdicts, strict=True))
                 for j, owner in b.copy_of.items():
                     v = by_position[owner]
                     b.of[j] = (v.id, v.cluster)
             elif kind == PLAIN:
                 verdicts = [Verdict(d, "unique", None, d, None, False) for d in ids]
             else:
+                of = _pick(b.of, pos)
                 verdicts = [
-                    Verdict(d, "duplicate", *b.of[b.positions[m]], 1.0, True)
-                    for d, m in zip(ids, ms, strict=True)
+                    Verdict(d, "duplicate", o[0], o[1], 1.0, True)
+                    for d, o in zip(ids, of, strict=True)
                 ]
-            records = [
-                Record.of(v, p.content[i], b.timestamps[m], p.shingles[i])
-                for v, (p, i), m in zip(verdicts, where, ms, strict=True)
-            ]
-            for m, v in zip(ms, verdicts, strict=True):
-                out[b.verdict_at[m]] = v
+            for j, v in zip(_pick(b.verdict_at, ms), verdicts, strict=True):
+                out[j] = v
             if kind == SEARCH:
                 for v in verdicts:
                     for name in v.kinds():
@@ -971,20 +1043,26 @@ class Deduplicator:
             else:
                 for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
                     counts[name] = counts.get(name, 0) + len(verdicts)
+            stamps = _pick(b.timestamps, ms)
+            contents = _pick(content_of, pos)
+            shingles = _pick(shingles_of, pos)
+            records = Packed(
+                Record.pack_verdicts(verdicts, contents, stamps, shingles), contents, stamps
+            )
+            stored = _Stored(
+                _pick(b.change_at, ms), keys, docnos, verdicts, contents, stamps, shingles
+            )
+            self._unbuilt.append(stored)
             if kind == COPY:
                 t.put_copies(docnos, keys, records)
-                for m, key, docno, rec in zip(ms, keys, docnos, records, strict=True):
-                    changes[b.change_at[m]] = Change(key, docno, rec, None, False)
                 continue
-            sigs = [p.sig_bytes[i] for p, i in where]
+            stored.signatures = sigs = _pick(sigs_of, pos)
             # exact verification stores every indexed document's text (all parts or none)
-            texts = None if parts[0].texts is None else [_text(p, i) for p, i in where]
-            t.put_plain(docnos, keys, records, sigs, [flat_rows[b.positions[m]] for m in ms], texts)
-            text_of: list[bytes] | list[None] = [None] * len(docnos) if texts is None else texts
-            for m, key, docno, rec, sig, text in zip(
-                ms, keys, docnos, records, sigs, text_of, strict=True
-            ):
-                changes[b.change_at[m]] = Change(key, docno, rec, sig, True, text)
+            if one is not None and one.texts is not None:
+                stored.texts = _pick(one.texts, pos)
+            elif parts[0].texts is not None:
+                stored.texts = [_text(p, i) for p, i in where]
+            t.put_plain(docnos, keys, records, sigs, _pick(rows_of, pos), stored.texts)
             # later documents of the batch meet them (if at all) through memory (the
             # search remembered SEARCH documents already)
             if kind == PLAIN:
@@ -1229,7 +1307,7 @@ class Deduplicator:
             e = self._expiry
             if e.oldest is None or (ts, docno) < e.oldest:
                 e.oldest = (ts, docno)
-        self.changes.append(Change(key, docno, record, sig, owns, text))
+        self._changes.append(Change(key, docno, record, sig, owns, text))
 
     def _forget(self, t: Store, docno: int, key: bytes, own: bool = False) -> None:
         """Remove a document (replaced by new content, or expired).  If it owned its
@@ -1252,7 +1330,7 @@ class Deduplicator:
         if heir is not None:  # read before `remove_document` deletes them
             text = t.text(docno) or None
         t.remove_document(docno, key, keys)
-        self.changes.append(Change(key, docno, None, None, False))
+        self._changes.append(Change(key, docno, None, None, False))
         if not own:
             self.touched.append(key)
         if heir is None or old is None:
@@ -1263,7 +1341,7 @@ class Deduplicator:
         self._memory.forget(heir)  # it takes a signature: read it again
         t.adopt(heir, old.content_hash, raw, keys, text)
         heir_key = id_key(heir_rec.doc_id)
-        self.changes.append(Change(heir_key, heir, heir_rec, raw, True, text))
+        self._changes.append(Change(heir_key, heir, heir_rec, raw, True, text))
         self.touched.append(heir_key)
 
 

@@ -121,6 +121,27 @@ def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
 
 _KEY = operator.itemgetter(0)  # an entry's key
 
+
+@dataclass(frozen=True)
+class Packed:
+    """The records of documents stored in bulk (`put_plain`, `put_copies`), packed
+    (`Record.pack_verdicts`), with the two fields the tables key by: a `Record` each
+    cost as much to build as to pack, and nothing reads them as objects."""
+
+    packed: list[bytes]
+    content_hashes: list[bytes]
+    timestamps: list[int | None]
+
+    @classmethod
+    def of(cls, records: list[Record]) -> Packed:
+        """Records packed (tests; the engine packs without making them)."""
+        return cls(
+            Record.pack_many(records),
+            [r.content_hash for r in records],
+            [r.timestamp_ms for r in records],
+        )
+
+
 ABSENT = -1  # read ahead: no document (docnos are >= 0)
 UNREAD = -2  # not read ahead (`Tables.read_ahead`)
 
@@ -128,7 +149,8 @@ UNREAD = -2  # not read ahead (`Tables.read_ahead`)
 @dataclass
 class _Writes:
     """Document entries `put_document` buffered, per table, until `Tables._flush`; and
-    the documents' records, for reads before then."""
+    the documents' records, for reads before then (those stored in bulk as packed,
+    unpacked if one is read: `put_plain`)."""
 
     pending: bool = False
     ids: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -138,7 +160,7 @@ class _Writes:
     content: list[tuple[bytes, bytes]] = field(default_factory=list)
     copies: list[tuple[bytes, bytes]] = field(default_factory=list)
     expiry: list[tuple[bytes, bytes]] = field(default_factory=list)
-    records: dict[int, Record] = field(default_factory=dict)
+    records: dict[int, Record | bytes] = field(default_factory=dict)
     # `put_plain` appended documents numbered below some already buffered: `docs`,
     # `sigs` and `texts` are then sorted on `_flush` (two ascending runs: timsort
     # merges them in one pass), so that their appends stay appends
@@ -268,7 +290,7 @@ class Tables:
     def record(self, docno: int) -> Record | None:
         w = self._writes
         if w.records and (rec := w.records.get(docno)) is not None:
-            return rec
+            return Record.unpack(rec) if isinstance(rec, bytes) else rec
         raw = self.txn.get(docno_key(docno), db=self.db["docs"])
         return None if raw is None else Record.unpack(bytes(raw))
 
@@ -391,7 +413,7 @@ class Tables:
         self,
         docnos: list[int],
         keys: list[bytes],
-        records: list[Record],
+        records: Packed,
         signatures: list[bytes],
         rows: list[bytes],
         texts: list[bytes] | None,
@@ -406,7 +428,8 @@ class Tables:
         True), buffered the same way, written with whole-list operations instead of
         one call chain per document.  `docnos` ascend; they may interleave with
         documents `put_document` buffered (the engine stores the rest of a batch one
-        by one, in order, and these after): `_flush` then sorts."""
+        by one, in order, and these after): `_flush` then sorts.  `records`: theirs,
+        packed (`Packed`)."""
         if not docnos:
             return
         dks = self._put_records(docnos, keys, records)
@@ -416,7 +439,7 @@ class Tables:
             w.texts += itertools.chain.from_iterable(
                 itertools.starmap(_chunks_of, zip(dks, texts, strict=True))
             )
-        hashes = [r.content_hash for r in records]
+        hashes = records.content_hashes
         w.content += zip(hashes, dks, strict=True)
         self._content.update(zip(hashes, docnos, strict=True))
         if self._postings is not None:
@@ -426,7 +449,7 @@ class Tables:
             per = np.fromiter(map(len, rows), np.int64, len(rows)) // 8
             self.postings.add(flat, np.repeat(np.asarray(docnos, dtype=np.uint64), per))
 
-    def put_copies(self, docnos: list[int], keys: list[bytes], records: list[Record]) -> None:
+    def put_copies(self, docnos: list[int], keys: list[bytes], records: Packed) -> None:
         """Store exact copies the engine decided in bulk: each a new id (as in
         `put_plain`), of a content hash that has an owner, listed among its copies
         -- what `put_document` writes for a copy (not indexed: no signature,
@@ -435,11 +458,9 @@ class Tables:
             return
         dks = self._put_records(docnos, keys, records)
         w = self._writes
-        w.copies += [(r.content_hash + dk, b"") for r, dk in zip(records, dks, strict=True)]
+        w.copies += [(c + dk, b"") for c, dk in zip(records.content_hashes, dks, strict=True)]
 
-    def _put_records(
-        self, docnos: list[int], keys: list[bytes], records: list[Record]
-    ) -> list[bytes]:
+    def _put_records(self, docnos: list[int], keys: list[bytes], records: Packed) -> list[bytes]:
         """Buffer the `ids`, `docs` and `expiry` entries of new documents (docnos
         ascending); their docno keys."""
         dks = [d.to_bytes(DOCNO_BYTES, "big") for d in docnos]
@@ -449,12 +470,12 @@ class Tables:
             w.mixed = True
         w.ids += zip(keys, dks, strict=True)
         self._ids.update(zip(keys, docnos, strict=True))
-        w.docs += zip(dks, Record.pack_many(records), strict=True)
-        w.records.update(zip(docnos, records, strict=True))
+        w.docs += zip(dks, records.packed, strict=True)
+        w.records.update(zip(docnos, records.packed, strict=True))
         w.expiry += [
-            (expiry_key(r.timestamp_ms, d), b"")
-            for d, r in zip(docnos, records, strict=True)
-            if r.timestamp_ms is not None
+            (expiry_key(ts, d), b"")
+            for d, ts in zip(docnos, records.timestamps, strict=True)
+            if ts is not None
         ]
         return dks
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from streamdedup.models import Record
 from streamdedup.store.index import Index
 from streamdedup.store.keys import docno_key, id_key
-from streamdedup.store.tables import DATA_TABLES, TEXT_CHUNK, Tables, text_chunks
+from streamdedup.store.tables import DATA_TABLES, TEXT_CHUNK, Packed, Tables, text_chunks
 
 CONTENTS = [bytes([c]) * 16 for c in range(4)]  # few contents: owners and copies
 
@@ -178,11 +178,13 @@ def _store(t: Tables, docs: list[tuple[bool, int, int | None]], bulk: bool, batc
     t.put_plain(
         plain,
         [keys[d] for d in plain],
-        [records[d] for d in plain],
+        Packed.of([records[d] for d in plain]),
         [sigs[d] for d in plain],
         [rows[d] for d in plain],
         [texts[d] for d in plain],
     )
+    # read back from the buffer (the plain ones kept packed) as they were given
+    assert [t.record(d) for d in range(len(docs))] == records
     if batch:
         t.flush_postings()
 

@@ -44,7 +44,7 @@ class Prepared:
     shingles: list[int]
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
-    band_keys: list[list[bytes]]
+    band_keys: BandKeys
     # Each document's band keys end to end (`b"".join(band_keys[i])`), cut from the
     # same buffer: what a batch's read-ahead of postings and the segments take.
     band_rows: list[bytes]
@@ -59,13 +59,44 @@ class Prepared:
         """Pickled (from `--workers`) with the signature rows and band keys as the
         arrays they come from, not a million small bytes objects: those took most of
         unpickling a batch in the main process, which is the one that waits."""
-        bands = len(self.band_keys[0]) if self.band_keys else 0
+        bands = self.band_keys.bands
         flat = b"".join(self.band_rows)
         state = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _REBUILT}
         return (_unpickled, (state, flat, bands))
 
 
 _REBUILT = ("sig_bytes", "band_keys", "band_rows")  # `Prepared.__reduce__` ships them as arrays
+
+
+class BandKeys(Sequence[list[bytes]]):
+    """Each document's band keys, as a list of 8-byte strings made when asked.  The
+    bulk path stores `band_rows` and looks buckets up one by one only for the
+    documents that search; making every document's list up front (a million bytes
+    objects for 50,000 documents) was a seventh of preparing one-line documents."""
+
+    def __init__(self, keys: npt.NDArray[np.void]) -> None:
+        self._keys = keys  # (documents, bands) of "V8"
+        self.bands = keys.shape[1] if len(keys) else 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, i: int) -> list[bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> list[bytes] | list[list[bytes]]:
+        got: list[bytes] | list[list[bytes]] = self._keys[i].tolist()
+        return got
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable-looking, like a list)
 
 
 @dataclass(frozen=True)
@@ -215,7 +246,7 @@ class Preparer:
             shingles=shingles,
             sigs=sigs,
             sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-            band_keys=_items(band_keys),
+            band_keys=BandKeys(band_keys),
             band_rows=_rows(band_keys),
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
@@ -229,7 +260,7 @@ def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared
     return Prepared(
         **state,
         sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-        band_keys=_items(keys),
+        band_keys=BandKeys(keys),
         band_rows=_rows(keys),
     )
 
@@ -251,12 +282,6 @@ def _rows(a: npt.NDArray[Any]) -> list[bytes]:
     slicing one buffer in Python."""
     rows: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
     return rows
-
-
-def _items(a: npt.NDArray[np.void]) -> list[list[bytes]]:
-    """Each row of a 2-D array of byte strings ("V8") as a list of them."""
-    items: list[list[bytes]] = a.tolist()
-    return items
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:

@@ -115,13 +115,22 @@ class HashParts:
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
 SMALL_SET = 32  # `_distinct`: at most this many hashes take the Python path
 TEXT_LEVEL = 1  # zstd level of the stored texts (3: 1% smaller, 1.4 times the time)
+# Texts shorter than this are stored as they are: zstd's frame (header, a raw block)
+# makes a title or a log line 9 bytes longer, and compressing it costs more than the
+# rest of its preparing.  Measured on the one-line benchmark stream: zstd level 1
+# wins only from about 80 bytes (64-79: 71 bytes raw against 73).
+RAW_TEXT_BELOW = 80
+# Every zstd frame starts with it; no UTF-8 text can (0xB5 cannot follow "(", and
+# 0xFD is never a UTF-8 byte), so a stored text is a frame exactly when it does.
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def compress_texts(raw: list[bytes]) -> list[bytes]:
-    """The stored form of normalised texts: zstd level 1, which matched zlib level 1's
-    size on web text at a quarter of its time (12 against 43 us a 3 KB page, and a
-    third of its decompression time: 5 against 14 us).  A compressor per call: they
-    are cheap to make, and one kept on the Preparer would not pickle to `--workers`."""
+    """The stored form of normalised (UTF-8) texts: zstd level 1, which matched zlib
+    level 1's size on web text at a quarter of its time (12 against 43 us a 3 KB page,
+    and a third of its decompression time: 5 against 14 us); a text shorter than
+    `RAW_TEXT_BELOW` as it is.  A compressor per call: they are cheap to make, and one
+    kept on the Preparer would not pickle to `--workers`."""
     return list(Texts(raw))
 
 
@@ -135,14 +144,17 @@ class Texts(Sequence[bytes]):
 
     def __init__(self, raw: list[bytes], later: Collection[int] = ()) -> None:
         self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
-        compress = self._compress
+        store = self._store
         self._done: list[bytes | None]
         if later:
-            self._done = [None if i in later else compress(r) for i, r in enumerate(raw)]
+            self._done = [None if i in later else store(r) for i, r in enumerate(raw)]
         else:
-            self._done = [compress(r) for r in raw]
+            self._done = [store(r) for r in raw]
         # only the texts left for later are kept (a batch's texts are megabytes)
         self._raw = {i: raw[i] for i in later if 0 <= i < len(raw)}
+
+    def _store(self, raw: bytes) -> bytes:
+        return raw if len(raw) < RAW_TEXT_BELOW else self._compress(raw)
 
     def __len__(self) -> int:
         return len(self._done)
@@ -159,7 +171,7 @@ class Texts(Sequence[bytes]):
         got = self._done[i]
         if got is None:
             i = i + len(self._done) if i < 0 else i
-            got = self._done[i] = self._compress(self._raw.pop(i))
+            got = self._done[i] = self._store(self._raw.pop(i))
         return got
 
     def __eq__(self, other: object) -> bool:
@@ -179,7 +191,7 @@ class Texts(Sequence[bytes]):
 
 def decompress_text(text: bytes) -> bytes:
     """The inverse of `compress_texts` (frames carry their size)."""
-    return _DECOMPRESSOR.decompress(text)
+    return _DECOMPRESSOR.decompress(text) if text.startswith(_ZSTD_MAGIC) else text
 
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()

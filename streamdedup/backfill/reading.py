@@ -99,7 +99,7 @@ def read_split(
                     p.content[i],
                     p.shingles[i],
                     p.sig_bytes[i],
-                    b"".join(p.band_keys[i]),
+                    p.band_rows[i],
                     text,
                 ),
             )

@@ -44,7 +44,7 @@ class Prepared:
     shingles: list[int]
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
-    band_keys: list[list[bytes]]
+    band_keys: BandKeys
     # Each document's band keys end to end (`b"".join(band_keys[i])`), cut from the
     # same buffer: what a batch's read-ahead of postings and the segments take.
     band_rows: list[bytes]
@@ -59,13 +59,44 @@ class Prepared:
         """Pickled (from `--workers`) with the signature rows and band keys as the
         arrays they come from, not a million small bytes objects: those took most of
         unpickling a batch in the main process, which is the one that waits."""
-        bands = len(self.band_keys[0]) if self.band_keys else 0
+        bands = self.band_keys.bands
         flat = b"".join(self.band_rows)
         state = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _REBUILT}
         return (_unpickled, (state, flat, bands))
 
 
 _REBUILT = ("sig_bytes", "band_keys", "band_rows")  # `Prepared.__reduce__` ships them as arrays
+
+
+class BandKeys(Sequence[list[bytes]]):
+    """Each document's band keys, as a list of 8-byte strings made when asked.  The
+    bulk path stores `band_rows` and looks buckets up one by one only for the
+    documents that search; making every document's list up front (a million bytes
+    objects for 50,000 documents) was a seventh of preparing one-line documents."""
+
+    def __init__(self, keys: npt.NDArray[np.void]) -> None:
+        self._keys = keys  # (documents, bands) of "V8"
+        self.bands = keys.shape[1] if len(keys) else 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @overload
+    def __getitem__(self, i: int) -> list[bytes]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[bytes]]: ...
+
+    def __getitem__(self, i: int | slice) -> list[bytes] | list[list[bytes]]:
+        got: list[bytes] | list[list[bytes]] = self._keys[i].tolist()
+        return got
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # (mutable-looking, like a list)
 
 
 @dataclass(frozen=True)
@@ -84,13 +115,22 @@ class HashParts:
 SUB_BATCH_CHARS = 1 << 18  # about 90 pages of 3 KB (measured best of 2**17 ... 2**21)
 SMALL_SET = 32  # `_distinct`: at most this many hashes take the Python path
 TEXT_LEVEL = 1  # zstd level of the stored texts (3: 1% smaller, 1.4 times the time)
+# Texts shorter than this are stored as they are: zstd's frame (header, a raw block)
+# makes a title or a log line 9 bytes longer, and compressing it costs more than the
+# rest of its preparing.  Measured on the one-line benchmark stream: zstd level 1
+# wins only from about 80 bytes (64-79: 71 bytes raw against 73).
+RAW_TEXT_BELOW = 80
+# Every zstd frame starts with it; no UTF-8 text can (0xB5 cannot follow "(", and
+# 0xFD is never a UTF-8 byte), so a stored text is a frame exactly when it does.
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def compress_texts(raw: list[bytes]) -> list[bytes]:
-    """The stored form of normalised texts: zstd level 1, which matched zlib level 1's
-    size on web text at a quarter of its time (12 against 43 us a 3 KB page, and a
-    third of its decompression time: 5 against 14 us).  A compressor per call: they
-    are cheap to make, and one kept on the Preparer would not pickle to `--workers`."""
+    """The stored form of normalised (UTF-8) texts: zstd level 1, which matched zlib
+    level 1's size on web text at a quarter of its time (12 against 43 us a 3 KB page,
+    and a third of its decompression time: 5 against 14 us); a text shorter than
+    `RAW_TEXT_BELOW` as it is.  A compressor per call: they are cheap to make, and one
+    kept on the Preparer would not pickle to `--workers`."""
     return list(Texts(raw))
 
 
@@ -104,14 +144,17 @@ class Texts(Sequence[bytes]):
 
     def __init__(self, raw: list[bytes], later: Collection[int] = ()) -> None:
         self._compress = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress
-        compress = self._compress
+        store = self._store
         self._done: list[bytes | None]
         if later:
-            self._done = [None if i in later else compress(r) for i, r in enumerate(raw)]
+            self._done = [None if i in later else store(r) for i, r in enumerate(raw)]
         else:
-            self._done = [compress(r) for r in raw]
+            self._done = [store(r) for r in raw]
         # only the texts left for later are kept (a batch's texts are megabytes)
         self._raw = {i: raw[i] for i in later if 0 <= i < len(raw)}
+
+    def _store(self, raw: bytes) -> bytes:
+        return raw if len(raw) < RAW_TEXT_BELOW else self._compress(raw)
 
     def __len__(self) -> int:
         return len(self._done)
@@ -128,7 +171,7 @@ class Texts(Sequence[bytes]):
         got = self._done[i]
         if got is None:
             i = i + len(self._done) if i < 0 else i
-            got = self._done[i] = self._compress(self._raw.pop(i))
+            got = self._done[i] = self._store(self._raw.pop(i))
         return got
 
     def __eq__(self, other: object) -> bool:
@@ -148,7 +191,7 @@ class Texts(Sequence[bytes]):
 
 def decompress_text(text: bytes) -> bytes:
     """The inverse of `compress_texts` (frames carry their size)."""
-    return _DECOMPRESSOR.decompress(text)
+    return _DECOMPRESSOR.decompress(text) if text.startswith(_ZSTD_MAGIC) else text
 
 
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
@@ -215,7 +258,7 @@ class Preparer:
             shingles=shingles,
             sigs=sigs,
             sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-            band_keys=_items(band_keys),
+            band_keys=BandKeys(band_keys),
             band_rows=_rows(band_keys),
             hashes=HashParts(hash_parts, starts) if exact else None,
             texts=Texts(raw, _never_stored(light, shingles, content)) if exact else None,
@@ -229,7 +272,7 @@ def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared
     return Prepared(
         **state,
         sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
-        band_keys=_items(keys),
+        band_keys=BandKeys(keys),
         band_rows=_rows(keys),
     )
 
@@ -251,12 +294,6 @@ def _rows(a: npt.NDArray[Any]) -> list[bytes]:
     slicing one buffer in Python."""
     rows: list[bytes] = a.view(f"V{a.shape[1] * a.itemsize}").ravel().tolist()
     return rows
-
-
-def _items(a: npt.NDArray[np.void]) -> list[list[bytes]]:
-    """Each row of a 2-D array of byte strings ("V8") as a list of them."""
-    items: list[list[bytes]] = a.tolist()
-    return items
 
 
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:

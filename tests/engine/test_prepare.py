@@ -6,12 +6,16 @@ import dataclasses
 import pickle
 
 import numpy as np
+import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import (
+    _ZSTD_MAGIC,
+    RAW_TEXT_BELOW,
     SMALL_SET,
+    TEXT_LEVEL,
     Preparer,
     Texts,
     _distinct,
@@ -37,9 +41,9 @@ def test_distinct_is_sorted_unique_either_way(values: list[int]) -> None:
     assert got.tolist() == sorted(set(values))
 
 
-texts = st.lists(
-    st.binary(max_size=3000) | st.sampled_from([b"", b"a b c", b"x" * 5000]), max_size=12
-)
+# what is stored: normalised text as UTF-8 (`encode`: lone surrogates pass)
+utf8 = st.text(max_size=1000).map(lambda t: t.encode("utf-8", "surrogatepass"))
+texts = st.lists(utf8 | st.sampled_from([b"", b"a b c", b"x" * 5000]), max_size=12)
 
 
 @given(texts, st.data())
@@ -60,10 +64,27 @@ def test_texts_are_compress_texts_whenever_read(raw: list[bytes], data: st.DataO
     assert lazy[1:3] == want[1:3] and lazy == want
 
 
+@given(utf8)
+def test_short_texts_are_stored_as_they_are_and_the_rest_as_zstd_frames(raw: bytes) -> None:
+    """Below `RAW_TEXT_BELOW` bytes zstd's frame only adds bytes; a stored text is
+    told apart by zstd's magic number, which no UTF-8 text starts with."""
+    stored = compress_texts([raw])[0]
+    assert (stored == raw) == (len(raw) < RAW_TEXT_BELOW)
+    assert stored.startswith(_ZSTD_MAGIC) == (len(raw) >= RAW_TEXT_BELOW)
+    assert decompress_text(stored) == raw
+
+
+def test_texts_stored_before_short_ones_were_kept_raw_still_read() -> None:
+    """Indexes written earlier hold every text as a zstd frame, short ones too."""
+    for raw in (b"", b"a b c", "caf\u00e9 ok".encode()):
+        old = zstandard.ZstdCompressor(level=TEXT_LEVEL).compress(raw)
+        assert decompress_text(old) == raw
+
+
 def test_texts_left_for_later_are_compressed_only_when_read() -> None:
-    lazy = Texts([b"one two three", b"four five", b"six"], later={0, 2})
+    lazy = Texts([b"one two three" * 9, b"four five", b"six" * 40], later={0, 2})
     assert lazy._done[0] is None and lazy._done[1] is not None
-    assert lazy[2] == compress_texts([b"six"])[0] and lazy._done[0] is None
+    assert lazy[2] == compress_texts([b"six" * 40])[0] and lazy._done[0] is None
 
 
 def test_prepare_leaves_for_later_the_texts_the_engine_does_not_store() -> None:

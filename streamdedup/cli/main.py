@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import gc
 import importlib
 import os
@@ -68,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 def closest_option(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str | None:
     """The option of `parser` nearest to the first unknown flag (`--treshold`:
     `--threshold`), or None when none is close."""
+    import difflib  # (only for a mistyped flag)
+
     flags = [a.split("=", 1)[0] for a in unknown if a.startswith("--")]
     options = [o for action in parser._actions for o in action.option_strings]
     for flag in flags:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +112,8 @@ def add_options(parser: argparse.ArgumentParser, groups: Sequence[OptionGroup]) 
 
 
 def load_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    import tomllib  # (only with --config: a run without one does not load the parser)
+
     try:
         with Path(path).open("rb") as fh:
             return tomllib.load(fh)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import logging
 import math
 import operator
 import os
@@ -68,8 +67,6 @@ from streamdedup.store.segments import (
     segments,
 )
 from streamdedup.store.tables import ABSENT, Packed, Tables
-
-log = logging.getLogger(__name__)
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]
 
@@ -601,9 +598,11 @@ class Deduplicator:
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
+                import logging  # (rare: not loaded with the engine)
+
                 for n in self._dropped:
                     r = self.sealed.readers[n]
-                    log.info(
+                    logging.getLogger(__name__).info(
                         "sealed segment %d dropped: every document in it expired or was "
                         "replaced; %s can be deleted%s",
                         n,

@@ -214,6 +214,11 @@ _LATER_CHANGE = Change(b"", -1, None, None, False)
 _T = TypeVar("_T")
 
 
+def _chained(lists: Sequence[Iterable[_T]]) -> Iterator[_T]:
+    """The items of the parts' lists, in batch order (for `np.fromiter`)."""
+    return itertools.chain.from_iterable(lists)
+
+
 def _joined(lists: Sequence[Sequence[_T]]) -> Sequence[_T]:
     """The parts' lists as one: the list itself for a batch of one part (file mode)."""
     return lists[0] if len(lists) == 1 else [x for seq in lists for x in seq]
@@ -831,23 +836,21 @@ class Deduplicator:
             and (self.params.verify == "signature" or all(p.hashes is not None for p in parts))
             and (cutoff is None or oldest is None or oldest[0] >= cutoff)
         )
-        free &= np.fromiter((s > 0 for p in parts for s in p.shingles), dtype=np.bool_, count=n)
+        free &= np.fromiter(_chained([p.shingles for p in parts]), dtype=np.int64, count=n) > 0
         free &= ~light
         # (a batch of replays only has nothing to check)
         if not free.any() or not all(
             self._replays(t, p, repeated, cutoff) for p in parts if p.light
         ):
             return out
-        quiet = np.fromiter(
-            map(t.is_quiet, (r for part in rows for r in part)), dtype=np.bool_, count=n
-        )
+        quiet = t.quiet_rows(_chained(rows), n)
         new = owners == ABSENT
         kind = out.kind
         if len(set(contents)) == n:
             kind[free & new & quiet] = PLAIN
         else:
             seen = Counter(contents)
-            once = np.fromiter((seen[c] == 1 for c in contents), dtype=np.bool_, count=n)
+            once = np.fromiter(map(seen.__getitem__, contents), dtype=np.int64, count=n) == 1
             kind[free & new & quiet & once] = PLAIN
             # a content new to the index, several times in the batch: all or none
             groups: dict[bytes, list[int]] = {}
@@ -901,9 +904,11 @@ class Deduplicator:
         firsts = np.ones(n, dtype=np.bool_)
         seen_at: dict[bytes, int] = {}
         if len(set(contents)) < n:
-            for j, c in enumerate(contents):
-                if seen_at.setdefault(c, j) != j:
-                    firsts[j] = False
+            # each content's first position (built backwards: the first one is
+            # written last)
+            seen_at = dict(zip(reversed(contents), range(n - 1, -1, -1), strict=True))
+            at = np.fromiter(map(seen_at.__getitem__, contents), dtype=np.intp, count=n)
+            firsts = at == np.arange(n)
         undecided = kind == 0
         kind[undecided & searching & firsts] = SEARCH
         for j in np.flatnonzero(undecided & searching & ~firsts).tolist():

@@ -122,6 +122,14 @@ def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
 _KEY = operator.itemgetter(0)  # an entry's key
 
 
+def _in_order(keys: list[bytes]) -> list[bytes]:
+    """Keys to read in one `getmulti`, in key order (each B-tree page visited once).
+    Sorted as they are, not made distinct first: a batch's ids mostly come in order,
+    which `sorted` confirms in one pass, where a set's order it must sort all over
+    again (1.6 against 0.07 ms a batch of 8,000).  A repeated key is read twice."""
+    return sorted(keys)
+
+
 @dataclass(frozen=True)
 class Packed:
     """The records of documents stored in bulk (`put_plain`, `put_copies`), packed
@@ -268,7 +276,7 @@ class Tables:
     def _read_ahead(
         self, table: str, keys: list[bytes], known: dict[bytes, int]
     ) -> dict[bytes, int]:
-        got = self.txn.cursor(db=self.db[table]).getmulti(sorted(set(keys)))
+        got = self.txn.cursor(db=self.db[table]).getmulti(_in_order(keys))
         out = dict.fromkeys(keys, ABSENT)
         out.update({bytes(k): docno_of(v) for k, v in got})
         out.update(known)
@@ -277,7 +285,7 @@ class Tables:
     def docnos_for_ids(self, keys: list[bytes]) -> dict[bytes, int]:
         """The stored documents of these ids: key -> docno, for those that have one."""
         self._flush()
-        got = self.txn.cursor(db=self.db["ids"]).getmulti(sorted(set(keys)))
+        got = self.txn.cursor(db=self.db["ids"]).getmulti(_in_order(keys))
         return {bytes(k): docno_of(v) for k, v in got}
 
     def docno_for_id(self, key: bytes) -> int | None:
@@ -752,6 +760,13 @@ class Tables:
         the batch (`candidates` would answer {})."""
         p = self._postings
         return p is not None and row in p.quiet
+
+    def quiet_rows(self, rows: Iterable[bytes], n: int) -> npt.NDArray[np.bool_]:
+        """`is_quiet` of each of `n` rows, at once (a set lookup each in C)."""
+        p = self._postings
+        if p is None:
+            return np.zeros(n, dtype=np.bool_)
+        return np.fromiter(map(p.quiet.__contains__, rows), dtype=np.bool_, count=n)
 
     def flush_postings(self) -> None:
         """Write the buffered postings in key order and stop buffering."""

@@ -212,6 +212,7 @@ _LATER = Verdict("", "unique", None, "", None, False)
 _LATER_CHANGE = Change(b"", -1, None, None, False)
 
 _T = TypeVar("_T")
+_TEXT = operator.attrgetter("text")  # a document's text
 
 
 def _chained(lists: Sequence[Iterable[_T]]) -> Iterator[_T]:
@@ -582,7 +583,8 @@ class Deduplicator:
         # A generous bound on what the batch adds to the file (its text twice, and
         # 2 KiB a document), so that a batch of unusually large documents still finds
         # its disk space allocated before it writes (index.Index._reserve).
-        grow = sum(2 * len(d.text) + 2048 for p in parts for d in p.docs)
+        docs = _chained([p.docs for p in parts])
+        grow = 2 * sum(map(len, map(_TEXT, docs))) + 2048 * sum(len(p.docs) for p in parts)
         mine = [id(p) for p in parts]
         sent = next((s for ids, s in self._ahead if ids == mine), None)
         self._ahead = [(ids, s) for ids, s in self._ahead if ids != mine]
@@ -1085,15 +1087,17 @@ class Deduplicator:
         meanwhile) reads its buckets itself (`Tables.candidates`)."""
         out: list[bytes] = []
         seen: set[bytes] = set()
+        stored = t.docno_for_content
         for p, part_rows in zip(parts, rows, strict=True):
-            for i, row in enumerate(part_rows):
-                if not p.shingles[i] or i in p.light:
+            light = p.light
+            for i, (row, shingles, c) in enumerate(
+                zip(part_rows, p.shingles, p.content, strict=True)
+            ):
+                if not shingles or c in seen or i in light:
                     continue
-                c = p.content[i]
-                if c in seen or t.docno_for_content(c) is not None:
-                    continue
-                seen.add(c)
-                out.append(row)
+                seen.add(c)  # (a stored content: its later copies are skipped as well)
+                if stored(c) is None:
+                    out.append(row)
         return out
 
     def _expire(self, t: Store, cutoff: int) -> None:

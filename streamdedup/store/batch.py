@@ -48,7 +48,9 @@ class BatchPostings:
     rows: set[bytes]  # each document's keys, joined: the rows read ahead
     quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
     hot: set[bytes] = field(default_factory=set)  # stored keys holding more than the cap
-    docs: list[tuple[int, bytes]] = field(default_factory=list)  # docno, joined keys
+    # the buffered documents (docno, joined keys), as two lists: no tuple each
+    docnos: list[int] = field(default_factory=list)
+    doc_rows: list[bytes] = field(default_factory=list)
     buffered: set[int] = field(default_factory=set)
     dropped: set[int] = field(default_factory=set)  # buffered, then removed
     stale: set[bytes] = field(default_factory=set)  # stored postings removed since
@@ -60,7 +62,8 @@ class BatchPostings:
         """`row`: `band_keys` joined, if the caller has them so."""
         if row is None:
             row = b"".join(band_keys)
-        self.docs.append((docno, row))
+        self.docnos.append(docno)
+        self.doc_rows.append(row)
         self.buffered.add(docno)
         added = self.added
         self.adopted |= adopted
@@ -86,7 +89,10 @@ class BatchPostings:
         added.  Their docnos may be below those added already: `flush_postings`
         needs no new order for that, since a key's docnos are ordered among the
         documents sharing it, and quiet ones share none."""
-        self.docs += zip(docnos, rows, strict=True)
+        if len(docnos) != len(rows):
+            raise ValueError("a docno for each row")
+        self.docnos += docnos
+        self.doc_rows += rows
         self.buffered.update(docnos)
 
     def added_to(self, bk: bytes, batch_row: bool) -> Docnos:
@@ -95,7 +101,9 @@ class BatchPostings:
         if batch_row:
             found = self.added.get(bk, NONE)
         else:
-            found = [d for d, row in self.docs if _has_key(row, bk)]
+            found = [
+                d for d, row in zip(self.docnos, self.doc_rows, strict=True) if _has_key(row, bk)
+            ]
         return [d for d in found if d not in self.dropped] if self.dropped else found
 
     def discard(self, docno: int) -> bool:

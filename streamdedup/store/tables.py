@@ -771,15 +771,15 @@ class Tables:
     def flush_postings(self) -> None:
         """Write the buffered postings in key order and stop buffering."""
         postings, self._postings = self._postings, None
-        if postings is None or not postings.docs:
+        if postings is None or not postings.docnos:
             return
-        docs = postings.docs
+        numbers, rows = postings.docnos, postings.doc_rows
         if postings.dropped:
-            docs = [(d, row) for d, row in docs if d not in postings.dropped]
-        flat = native_keys(b"".join([row for _, row in docs]))
-        docnos = np.repeat(
-            np.array([d for d, _ in docs], dtype=np.uint64), [len(row) // 8 for _, row in docs]
-        )
+            kept = [j for j, d in enumerate(numbers) if d not in postings.dropped]
+            numbers, rows = [numbers[j] for j in kept], [rows[j] for j in kept]
+        flat = native_keys(b"".join(rows))
+        per = np.fromiter(map(len, rows), dtype=np.intp, count=len(rows)) // 8
+        docnos = np.repeat(np.array(numbers, dtype=np.uint64), per)
         if postings.adopted:  # an adopted copy is older than the batch's documents
             order = np.argsort(docnos, kind="stable")
             flat, docnos = flat[order], docnos[order]

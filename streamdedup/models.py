@@ -244,4 +244,7 @@ def output_record(item: Verdict | Rejected, **where: Any) -> dict[str, Any]:
     """The one output record of an input, a verdict or an error record, followed by
     where the input came from (`line=` in a file, `source=` on Kafka).  Every verdict
     file, topic and replay output is written from this."""
-    return {**item.to_dict(), **where}
+    record = item.to_dict()
+    if where:  # (a file's verdicts have none: no second dict for each)
+        record.update(where)
+    return record

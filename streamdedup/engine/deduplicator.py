@@ -213,6 +213,7 @@ _LATER_CHANGE = Change(b"", -1, None, None, False)
 
 _T = TypeVar("_T")
 _TEXT = operator.attrgetter("text")  # a document's text
+_TIMESTAMP = operator.attrgetter("timestamp_ms")
 
 
 def _chained(lists: Sequence[Iterable[_T]]) -> Iterator[_T]:
@@ -645,7 +646,8 @@ class Deduplicator:
         # is a round trip)
         oldest = t.oldest() if ttl is not None else None
         self._expiry = _Expiry(oldest, self.options.max_expire_per_batch)
-        t.prefetch([k for p in parts for k in p.keys], [c for p in parts for c in p.content])
+        keys = list(_joined([p.keys for p in parts]))
+        t.prefetch(keys, list(_joined([p.content for p in parts])))
         # each document's band keys joined: its row of the batch's read-ahead
         rows = [p.band_rows for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
@@ -736,7 +738,8 @@ class Deduplicator:
         the clock outliers go to `outliers`."""
         self.outliers = []
         n = sum(len(p.docs) for p in parts)
-        if all(d.timestamp_ms is None for p in parts for d in p.docs):  # file mode
+        # file mode (a timestamp <= 0 counts as none, as below)
+        if not any(map(_TIMESTAMP, _chained([p.docs for p in parts]))):
             return [None] * n, [clock] * n
         stamps: list[int | None] = []
         clocks: list[int] = []
@@ -807,8 +810,8 @@ class Deduplicator:
         document's keys are in no other row."""
         n = sum(len(p.docs) for p in parts)
         out = _Bulk(n)
-        keys = [k for p in parts for k in p.keys]
-        contents = [c for p in parts for c in p.content]
+        keys = list(_joined([p.keys for p in parts]))
+        contents = list(_joined([p.content for p in parts]))
         ids, owners = t.read_ahead(keys, contents)
         free = ids == ABSENT
         # the ids that come more than once in the batch (most batches: none)

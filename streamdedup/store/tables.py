@@ -739,13 +739,13 @@ class Tables:
         if elsewhere:
             busy_key |= np.isin(unique, np.fromiter(elsewhere, dtype=np.uint64))
         busy = busy_key[inverse.reshape(-1)]
-        rows = np.any(busy.reshape(len(band_keys), -1), axis=1).tolist()
+        quiet = (~np.any(busy.reshape(len(band_keys), -1), axis=1)).tolist()
         self._postings = BatchPostings(
             read_ahead=stored,
             hot=hot,
             added={bk: docnos() for bk in raw_keys(shared)},
             rows=set(band_keys),
-            quiet={k for k, b in zip(band_keys, rows, strict=True) if not b},
+            quiet=set(itertools.compress(band_keys, quiet)),
         )
 
     def batch_buckets(self) -> BatchPostings | None:

@@ -110,7 +110,7 @@ def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
     general loop below (0.47 against 0.98 us), once per stored document."""
     n = len(text)
     if n <= TEXT_CHUNK:
-        return [(dk + b"\x00\x00", text)]
+        return [(dk + _FIRST_CHUNK, text)]
     if n <= 2 * TEXT_CHUNK:
         return [(dk + b"\x00\x00", text[:TEXT_CHUNK]), (dk + b"\x00\x01", text[TEXT_CHUNK:])]
     return [
@@ -119,6 +119,17 @@ def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
     ]
 
 
+def _texts_rows(dks: list[bytes], texts: list[bytes]) -> Iterable[tuple[bytes, bytes]]:
+    """The `texts` rows of many documents (`dks`: their docno keys), in order: each
+    one's `_chunks_of`.  When every text is one chunk (short documents), their keys
+    are made in one C pass instead of a call each (half the time)."""
+    if texts and max(map(len, texts)) <= TEXT_CHUNK:
+        return zip(map(operator.add, dks, itertools.repeat(_FIRST_CHUNK)), texts, strict=True)
+    each = itertools.starmap(_chunks_of, zip(dks, texts, strict=True))
+    return itertools.chain.from_iterable(each)
+
+
+_FIRST_CHUNK = b"\x00\x00"  # chunk number 0, as `_chunks_of` numbers them
 _KEY = operator.itemgetter(0)  # an entry's key
 
 
@@ -444,9 +455,7 @@ class Tables:
         w = self._writes
         w.sigs += zip(dks, signatures, strict=True)
         if texts is not None:
-            w.texts += itertools.chain.from_iterable(
-                itertools.starmap(_chunks_of, zip(dks, texts, strict=True))
-            )
+            w.texts += _texts_rows(dks, texts)
         hashes = records.content_hashes
         w.content += zip(hashes, dks, strict=True)
         self._content.update(zip(hashes, docnos, strict=True))
@@ -480,11 +489,12 @@ class Tables:
         self._ids.update(zip(keys, docnos, strict=True))
         w.docs += zip(dks, records.packed, strict=True)
         w.records.update(zip(docnos, records.packed, strict=True))
-        w.expiry += [
-            (expiry_key(ts, d), b"")
-            for d, ts in zip(docnos, records.timestamps, strict=True)
-            if ts is not None
-        ]
+        if records.timestamps.count(None) < len(docnos):  # (file mode: none has one)
+            w.expiry += [
+                (expiry_key(ts, d), b"")
+                for d, ts in zip(docnos, records.timestamps, strict=True)
+                if ts is not None
+            ]
         return dks
 
     def _flush(self) -> None:

@@ -15,7 +15,14 @@ from hypothesis import strategies as st
 from streamdedup.models import Record
 from streamdedup.store.index import Index
 from streamdedup.store.keys import docno_key, id_key
-from streamdedup.store.tables import DATA_TABLES, TEXT_CHUNK, Packed, Tables, text_chunks
+from streamdedup.store.tables import (
+    DATA_TABLES,
+    TEXT_CHUNK,
+    Packed,
+    Tables,
+    _texts_rows,
+    text_chunks,
+)
 
 CONTENTS = [bytes([c]) * 16 for c in range(4)]  # few contents: owners and copies
 
@@ -233,3 +240,14 @@ def test_a_text_is_cut_into_numbered_chunks_that_join_back(docno: int, size: int
     assert [k for k, _ in chunks] == [docno_key(docno) + n.to_bytes(2, "big") for n in range(count)]
     assert b"".join(c for _, c in chunks) == text
     assert all(len(c) == TEXT_CHUNK for _, c in chunks[:-1])
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40 - 1), st.integers(0, 3 * TEXT_CHUNK)), max_size=6))
+@example([(7, TEXT_CHUNK), (8, 0)])  # every text one chunk: the keys made at once
+@example([(7, TEXT_CHUNK), (8, TEXT_CHUNK + 1)])
+def test_many_texts_are_cut_as_each_one_is(docs: list[tuple[int, int]]) -> None:
+    """The rows a bulk store buffers for many texts (`_texts_rows`, which makes the
+    keys of one-chunk texts in one pass) are each text's `text_chunks`, in order."""
+    texts = [bytes([d % 251]) * size for d, size in docs]
+    rows = list(_texts_rows([docno_key(d) for d, _ in docs], texts))
+    assert rows == [row for (d, _), t in zip(docs, texts, strict=True) for row in text_chunks(d, t)]

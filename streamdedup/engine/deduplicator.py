@@ -136,8 +136,8 @@ class _Bulk:
     """The documents of a batch decided in bulk: their kinds by position (0: one by
     one), the content owner (duplicate_of, cluster) of each copy; and as the loop
     numbers them, their positions, document numbers, stored timestamps, and the
-    places their verdicts and changes take in the batch's lists (`_store_bulk` fills
-    them)."""
+    places their changes take in the batch's list (`_store_bulk` fills them; a
+    verdict's place is its position: every document has one)."""
 
     def __init__(self, n: int) -> None:
         self.kind = np.zeros(n, dtype=np.int8)
@@ -146,7 +146,6 @@ class _Bulk:
         self.positions: list[int] = []
         self.docnos: list[int] = []
         self.timestamps: list[int | None] = []
-        self.verdict_at: list[int] = []
         self.change_at: list[int] = []
         # a copy of a SEARCH document's content (position -> that document's
         # position): its `of` follows that document's verdict (`_store_bulk`)
@@ -168,7 +167,6 @@ class _Bulk:
         self.positions += range(start, stop)
         self.docnos += range(docno, docno + k)
         self.timestamps += stamps[start:stop]
-        self.verdict_at += range(len(out), len(out) + k)
         self.change_at += range(len(changes), len(changes) + k)
         out += [_LATER] * k
         changes += [_LATER_CHANGE] * k
@@ -213,6 +211,7 @@ _LATER_CHANGE = Change(b"", -1, None, None, False)
 
 _T = TypeVar("_T")
 _TEXT = operator.attrgetter("text")  # a document's text
+_ID = operator.attrgetter("id")
 _TIMESTAMP = operator.attrgetter("timestamp_ms")
 
 
@@ -1019,6 +1018,7 @@ class Deduplicator:
         sigs_of = _joined([p.sig_bytes for p in parts])
         rows_of = _joined(rows)
         counts = self._counts
+        timeless = b.timestamps.count(None) == len(b.timestamps)  # (file mode)
         kind_of = b.kind[b.positions]  # each numbered document's kind, in loop order
         for kind in (SEARCH, PLAIN, COPY):  # (copies of SEARCH documents follow them)
             ms = np.flatnonzero(kind_of == kind).tolist()
@@ -1028,7 +1028,7 @@ class Deduplicator:
             where = list(zip(itertools.repeat(one), pos)) if one else _pick(at, pos)
             docnos = _pick(b.docnos, ms)
             keys = _pick(keys_of, pos)
-            ids = [d.id for d in _pick(docs_of, pos)]
+            ids = list(map(_ID, _pick(docs_of, pos)))
             if kind == SEARCH:
                 verdicts = self._searched(t, where, docnos, ids)
                 by_position = dict(zip(pos, verdicts, strict=True))
@@ -1043,7 +1043,7 @@ class Deduplicator:
                     Verdict(d, "duplicate", o[0], o[1], 1.0, True)
                     for d, o in zip(ids, of, strict=True)
                 ]
-            for j, v in zip(_pick(b.verdict_at, ms), verdicts, strict=True):
+            for j, v in zip(pos, verdicts, strict=True):
                 out[j] = v
             if kind == SEARCH:
                 for v in verdicts:
@@ -1052,7 +1052,7 @@ class Deduplicator:
             else:
                 for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
                     counts[name] = counts.get(name, 0) + len(verdicts)
-            stamps = _pick(b.timestamps, ms)
+            stamps: list[int | None] = [None] * len(ms) if timeless else _pick(b.timestamps, ms)
             contents = _pick(content_of, pos)
             shingles = _pick(shingles_of, pos)
             records = Packed(

@@ -17,7 +17,7 @@ from streamdedup.cli.console import say
 from streamdedup.cli.settings import check_at_least_one, check_detection
 from streamdedup.config import EngineOptions, Fields
 from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, InputOutputError
-from streamdedup.inputs.warc import is_warc
+from streamdedup.inputs import is_warc
 
 if TYPE_CHECKING:
     from streamdedup.backfill.job import Backfill

@@ -19,12 +19,13 @@ from streamdedup.cli.console import say
 from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
 from streamdedup.config import Fields
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
-from streamdedup.inputs.warc import Skipped, is_warc
+from streamdedup.inputs import is_warc
 from streamdedup.ops.progress import make_progress
 
 if TYPE_CHECKING:
     from streamdedup.engine.deduplicator import Deduplicator
     from streamdedup.engine.files import Summary
+    from streamdedup.inputs.warc import Skipped
     from streamdedup.kafka.segment_client import RemoteSegments
 
 

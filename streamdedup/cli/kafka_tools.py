@@ -14,7 +14,7 @@ import orjson
 
 from streamdedup.cli.console import say
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
-from streamdedup.inputs.warc import is_warc
+from streamdedup.inputs import is_warc
 
 
 def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:

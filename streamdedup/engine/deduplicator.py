@@ -645,8 +645,9 @@ class Deduplicator:
         # is a round trip)
         oldest = t.oldest() if ttl is not None else None
         self._expiry = _Expiry(oldest, self.options.max_expire_per_batch)
-        keys = list(_joined([p.keys for p in parts]))
-        t.prefetch(keys, list(_joined([p.content for p in parts])))
+        t.prefetch(
+            list(_joined([p.keys for p in parts])), list(_joined([p.content for p in parts]))
+        )
         # each document's band keys joined: its row of the batch's read-ahead
         rows = [p.band_rows for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
@@ -1046,9 +1047,9 @@ class Deduplicator:
             for j, v in zip(pos, verdicts, strict=True):
                 out[j] = v
             if kind == SEARCH:
-                for v in verdicts:
-                    for name in v.kinds():
-                        counts[name] = counts.get(name, 0) + 1
+                tallied = Counter(itertools.chain.from_iterable(map(Verdict.kinds, verdicts)))
+                for name, k in tallied.items():
+                    counts[name] = counts.get(name, 0) + k
             else:
                 for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
                     counts[name] = counts.get(name, 0) + len(verdicts)

@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
@@ -27,8 +27,10 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.pool import Decoded, PreparePool, decode_and_prepare
 from streamdedup.engine.prepare import Prepared
 from streamdedup.errors import ConfigError, InputOutputError
-from streamdedup.inputs.warc import Skipped, WarcId, WarcRef, read_warc
 from streamdedup.models import Document, Rejected, Verdict, output_record
+
+if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
+    from streamdedup.inputs.warc import Skipped, WarcId, WarcRef
 
 
 @dataclass
@@ -164,16 +166,16 @@ def run_dedup(
         groups = ([decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
     try:
         for group in _ahead(groups, dedup):
-            decoded = [item for d, _ in group for item in d]
+            count = sum(len(d) for d, _ in group)  # lines decoded, rejected ones too
             verdicts = dedup.apply([p for _, p in group])  # committed before writing
             records: list[dict[str, Any]]
-            if len(verdicts) == len(decoded):  # no rejected line: all at once
+            if len(verdicts) == count:  # no rejected line: all at once
                 summary.add_verdicts(verdicts)
                 records = [output_record(v) for v in verdicts]
             else:
                 records = []
                 each = iter(verdicts)
-                for item in decoded:
+                for item in itertools.chain.from_iterable(d for d, _ in group):
                     if isinstance(item, Rejected):  # an error record says where its line was
                         summary.add(item)
                         line = {"line": summary.lines - first, **(where or {})}
@@ -182,7 +184,7 @@ def run_dedup(
                         verdict = next(each)
                         summary.add(verdict)
                         records.append(output_record(verdict))
-            _write_batch(sink, json_lines(records), summary, progress, len(decoded), started)
+            _write_batch(sink, json_lines(records), summary, progress, count, started)
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
@@ -265,6 +267,8 @@ def run_warc(
     the archive.  Skipped records (`on_skip(record, number)`) get no output line."""
     summary = summary if summary is not None else Summary()
     started = time.perf_counter() - summary.seconds
+    from streamdedup.inputs.warc import Skipped, read_warc
+
     items = read_warc(source, id_from=warc_id, extract=fields.extract, max_bytes=fields.max_bytes)
     number = 0
     while chunk := list(itertools.islice(items, batch_size)):

@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # fastwarc is imported where it reads (JSON input does withou
 
 WarcId = Literal["uri", "record-id"]
 WARC_ID_MODES: tuple[WarcId, ...] = ("uri", "record-id")
-WARC_SUFFIXES = (".warc", ".warc.gz")
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
 NOT_RESPONSE = "not_response"
@@ -57,11 +56,6 @@ _SENTINEL = (
     "end\r\n\r\n"
 ).encode()
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-def is_warc(path: str) -> bool:
-    """An input is read as a WARC archive when its name says so."""
-    return path.lower().endswith(WARC_SUFFIXES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,9 @@ from fastwarc.warc import ArchiveIterator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamdedup.inputs import is_warc
 from streamdedup.inputs.html import page_text
-from streamdedup.inputs.warc import NOT_HTML, NOT_RESPONSE, Skipped, html_pages, is_warc, read_warc
+from streamdedup.inputs.warc import NOT_HTML, NOT_RESPONSE, Skipped, html_pages, read_warc
 from streamdedup.models import BINARY_CONTENT, CORRUPT_WARC, TOO_LARGE, Document, Rejected
 from tests.support.pages import Rec, page, write_warc
 

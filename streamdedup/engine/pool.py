@@ -19,6 +19,7 @@ process sending it a large task.  Results come back in input order.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import queue
@@ -62,11 +63,20 @@ def decode_and_prepare(
     return decoded, preparer.prepare([d for d in decoded if isinstance(d, Document)], known)
 
 
-def _serve(conn: Connection, preparer: Preparer, fields: Fields, path: str | None) -> None:
+def _serve(
+    conn: Connection,
+    preparer: Preparer,
+    fields: Fields,
+    path: str | None,
+    gc_threshold: tuple[int, int, int],
+) -> None:
     """A worker's loop: a task in, its pickled result (or exception) out.
 
     Results leave through a sender thread, so the worker goes on to its next task
-    while the main process is busy applying a batch and not yet reading."""
+    while the main process is busy applying a batch and not yet reading.  It
+    collects cycles as its parent does (a spawned process starts with Python's
+    defaults, not the command's: see `cli.main.settle_gc`)."""
+    gc.set_threshold(*gc_threshold)
     fd = os.open(path, os.O_RDONLY) if path is not None else -1
     outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
     sender = threading.Thread(target=_send_all, args=(conn, outbox), daemon=True)
@@ -141,7 +151,9 @@ class PreparePool:
         for _ in range(workers):
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(
-                target=_serve, args=(theirs, preparer, fields, self.path), daemon=True
+                target=_serve,
+                args=(theirs, preparer, fields, self.path, gc.get_threshold()),
+                daemon=True,
             )
             proc.start()
             theirs.close()

@@ -79,3 +79,19 @@ def test_a_failing_worker_is_reported(tmp_path: Path) -> None:
                 list(workers.groups(batch_size=10))
         finally:
             workers.close()
+
+
+def test_a_worker_collects_cycles_as_its_parent_does() -> None:
+    """A spawned worker starts with Python's defaults; `_serve` takes the parent's
+    (the command raises the threshold: `cli.main.settle_gc`)."""
+    import gc
+    import multiprocessing
+
+    before = gc.get_threshold()
+    mine, theirs = multiprocessing.Pipe()
+    mine.send(None)  # no task: the loop ends at once
+    try:
+        pool._serve(theirs, Preparer(IndexParams()), Fields(), None, (12_345, 6, 7))
+        assert gc.get_threshold() == (12_345, 6, 7)
+    finally:
+        gc.set_threshold(*before)

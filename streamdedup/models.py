@@ -103,6 +103,23 @@ def _packer() -> msgpack.Packer:
     return packer
 
 
+def _stored(v: Verdict, content_hash: bytes, timestamp_ms: int | None, shingles: int) -> list[Any]:
+    """The fields of the `Record` of a document with verdict `v`, in their order (that
+    of its packed form too)."""
+    return [
+        v.id,
+        DUPLICATE if v.verdict == "duplicate" else UNIQUE,
+        v.duplicate_of,
+        v.cluster,
+        v.similarity,
+        v.exact,
+        content_hash,
+        timestamp_ms,
+        v.reason,
+        shingles,
+    ]
+
+
 @dataclass(slots=True)
 class Record:
     """What the index remembers about one document (besides its postings).  Not
@@ -122,21 +139,10 @@ class Record:
     @classmethod
     def of(cls, v: Verdict, content_hash: bytes, timestamp_ms: int | None, shingles: int) -> Record:
         """What the index stores of a document given its verdict (the engine's
-        inserts and a segment built by the backfill: one definition).  Positional
-        arguments, in the order of the fields: keywords cost a third more, and one
-        record is built per document."""
-        return cls(
-            v.id,
-            DUPLICATE if v.verdict == "duplicate" else UNIQUE,
-            v.duplicate_of,
-            v.cluster,
-            v.similarity,
-            v.exact,
-            content_hash,
-            timestamp_ms,
-            v.reason,
-            shingles,
-        )
+        inserts and a segment built by the backfill: one definition, `_stored`).
+        Positional arguments, in the order of the fields: keywords cost a third
+        more, and one record is built per document."""
+        return cls(*_stored(v, content_hash, timestamp_ms, shingles))
 
     def pack(self) -> bytes:
         return _packer().pack(self._fields())  # type: ignore[no-any-return]
@@ -171,25 +177,11 @@ class Record:
         """`Record.of(v, ...).pack()` of each verdict and its document's data, without
         the `Record`s: the engine stores most of a stream's documents in bulk, where
         nothing reads their records as objects, and building one took as long as
-        packing it.  Same fields, same order (tests/test_models.py compares them)."""
-        pack = _packer().pack
-        return [
-            pack(
-                [
-                    v.id,
-                    DUPLICATE if v.verdict == "duplicate" else UNIQUE,
-                    v.duplicate_of,
-                    v.cluster,
-                    v.similarity,
-                    v.exact,
-                    c,
-                    ts,
-                    v.reason,
-                    n,
-                ]
-            )
-            for v, c, ts, n in zip(verdicts, content_hashes, timestamps, shingles, strict=True)
-        ]
+        packing it."""
+        if not len(verdicts) == len(content_hashes) == len(timestamps) == len(shingles):
+            raise ValueError("the data of each verdict's document")
+        fields = map(_stored, verdicts, content_hashes, timestamps, shingles)
+        return list(map(_packer().pack, fields))
 
     @classmethod
     def unpack(cls, raw: bytes) -> Record:

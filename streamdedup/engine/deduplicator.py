@@ -220,6 +220,16 @@ def _chained(lists: Sequence[Iterable[_T]]) -> Iterator[_T]:
     return itertools.chain.from_iterable(lists)
 
 
+def _first_positions(contents: list[bytes]) -> npt.NDArray[np.intp] | None:
+    """Each document's first position in the batch with its content (None: every
+    content is there once), from a dict built backwards (the first one written last)."""
+    n = len(contents)
+    if len(set(contents)) == n:
+        return None
+    first = dict(zip(reversed(contents), range(n - 1, -1, -1), strict=True))
+    return np.fromiter(map(first.__getitem__, contents), dtype=np.intp, count=n)
+
+
 def _joined(lists: Sequence[Sequence[_T]]) -> Sequence[_T]:
     """The parts' lists as one: the list itself for a batch of one part (file mode)."""
     return lists[0] if len(lists) == 1 else [x for seq in lists for x in seq]
@@ -851,17 +861,17 @@ class Deduplicator:
         quiet = t.quiet_rows(_chained(rows), n)
         new = owners == ABSENT
         kind = out.kind
-        if len(set(contents)) == n:
+        first_at = _first_positions(contents)
+        if first_at is None:  # (every content once in the batch)
             kind[free & new & quiet] = PLAIN
         else:
-            seen = Counter(contents)
-            once = np.fromiter(map(seen.__getitem__, contents), dtype=np.int64, count=n) == 1
+            once = np.bincount(first_at, minlength=n)[first_at] == 1
             kind[free & new & quiet & once] = PLAIN
             # a content new to the index, several times in the batch: all or none
             groups: dict[bytes, list[int]] = {}
             for j in np.flatnonzero(new & ~once).tolist():
                 groups.setdefault(contents[j], []).append(j)
-            docs = [d for p in parts for d in p.docs]
+            docs = _joined([p.docs for p in parts])
             for group in groups.values():
                 first = group[0]
                 if quiet[first] and free[group].all():
@@ -886,41 +896,38 @@ class Deduplicator:
                     kind[j] = COPY
                     out.of[j] = got
         if searchable:
-            self._search_kinds(out, contents, free & new & ~quiet, free)
+            self._search_kinds(out, first_at, free & new & ~quiet, free)
         out.kinds = kind.tolist()
         return out
 
     @staticmethod
     def _search_kinds(
         out: _Bulk,
-        contents: list[bytes],
+        first_at: npt.NDArray[np.intp] | None,
         searching: npt.NDArray[np.bool_],
         shingled: npt.NDArray[np.bool_],
     ) -> None:
         """In a batch whose searches no verdict can change (`_classify`), the
         documents that would search (`searching`: new ids with shingles, a content
         new to the index, a row that is not quiet) when the first of the batch with
-        their content: SEARCH; the later ones with that content: their copies.
+        their content (`first_at`: `_first_positions`): SEARCH; the later ones with
+        that content: their copies.
         Every other document with shingles (`shingled`) is PLAIN or COPY already; if
         one is not (a content owner without a record: a damaged index), nothing is
         searched in bulk (its check in the loop would meet documents not stored
         yet)."""
-        kind, n = out.kind, len(contents)
-        firsts = np.ones(n, dtype=np.bool_)
-        seen_at: dict[bytes, int] = {}
-        if len(set(contents)) < n:
-            # each content's first position (built backwards: the first one is
-            # written last)
-            seen_at = dict(zip(reversed(contents), range(n - 1, -1, -1), strict=True))
-            at = np.fromiter(map(seen_at.__getitem__, contents), dtype=np.intp, count=n)
-            firsts = at == np.arange(n)
+        kind = out.kind
         undecided = kind == 0
-        kind[undecided & searching & firsts] = SEARCH
-        for j in np.flatnonzero(undecided & searching & ~firsts).tolist():
-            owner = seen_at[contents[j]]
-            if kind[owner] == SEARCH:
-                kind[j] = COPY
-                out.copy_of[j] = owner
+        if first_at is None:  # (every content once in the batch)
+            kind[undecided & searching] = SEARCH
+        else:
+            firsts = first_at == np.arange(len(first_at))
+            kind[undecided & searching & firsts] = SEARCH
+            later = np.flatnonzero(undecided & searching & ~firsts)
+            for j, owner in zip(later.tolist(), first_at[later].tolist(), strict=True):
+                if kind[owner] == SEARCH:
+                    kind[j] = COPY
+                    out.copy_of[j] = owner
         if np.any((kind == 0) & shingled):  # (not expected: the classes cover them)
             kind[kind == SEARCH] = 0
             kind[list(out.copy_of)] = 0
@@ -1069,7 +1076,7 @@ class Deduplicator:
             stored.signatures = sigs = _pick(sigs_of, pos)
             # exact verification stores every indexed document's text (all parts or none)
             if one is not None and one.texts is not None:
-                stored.texts = _pick(one.texts, pos)
+                stored.texts = one.texts.take(pos)
             elif parts[0].texts is not None:
                 stored.texts = [_text(p, i) for p, i in where]
             t.put_plain(docnos, keys, records, sigs, _pick(rows_of, pos), stored.texts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import operator
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, overload
@@ -173,6 +174,15 @@ class Texts(Sequence[bytes]):
             i = i + len(self._done) if i < 0 else i
             got = self._done[i] = self._store(self._raw.pop(i))
         return got
+
+    def take(self, at: list[int]) -> list[bytes]:
+        """`[self[i] for i in at]` (positions >= 0): the texts done up front picked in
+        one C call (a bulk store takes most of a batch's), the others as `self[i]`."""
+        done = self._done
+        got = list(operator.itemgetter(*at)(done)) if len(at) > 1 else [done[i] for i in at]
+        if None not in got:
+            return got  # type: ignore[return-value]  # (no None left: all bytes)
+        return [self[i] if t is None else t for i, t in zip(at, got, strict=True)]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Sequence):

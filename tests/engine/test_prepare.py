@@ -64,6 +64,15 @@ def test_texts_are_compress_texts_whenever_read(raw: list[bytes], data: st.DataO
     assert lazy[1:3] == want[1:3] and lazy == want
 
 
+@given(texts, st.data())
+def test_texts_taken_together_are_each_as_read(raw: list[bytes], data: st.DataObject) -> None:
+    """`take` (the bulk store's pick of many) gives what indexing one by one gives,
+    texts left for later included, in the order asked, repeats too."""
+    later = data.draw(st.sets(st.integers(0, max(len(raw) - 1, 0))))
+    at = data.draw(st.lists(st.integers(0, len(raw) - 1), max_size=8)) if raw else []
+    assert Texts(raw, later).take(at) == [compress_texts(raw)[i] for i in at]
+
+
 @given(utf8)
 def test_short_texts_are_stored_as_they_are_and_the_rest_as_zstd_frames(raw: bytes) -> None:
     """Below `RAW_TEXT_BELOW` bytes zstd's frame only adds bytes; a stored text is

@@ -230,9 +230,12 @@ def test_backup_mid_run_restores_and_resumes(kafka_bootstrap: str, tmp_path: Pat
     while len(t.read(t.output, timeout=1)) < 1000:
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
         time.sleep(0.2)
-    t.produce([orjson.dumps(d) for d in docs[1000:3000]])
+    t.produce([orjson.dumps(d) for d in docs[1000:2000]])
     b = cli("backup", "--index", str(index), str(backup))  # while the worker goes on
     assert b.returncode == 0, b.stderr.decode()
+    assert proc.poll() is None, "the worker stopped before the backup was taken"
+    # (produced only now: the backup cannot hold them, however fast the worker is)
+    t.produce([orjson.dumps(d) for d in docs[2000:3000]])
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err.decode()[-2000:]
     backed_up = orjson.loads(cli("stats", "--index", str(backup), "--json").stdout)

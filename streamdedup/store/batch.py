@@ -38,8 +38,8 @@ class BatchPostings:
     """The posting work of one batch (see `Tables.batch_postings`).
 
     Only the keys that two documents of the batch share are tracked one by one
-    (`added`); the rest stay in per-document lists (`docs`) until they are sorted
-    and written.  A document prepared again inside the transaction (the engine
+    (`added`); the rest stay in per-document lists (`docnos`, `doc_rows`) until
+    they are sorted and written.  A document prepared again inside the transaction (the engine
     does that when it changed since `known` looked) is not one of the batch's
     rows: its keys are tracked one by one, and its own query reads everything."""
 

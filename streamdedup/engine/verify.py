@@ -18,6 +18,7 @@ fast or faster on both benchmark streams (docs/benchmarks.md)."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
@@ -41,6 +42,13 @@ from streamdedup.sketch.signature import rank_gathered
 # batch after batch; shingling a stored text again costs 50-100 us, a kept set nothing.
 EXACT_VALUES = 8 << 20
 
+# Table rows kept for sets let go (`BatchMemory.exact`'s oldest): 264 bytes each where
+# the set took about 5 KB, so 65,536 of them cost 17 MB.  A row is what rejects a
+# template sibling below the bar (92% of a template page's checks); without it the
+# rejected sibling's text was read and shingled again (on template-heavy 20k: 1,838 of
+# the 2,698 texts read were of sets let go, mostly to be rejected by their row).
+ORPHAN_ROWS = 1 << 16
+
 
 class BatchMemory:
     """What the engine keeps in memory to search candidates cheaply.
@@ -53,22 +61,32 @@ class BatchMemory:
     LMDB read and one dict lookup each (a template-heavy page has hundreds).
 
     Across batches: the exact shingle sets of candidates (`exact`), bounded by
-    EXACT_VALUES, oldest dropped first.  A document number's text never changes (numbers
-    are never reused; a copy that adopts an owner's text has the same text), so a kept
-    set stays right.  Only committed documents' sets are kept: a stored candidate's
-    at once, the batch's own ones (`_pending`) once `commit` says the batch's
-    transaction committed; a batch run again or abandoned drops them (`clear`)."""
+    EXACT_VALUES, oldest dropped first, and their rows of `table` (sizes and slice
+    counts) for ORPHAN_ROWS more once their sets are dropped: a row alone rejects most
+    candidates, and one it does not reject is read again.  A document number's text
+    never changes (numbers are never reused; a copy that adopts an owner's text has
+    the same text), so a kept set or row stays right.  Only committed documents' sets
+    are kept: a stored candidate's at once, the batch's own ones (`_pending`) once
+    `commit` says the batch's transaction committed; a batch run again or abandoned
+    drops them (`clear`)."""
 
-    def __init__(self, shingler: Shingler, exact_values: int = EXACT_VALUES) -> None:
+    def __init__(
+        self, shingler: Shingler, exact_values: int = EXACT_VALUES, orphan_rows: int = ORPHAN_ROWS
+    ) -> None:
         self._shingler = shingler  # exact re-checks
         self.fresh: dict[int, tuple[Prepared, int]] = {}
         # the docnos of `fresh`'s documents, by (id of their part, index): a batch
         # searched as a whole (engine/search.py) remembers every document before it
         # checks any, so `own` finds there the set a document has as a candidate
         self._fresh_docno: dict[tuple[int, int], int] = {}
-        self.exact: dict[int, Summary] = {}
+        # (insertion ordered, the oldest let go first: OrderedDict's popitem is O(1),
+        # where a dict's first key after many pops from its front is a scan)
+        self.exact: OrderedDict[int, Summary] = OrderedDict()
         self._exact_values = 0
         self._budget = exact_values
+        # docnos whose rows of `table` outlive their sets, oldest first
+        self._orphans: OrderedDict[int, None] = OrderedDict()
+        self._orphan_rows = orphan_rows
         self.pending: dict[int, Summary] = {}
         # the sizes and slice counts of the sets `exact` and `pending` hold, in rows
         # (`choose_ranked` rejects most candidates by their row alone); put there
@@ -146,6 +164,7 @@ class BatchMemory:
         if got is not None:
             self._exact_values -= summary_values(got)
         self.pending.pop(docno, None)
+        self._orphans.pop(docno, None)
         self.table.drop(docno)
         if docno < len(self._slot):
             self._slot[docno] = -1
@@ -278,14 +297,25 @@ class BatchMemory:
         if old is not None:
             self._exact_values -= summary_values(old)
         self.exact[docno] = got
+        self._orphans.pop(docno, None)  # (read again: its row is its set's once more)
         if queue:
             self._queue(docno)
         self._exact_values += summary_values(got)
         while self._exact_values > self._budget and self.exact:
-            first = next(iter(self.exact))
-            self._exact_values -= summary_values(self.exact.pop(first))
+            first, gone = self.exact.popitem(last=False)
+            self._exact_values -= summary_values(gone)
             if first not in self.pending:
-                self.table.drop(first)
+                self._orphan(first)
+
+    def _orphan(self, docno: int) -> None:
+        """Docno `docno`'s set is let go; its row of `table` (if any) stays, the
+        oldest such rows dropped past `_orphan_rows`.  A docno's set never changes
+        (`forget` drops the row of one that may), so a kept row stays right."""
+        orphans = self._orphans
+        orphans[docno] = None
+        while len(orphans) > self._orphan_rows:
+            old, _ = orphans.popitem(last=False)
+            self.table.drop(old)
 
 
 def exact_margin(threshold: float, num_perm: int) -> float:

@@ -189,9 +189,10 @@ def choose_ranked(
     fraction of a merge each, and no Python runs per candidate.  The bounds change no
     answer: the loop below, which measures every candidate in full, is the definition.
 
-    `table` (optional) holds the sizes and slice counts of sets the dicts hold, in
-    rows by docno: the compiled loop rejects most candidates from it alone (without the
-    dict lookup and the summary's five cache lines); the loop below needs none."""
+    `table` (optional) holds the sizes and slice counts of sets the dicts hold or
+    held (a docno's set never changes), in rows by docno: the compiled loop rejects
+    most candidates from it alone (without the dict lookup and the summary's five
+    cache lines, and without reading again a set let go); the loop below needs none."""
     if kernels.native is not None:
         return kernels.native.choose_packed(
             mine,

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
+from streamdedup.engine.prepare import own_hashes
 from streamdedup.engine.verify import BatchMemory, choose_exact
 from streamdedup.models import Document
-from streamdedup.sketch.jaccard import SetTable, choose_ranked, summarise
+from streamdedup.sketch.jaccard import SetTable, choose_ranked, summarise, summary_values
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.store.tables import Tables
 
@@ -202,6 +203,50 @@ def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> 
         memory.forget(10)
         assert 10 not in memory.exact
         assert memory.table.rows[10] == -1
+
+
+def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -> None:
+    """A set let go (`exact` full) keeps its table row, up to `orphan_rows` of them:
+    a candidate its row proves below the bar is rejected without its set (no read
+    asked for); one its row does not reject is asked for; a set read again owns its
+    row once more; `forget` drops the row; past `orphan_rows`, the oldest rows go."""
+    from streamdedup.sketch import kernels
+
+    words = [f"w{j}" for j in range(400)]
+    with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
+        texts = [" ".join(words[: 60 + 4 * k]) for k in range(5)] + [" ".join(words[200:260])]
+        p = dd.preparer.prepare([Document(f"d{k}", t) for k, t in enumerate(texts)])
+        sets = [summarise(np.unique(own_hashes(p, k))) for k in range(6)]
+        room = max(map(summary_values, sets))  # one set at a time
+        memory = BatchMemory(Shingler(dd.params.shingle), exact_values=room, orphan_rows=2)
+        memory.clear(100)
+
+        def keep(d: int) -> None:
+            memory._keep(d, sets[d])
+            memory.tabled()
+
+        for d in range(5):  # each set lets the one before it go
+            keep(d)
+        assert list(memory.exact) == [4] and list(memory._orphans) == [2, 3]
+        assert (memory.table.rows[:5] >= 0).tolist() == [False, False, True, True, True]
+
+        def asks(d: int, mine: bytes) -> bool:
+            """Does the rule want candidate `d`'s set?"""
+            sets_ = (memory.exact, memory.pending)
+            est = np.ones(1)
+            return choose_ranked(mine, sets_, [d], est, 0.8, 0.1, 5, 0, -1, 0.0, memory.tabled())[3]
+
+        # disjoint: its row rejects it, no read (the numpy definition has no rows)
+        assert asks(3, sets[5]) is (kernels.native is None)
+        assert asks(3, sets[3])  # its row cannot reject its own set: read
+        keep(3)  # read again: its set's row once more; 4 let go
+        assert list(memory.exact) == [3] and list(memory._orphans) == [2, 4]
+        memory.forget(2)
+        assert memory.table.rows[2] == -1 and list(memory._orphans) == [4]
+        keep(5)
+        keep(0)  # 3 then 5 let go: 4's row, the oldest past two, dropped
+        assert list(memory._orphans) == [3, 5]
+        assert (memory.table.rows[[0, 3, 4, 5]] >= 0).tolist() == [True, True, False, True]
 
 
 def test_a_set_table_row_is_its_sets_size_and_counts() -> None:

@@ -27,8 +27,10 @@ import numpy.typing as npt
 from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
 from streamdedup.engine.sealed import Store
 from streamdedup.sketch.jaccard import (
+    Choices,
     SetTable,
     Summary,
+    choose_all,
     choose_ranked,
     exact_jaccard,
     summary_of,
@@ -374,7 +376,7 @@ def best_exact(
     loose: dict[int, Summary] = {}
     sets = (memory.exact, memory.pending, loose)
     # many checks (a template page: about 90): most are rejected by the table's rows
-    table = memory.tabled() if reach >= _TABLED else None
+    table = memory.tabled() if reach >= _TABLED else None  # (as `best_exact_all`)
     best, best_sim, checks = -1, 0.0, 0
     while True:
         best, best_sim, checks, more = choose_ranked(
@@ -392,11 +394,56 @@ def best_exact(
         )
         if not more:
             break
-        d = ranked[checks]
-        got = memory.exact_shingles(t, d)
-        if d not in memory.exact and d not in memory.pending:  # kept nowhere (a tiny budget)
-            loose[d] = got
+        _read(t, memory, ranked[checks], loose)
     return (None if best < 0 else (best_sim, ranked[best])), checks
+
+
+def best_exact_all(
+    t: Store,
+    memory: BatchMemory,
+    docs: list[tuple[Prepared, int, int]],
+    ranked: npt.NDArray[np.int64],
+    est: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64],
+    threshold: float,
+    margin: float,
+    max_checks: int,
+) -> tuple[list[tuple[float, int] | None], npt.NDArray[np.int64]]:
+    """`best_exact` for each of a batch's documents `docs` ((part, index in it,
+    docno)), document j's candidates `ranked[at[j]:at[j + 1]]` (at least one each)
+    with their estimates: the best match of each, and the checks each made.
+
+    Every document's own exact set first (each is kept as a candidate's: `own`),
+    then the rule over all of them in one compiled call (`choose_all`), which stops
+    only where a candidate's set is in no dict -- read here, and the call resumes."""
+    n = len(docs)
+    state = Choices.start(n)
+    if n == 0 or max_checks <= 0:  # (no check: no own set either, as `best_exact`)
+        return [None] * n, state.checks
+    mines = [memory.own(p, i) for p, i, _ in docs]
+    reach = min(int(np.diff(at).max()), max_checks)
+    table = memory.tabled() if reach >= _TABLED else None
+    loose: dict[int, Summary] = {}
+    sets = (memory.exact, memory.pending, loose)
+    j = 0
+    while True:
+        j = choose_all(mines, sets, ranked, est, at, threshold, margin, max_checks, state, j, table)
+        if j == n:
+            break
+        _read(t, memory, int(ranked[at[j] + state.checks[j]]), loose)
+    best = state.best.tolist()
+    sims = state.best_sim.tolist()
+    starts = at.tolist()
+    found = [None if b < 0 else (sims[j], int(ranked[starts[j] + b])) for j, b in enumerate(best)]
+    return found, state.checks
+
+
+def _read(t: Store, memory: BatchMemory, docno: int, loose: dict[int, Summary]) -> None:
+    """A candidate's exact set the rule wants and no dict holds: read (`exact_shingles`,
+    which keeps it), or put in `loose` if memory keeps it nowhere (a tiny budget)."""
+    got = memory.exact_shingles(t, docno)
+    if docno not in memory.exact and docno not in memory.pending:
+        loose[docno] = got
 
 
 # The fewest checks a search may make for the table to be used (and brought up to

@@ -12,6 +12,7 @@ hashes can collide too, with probability about |A||B| / 2^64 for a pair of pages
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -205,7 +206,7 @@ def choose_ranked(
             start,
             best,
             best_sim,
-            *(() if table is None else (table.rows, table.counts, table.sizes)),
+            *_table_args(table),
         )
     mine_values = values_of(mine)
     for checks in range(start, len(est)):
@@ -219,3 +220,82 @@ def choose_ranked(
         if sim >= threshold and (best < 0 or sim > best_sim):
             best, best_sim = checks, sim
     return best, best_sim, max(start, len(est)), False
+
+
+def _table_args(table: SetTable | None) -> tuple[npt.NDArray[Any], ...]:
+    """A table as the compiled choices take it: its rows, counts and sizes, or none."""
+    return () if table is None else (table.rows, table.counts, table.sizes)
+
+
+@dataclass
+class Choices:
+    """Where `choose_all` is in each document's rule: the rank of its best so far
+    (-1: none), that one's similarity, and the checks made; updated in place."""
+
+    best: npt.NDArray[np.int64]
+    best_sim: npt.NDArray[np.float64]
+    checks: npt.NDArray[np.int64]
+
+    @classmethod
+    def start(cls, n: int) -> Choices:
+        return cls(np.full(n, -1, np.int64), np.zeros(n, np.float64), np.zeros(n, np.int64))
+
+
+def choose_all(
+    mines: list[Summary],
+    sets: tuple[dict[int, Summary], ...],
+    ranked: npt.NDArray[np.int64],
+    est: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64],
+    threshold: float,
+    margin: float,
+    max_checks: int,
+    state: Choices,
+    first: int = 0,
+    table: SetTable | None = None,
+) -> int:
+    """`choose_ranked` for documents `first`, `first + 1`, ... of a batch: document
+    j's own set `mines[j]`, its ranked candidates `ranked[at[j]:at[j + 1]]` with their
+    estimates, its progress in `state` (resumed from, and updated).  Returns the first
+    document whose rule wants a set no dict holds (that of rank `state.checks[j]`:
+    the caller reads it and calls again from j), or `len(mines)` when all are done.
+
+    One compiled call for a batch's documents (`choose_batch`), where a call each
+    cost more Python than checking (the list of its candidates, the call, the loop
+    around it) for a template page's hundred candidates most rejected by their rows.
+    The loop below, one `choose_ranked` a document, is the definition."""
+    if kernels.native is not None:
+        return kernels.native.choose_batch(
+            mines,
+            sets,
+            np.ascontiguousarray(ranked, dtype=np.int64),
+            np.ascontiguousarray(est, dtype=np.float64),
+            np.ascontiguousarray(at, dtype=np.int64),
+            threshold,
+            margin,
+            max_checks,
+            state.best,
+            state.best_sim,
+            state.checks,
+            first,
+            *_table_args(table),
+        )
+    bounds = at.tolist()
+    for j in range(first, len(mines)):
+        a, b = bounds[j], bounds[j + 1]
+        best, best_sim, checks, more = choose_ranked(
+            mines[j],
+            sets,
+            ranked[a:b].tolist(),
+            est[a:b],
+            threshold,
+            margin,
+            max_checks,
+            int(state.checks[j]),
+            int(state.best[j]),
+            float(state.best_sim[j]),
+        )
+        state.best[j], state.best_sim[j], state.checks[j] = best, best_sim, checks
+        if more:
+            return j
+    return len(mines)

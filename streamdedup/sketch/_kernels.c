@@ -575,6 +575,15 @@ static inline uint32_t slice_bound(const uint8_t *ca, const uint8_t *cb)
 #endif
 }
 
+/* later[x]: sum over slices x .. 255 of min(ca, cb), the most values two sets can
+ * share at or above slice x (later[256] = 0; later[0] is slice_bound's). */
+static inline void later_of(const uint8_t *ca, const uint8_t *cb, uint32_t *later)
+{
+    later[SLICES] = 0;
+    for (int x = SLICES - 1; x >= 0; x--)
+        later[x] = later[x + 1] + (ca[x] < cb[x] ? ca[x] : cb[x]);
+}
+
 /* positions where two signatures agree */
 static inline uint32_t agreeing(const uint16_t *r, const uint16_t *sig, Py_ssize_t k)
 {
@@ -636,11 +645,21 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
         need--;
     while (need < lo && jaccard_of(need, na, nb) < floor)
         need++;
+    /* What the slices from x on can still share, for x = 0 .. 256 (`later_of`): with
+     * counts, the merge gives up as soon as the values shared so far and what the
+     * slices ahead can share fall short, where the values left alone say so only
+     * near the end (template siblings that pass the slice filter share most values of
+     * most slices: their shortfall shows slice by slice). */
+    uint32_t later[SLICES + 1];
+    if (ca && cb)
+        later_of(ca, cb, later);
     /* Blocks of 4 against blocks of 4: all 16 pairs compared at once (independent
      * compares, where a one-by-one merge waits on each step's outcome), then the block
      * with the smaller last value moves on (both, when equal).  A later block of the
      * other side starts above that value, so every pair of blocks whose ranges overlap
-     * meets once, and each shared value (sets are distinct) is counted once. */
+     * meets once, and each shared value (sets are distinct) is counted once: a shared
+     * value not counted yet is at least a[i] and b[j], in the slice of the greater or
+     * above it. */
     Py_ssize_t i = 0, j = 0, inter = 0, rounds = 0;
     while (i + 4 <= na && j + 4 <= nb) {
         const uint64_t a0 = a[i], a1 = a[i + 1], a2 = a[i + 2], a3 = a[i + 3];
@@ -650,9 +669,14 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
                  (a3 == b0) + (a3 == b1) + (a3 == b2) + (a3 == b3);
         i += (a3 <= b3) << 2;
         j += (b3 <= a3) << 2;
-        if (++rounds % 16 == 0) { /* values met twice are counted once: still a bound */
-            Py_ssize_t ra = na - i, rb = nb - j;
-            if (inter + (ra < rb ? ra : rb) < need)
+        if (++rounds % 4 == 0 && i < na && j < nb) {
+            Py_ssize_t ra = na - i, rb = nb - j, ahead = ra < rb ? ra : rb;
+            if (ca && cb) {
+                uint64_t top = a[i] > b[j] ? a[i] : b[j];
+                if ((Py_ssize_t)later[top >> 56] < ahead)
+                    ahead = (Py_ssize_t)later[top >> 56];
+            }
+            if (inter + ahead < need)
                 return -1.0;
         }
     }

@@ -132,20 +132,25 @@ def search_batch(
 
 
 def _distinct_below(flat: I64, first: int) -> I64:
-    """The distinct values of `flat` below `first`, ascending: by a mask over their
-    span when it is not much wider than they are many (a templated batch has
-    millions of candidates, mostly recent documents, which a sort would make
-    distinct in ten times the time), else by a sort."""
-    low = flat[flat < first]
-    if not len(low):
-        return low
-    base = int(low.min())
-    span = int(low.max()) - base + 1
-    if span > 8 * len(low) + (1 << 16):
-        return np.unique(low)
-    seen = np.zeros(span, dtype=np.bool_)
-    seen[low - base] = True
-    return np.flatnonzero(seen).astype(np.int64) + base
+    """The distinct values of `flat` below `first`, ascending: by marking them in a
+    mask over their span when it is not much wider than they are many (a templated
+    batch has millions of candidates, mostly recent documents, which a sort would make
+    distinct in ten times the time), else by a sort.  The mask starts at 0 when the
+    values do not start far above it: one scatter of `flat` as it is, where a copy of
+    the values below `first` and another shifted to the span's start cost as much
+    again (3.3 million candidates: 7.7 against 4.8 ms)."""
+    if not len(flat):
+        return flat
+    base, top = int(flat.min()), int(flat.max()) + 1
+    if base >= first:
+        return flat[:0]
+    if top - base > 8 * len(flat) + (1 << 16):
+        return np.unique(flat[flat < first])
+    if base <= len(flat):
+        base = 0
+    seen = np.zeros(top - base, dtype=np.bool_)
+    seen[flat - base if base else flat] = True
+    return np.flatnonzero(seen[: first - base]).astype(np.int64) + base
 
 
 def _signatures(docs: list[tuple[Prepared, int, int]]) -> npt.NDArray[np.uint16]:

@@ -279,15 +279,18 @@ class BatchMemory:
 
     def tabled(self) -> SetTable:
         """`table`, with rows for every set `exact` and `pending` hold."""
-        exact, pending, table = self.exact, self.pending, self.table
+        exact, pending = self.exact, self.pending
+        docnos, sets = [], []
         for docno in self._untabled:
             got = exact.get(docno)
             if got is None:
                 got = pending.get(docno)
             if got is not None:  # (else dropped since)
-                table.put(docno, got)
+                docnos.append(docno)
+                sets.append(got)
+        self.table.put_many(docnos, sets)
         self._untabled = []
-        return table
+        return self.table
 
     def _queue(self, docno: int) -> None:
         self._untabled.append(docno)

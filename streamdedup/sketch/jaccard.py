@@ -121,37 +121,52 @@ class SetTable:
         self.sizes: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._free: list[int] = []
         self._used = 0
-        self._bytes = self.counts.reshape(-1).data
 
     def put(self, docno: int, summary: Summary) -> None:
         """Docno `docno`'s set is `summary`.  A docno's set never changes: one that
         has a row keeps it as it is (a batch's own set is put once pending and again
         once kept)."""
-        if docno >= len(self.rows):
-            grown = np.full(max(2 * len(self.rows), docno + 1, 1024), -1, dtype=np.int32)
+        self.put_many([docno], [summary])
+
+    def put_many(self, docnos: list[int], summaries: list[Summary]) -> None:
+        """`put` of each docno's set, in one pass of array operations (the sets a
+        search brings up to date are thousands: a `put` each was a few numpy scalar
+        writes each).  A docno twice takes its first set (they are the same)."""
+        new = {
+            d: got
+            for d, got in zip(docnos, summaries, strict=True)
+            if got[:8] == _COUNTED and (d >= len(self.rows) or self.rows[d] < 0)
+        }
+        if not new:
+            return
+        top = max(new) + 1
+        if top > len(self.rows):
+            grown = np.full(max(2 * len(self.rows), top, 1024), -1, dtype=np.int32)
             grown[: len(self.rows)] = self.rows
             self.rows = grown
-        elif self.rows[docno] >= 0:
-            return
-        if summary[:8] != _COUNTED:
-            return
-        if self._free:
-            row = self._free.pop()
-        else:
-            row = self._used
-            self._used += 1
-            if row >= len(self.sizes):
-                size = max(2 * len(self.sizes), 1024)
-                counts = np.zeros((size, SLICES), dtype=np.uint8)
-                counts[: len(self.counts)] = self.counts
-                sizes = np.zeros(size, dtype=np.int64)
-                sizes[: len(self.sizes)] = self.sizes
-                self.counts, self.sizes = counts, sizes
-                self._bytes = self.counts.reshape(-1).data
-        self.rows[docno] = row
-        at = row * SLICES
-        self._bytes[at : at + SLICES] = summary[8 : 8 + SLICES]  # (a few hundred ns)
-        self.sizes[row] = (len(summary) - 8 - SLICES) // 8
+        rows = self._take(len(new))
+        self.rows[list(new)] = rows
+        sets = list(new.values())
+        block = b"".join([got[8 : 8 + SLICES] for got in sets])
+        self.counts[rows] = np.frombuffer(block, dtype=np.uint8).reshape(-1, SLICES)
+        self.sizes[rows] = [(len(got) - 8 - SLICES) // 8 for got in sets]
+
+    def _take(self, n: int) -> npt.NDArray[np.intp]:
+        """n free rows: freed ones first, then new ones at the end (grown as needed)."""
+        reused = [self._free.pop() for _ in range(min(n, len(self._free)))]
+        fresh = n - len(reused)
+        if self._used + fresh > len(self.sizes):
+            size = max(2 * len(self.sizes), self._used + fresh, 1024)
+            counts = np.zeros((size, SLICES), dtype=np.uint8)
+            counts[: len(self.counts)] = self.counts
+            sizes = np.zeros(size, dtype=np.int64)
+            sizes[: len(self.sizes)] = self.sizes
+            self.counts, self.sizes = counts, sizes
+        rows = np.concatenate(
+            [np.asarray(reused, dtype=np.intp), np.arange(self._used, self._used + fresh)]
+        )
+        self._used += fresh
+        return rows
 
     def drop(self, docno: int) -> None:
         """Docno `docno`'s set is no longer kept."""

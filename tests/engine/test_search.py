@@ -362,7 +362,8 @@ def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -
 
 def test_a_set_table_row_is_its_sets_size_and_counts() -> None:
     """Rows of dropped sets are reused; a set's row holds its own size and counts;
-    a set without counts gets none."""
+    a set without counts gets none; sets put one by one or many at once (`put_many`,
+    a docno twice among them, some with rows already) alike."""
     table = SetTable()
     rng = np.random.default_rng(5)
     kept: dict[int, bytes] = {}
@@ -371,6 +372,13 @@ def test_a_set_table_row_is_its_sets_size_and_counts() -> None:
         if d in kept and rng.random() < 0.5:
             table.drop(d)
             del kept[d]
+        elif rng.random() < 0.2:  # a few at once
+            many = [int(x) for x in rng.integers(0, 2500, int(rng.integers(0, 6)))]
+            many += many[:1]
+            for x in many:
+                values = np.unique(rng.integers(0, 2**63, int(rng.integers(0, 50)), "u8"))
+                kept.setdefault(x, summarise(values))
+            table.put_many(many, [kept[x] for x in many])
         else:
             values = np.unique(rng.integers(0, 2**63, int(rng.integers(0, 50)), dtype=np.uint64))
             got = kept.setdefault(d, summarise(values))

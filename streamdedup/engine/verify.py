@@ -17,9 +17,11 @@ fast or faster on both benchmark streams (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -33,10 +35,11 @@ from streamdedup.sketch.jaccard import (
     choose_all,
     choose_ranked,
     exact_jaccard,
+    summaries_of,
     summary_of,
     summary_values,
 )
-from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.shingle import ShingleBatch, Shingler
 from streamdedup.sketch.signature import rank_gathered
 
 # Exact sets kept across batches, in 64-bit values (8 bytes each): 64 MB, about 13,000
@@ -255,6 +258,30 @@ class BatchMemory:
             mine = self._mine = (p, i, got)
         return mine[2]
 
+    def own_all(self, docs: list[tuple[Prepared, int, int]]) -> list[Summary]:
+        """`own` for each of a batch's remembered documents ((part, index in it,
+        docno)): the sets not made yet made by one compiled call per array of shingle
+        hashes holding them (`summaries_of`), where a call each cost a slice and a
+        call of Python per document; kept in `pending` as `own` keeps them."""
+        pending = self.pending
+        out = [pending.get(d) for _, _, d in docs]
+        runs: dict[int, tuple[ShingleBatch, list[int], list[int]]] = {}
+        for k, (p, i, _) in enumerate(docs):
+            if out[k] is None:
+                assert p.hashes is not None
+                starts = p.hashes.starts  # (`HashParts.of`'s lookup)
+                part = bisect.bisect_right(starts, i) - 1
+                hashes = p.hashes.parts[part]
+                run = runs.setdefault(id(hashes), (hashes, [], []))
+                run[1].append(i - starts[part])
+                run[2].append(k)
+        for hashes, picks, where in runs.values():
+            made = summaries_of(hashes.hashes, hashes.offsets, picks)
+            for k, got in zip(where, made, strict=True):
+                out[k] = pending[docs[k][2]] = got
+                self._queue(docs[k][2])
+        return cast(list[Summary], out)
+
     def exact_shingles(self, t: Store, docno: int) -> Summary:
         """A candidate's exact shingle set: from memory if this batch or an earlier one
         holds it, else from its stored text, shingled again."""
@@ -416,14 +443,14 @@ def best_exact_all(
     docno)), document j's candidates `ranked[at[j]:at[j + 1]]` (at least one each)
     with their estimates: the best match of each, and the checks each made.
 
-    Every document's own exact set first (each is kept as a candidate's: `own`),
+    Every document's own exact set first (`own_all`: each kept as a candidate's),
     then the rule over all of them in one compiled call (`choose_all`), which stops
     only where a candidate's set is in no dict -- read here, and the call resumes."""
     n = len(docs)
     state = Choices.start(n)
     if n == 0 or max_checks <= 0:  # (no check: no own set either, as `best_exact`)
         return [None] * n, state.checks
-    mines = [memory.own(p, i) for p, i, _ in docs]
+    mines = memory.own_all(docs)
     reach = min(int(np.diff(at).max()), max_checks)
     table = memory.tabled() if reach >= _TABLED else None
     loose: dict[int, Summary] = {}

@@ -856,16 +856,9 @@ PyDoc_STRVAR(summarise_doc,
 
 #define FINE_BITS 11 /* `summarise` deals a set of more than 255 values by this many top bits */
 
-static PyObject *summarise(PyObject *self, PyObject *args)
+/* The packed summary of the n hashes at h (`summarise`'s work), a new bytes object. */
+static PyObject *summary_from(const uint64_t *h, Py_ssize_t n)
 {
-    PyObject *obj;
-    if (!PyArg_ParseTuple(args, "O", &obj))
-        return NULL;
-    Py_buffer view;
-    if (get_buffer(obj, &view, 8, "hashes") < 0)
-        return NULL;
-    const uint64_t *h = view.buf;
-    Py_ssize_t n = view.len / 8;
     /* Dealt by their top bits into buckets of a value or two (hashes spread evenly),
      * then one insertion pass over the whole, which finds little to move: where a
      * sort of each top-byte slice's three or four values mispredicted a branch a
@@ -889,12 +882,10 @@ static PyObject *summarise(PyObject *self, PyObject *args)
     PyObject *out = tmp ? PyBytes_FromStringAndSize(NULL, 8 + SLICES + n * 8) : NULL;
     if (out == NULL) {
         PyMem_Free(tmp);
-        PyBuffer_Release(&view);
         return tmp ? NULL : PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) /* start[x] ends as the end of bucket x */
         tmp[start[h[i] >> shift]++] = h[i];
-    PyBuffer_Release(&view);
     if (most > 24)
         for (Py_ssize_t x = 0, lo = 0; x < buckets; lo = start[x], x++)
             if (start[x] - lo > 24)
@@ -933,6 +924,63 @@ static PyObject *summarise(PyObject *self, PyObject *args)
     }
     if (_PyBytes_Resize(&out, 8 + (header ? SLICES : 0) + m * 8) < 0)
         return NULL;
+    return out;
+}
+
+static PyObject *summarise(PyObject *self, PyObject *args)
+{
+    PyObject *obj;
+    if (!PyArg_ParseTuple(args, "O", &obj))
+        return NULL;
+    Py_buffer view;
+    if (get_buffer(obj, &view, 8, "hashes") < 0)
+        return NULL;
+    PyObject *out = summary_from(view.buf, view.len / 8);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+PyDoc_STRVAR(summarise_many_doc,
+"summarise_many(hashes, offsets, picks) -> list[bytes]\n\n"
+"jaccard.summaries_of: `summarise` of the uint64 hashes[offsets[j]:offsets[j + 1]]\n"
+"for each j of the int64 `picks`, in one call (a batch's documents' own sets, where\n"
+"a call each cost a slice, a buffer and a call in Python).");
+
+static PyObject *summarise_many(PyObject *self, PyObject *args)
+{
+    PyObject *objs[3];
+    if (!PyArg_ParseTuple(args, "OOO", &objs[0], &objs[1], &objs[2]))
+        return NULL;
+    Py_buffer views[3];
+    if (get_buffers(3, views, objs, (Py_ssize_t[]){8, 8, 8},
+                    (const char *[]){"hashes", "offsets", "picks"}) < 0)
+        return NULL;
+    const uint64_t *h = views[0].buf;
+    const int64_t *off = views[1].buf, *picks = views[2].buf;
+    Py_ssize_t n_docs = views[1].len / 8 - 1, n = views[2].len / 8;
+    PyObject *out = NULL;
+    if (n_docs < 0 || !offsets_ok(off, n_docs, views[0].len / 8, INT64_MAX)) {
+        PyErr_SetString(PyExc_ValueError, "summarise_many: offsets do not fit the hashes");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (picks[k] < 0 || picks[k] >= n_docs) {
+            PyErr_SetString(PyExc_ValueError, "summarise_many: a pick past the documents");
+            goto done;
+        }
+    if ((out = PyList_New(n)) == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t j = picks[k];
+        PyObject *got = summary_from(h + off[j], (Py_ssize_t)(off[j + 1] - off[j]));
+        if (got == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, k, got);
+    }
+done:
+    release_buffers(3, views);
     return out;
 }
 
@@ -2303,6 +2351,7 @@ static PyMethodDef methods[] = {
     {"summarise", summarise, METH_VARARGS, summarise_doc},
     {"choose_packed", choose_packed, METH_VARARGS, choose_packed_doc},
     {"choose_batch", choose_batch, METH_VARARGS, choose_batch_doc},
+    {"summarise_many", summarise_many, METH_VARARGS, summarise_many_doc},
     {"gather", gather, METH_VARARGS, gather_doc},
     {"rank", rank, METH_VARARGS, rank_doc},
     /* postings */

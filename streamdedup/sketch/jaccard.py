@@ -82,6 +82,20 @@ def summary_of(hashes: npt.NDArray[np.uint64]) -> Summary:
     return summarise(sorted_distinct(hashes))
 
 
+def summaries_of(
+    hashes: npt.NDArray[np.uint64], offsets: npt.NDArray[np.int64], picks: list[int]
+) -> list[Summary]:
+    """`summary_of(hashes[offsets[j]:offsets[j + 1]])` for each j of `picks`: one
+    compiled call for a batch's documents (`summarise_many`), else one each."""
+    if kernels.native is not None:
+        return kernels.native.summarise_many(
+            np.ascontiguousarray(hashes, dtype=np.uint64),
+            np.ascontiguousarray(offsets, dtype=np.int64),
+            np.asarray(picks, dtype=np.int64),
+        )
+    return [summary_of(hashes[offsets[j] : offsets[j + 1]]) for j in picks]
+
+
 def sorted_distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """The definition `summary_of` mirrors: sorted distinct values, by a sort and a mask."""
     out = np.sort(np.asarray(hashes, dtype=np.uint64))

@@ -65,6 +65,8 @@ class Kernels(Protocol):
         sizes: Buffer | None = None,
     ) -> tuple[int, float, int, bool]: ...
 
+    def summarise_many(self, hashes: Buffer, offsets: Buffer, picks: Buffer) -> list[bytes]: ...
+
     def choose_batch(
         self,
         mines: list[bytes],

@@ -17,6 +17,7 @@ from streamdedup.sketch.jaccard import (
     counts_of,
     numpy_jaccard,
     sorted_distinct,
+    summaries_of,
     summarise,
     summary_of,
     summary_values,
@@ -60,6 +61,31 @@ def test_summary_of_equals_numpy(values: list[int]) -> None:
 
 
 @needs_compiled
+@needs_compiled
+@settings(max_examples=200)
+@given(st.lists(hashes, min_size=1, max_size=6), st.data())
+def test_summaries_of_many_equal_numpy(docs: list[list[int]], data: st.DataObject) -> None:
+    """A batch's documents' summaries in one call (`summaries_of`), picked in any
+    order and more than once: each one's `summary_of`, byte for byte."""
+    flat = np.array([v for d in docs for v in d], dtype=np.uint64)
+    offsets = np.cumsum([0] + [len(d) for d in docs]).astype(np.int64)
+    picks = data.draw(st.lists(st.integers(0, len(docs) - 1), max_size=8))
+    got = summaries_of(flat, offsets, picks)
+    with numpy_code():
+        want = summaries_of(flat, offsets, picks)
+    assert got == want == [summary_of(np.array(docs[j], dtype=np.uint64)) for j in picks]
+
+
+@needs_compiled
+def test_summaries_of_many_refuse_what_does_not_fit() -> None:
+    assert compiled is not None
+    h, off = np.arange(4, dtype=np.uint64), np.array([0, 2, 4], dtype=np.int64)
+    with pytest.raises(ValueError, match="fit"):
+        compiled.summarise_many(h, np.array([0, 5], dtype=np.int64), np.zeros(1, np.int64))
+    with pytest.raises(ValueError, match="past"):
+        compiled.summarise_many(h, off, np.array([2], dtype=np.int64))
+
+
 @needs_compiled
 @settings(max_examples=40, deadline=None)
 @given(st.integers(200, 12_000), st.integers(0, 2**32), st.sampled_from([0, 0.05, 0.5]))

@@ -145,7 +145,7 @@ class SetTable:
     def put_many(self, docnos: list[int], summaries: list[Summary]) -> None:
         """`put` of each docno's set, in one pass of array operations (the sets a
         search brings up to date are thousands: a `put` each was a few numpy scalar
-        writes each).  A docno twice takes its first set (they are the same)."""
+        writes each).  A docno twice gets one row (its sets are the same)."""
         new = {
             d: got
             for d, got in zip(docnos, summaries, strict=True)

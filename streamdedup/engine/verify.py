@@ -17,8 +17,11 @@ fast or faster on both benchmark streams (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections import OrderedDict
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -26,20 +29,30 @@ import numpy.typing as npt
 from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
 from streamdedup.engine.sealed import Store
 from streamdedup.sketch.jaccard import (
+    Choices,
     SetTable,
     Summary,
+    choose_all,
     choose_ranked,
     exact_jaccard,
+    summaries_of,
     summary_of,
     summary_values,
 )
-from streamdedup.sketch.shingle import Shingler
+from streamdedup.sketch.shingle import ShingleBatch, Shingler
 from streamdedup.sketch.signature import rank_gathered
 
 # Exact sets kept across batches, in 64-bit values (8 bytes each): 64 MB, about 13,000
 # template-heavy pages.  A page's siblings are checked against the same earlier pages
 # batch after batch; shingling a stored text again costs 50-100 us, a kept set nothing.
 EXACT_VALUES = 8 << 20
+
+# Table rows kept for sets let go (`BatchMemory.exact`'s oldest): 264 bytes each where
+# the set took about 5 KB, so 65,536 of them cost 17 MB.  A row is what rejects a
+# template sibling below the bar (92% of a template page's checks); without it the
+# rejected sibling's text was read and shingled again (on template-heavy 20k: 1,838 of
+# the 2,698 texts read were of sets let go, mostly to be rejected by their row).
+ORPHAN_ROWS = 1 << 16
 
 
 class BatchMemory:
@@ -53,22 +66,32 @@ class BatchMemory:
     LMDB read and one dict lookup each (a template-heavy page has hundreds).
 
     Across batches: the exact shingle sets of candidates (`exact`), bounded by
-    EXACT_VALUES, oldest dropped first.  A document number's text never changes (numbers
-    are never reused; a copy that adopts an owner's text has the same text), so a kept
-    set stays right.  Only committed documents' sets are kept: a stored candidate's
-    at once, the batch's own ones (`_pending`) once `commit` says the batch's
-    transaction committed; a batch run again or abandoned drops them (`clear`)."""
+    EXACT_VALUES, oldest dropped first, and their rows of `table` (sizes and slice
+    counts) for ORPHAN_ROWS more once their sets are dropped: a row alone rejects most
+    candidates, and one it does not reject is read again.  A document number's text
+    never changes (numbers are never reused; a copy that adopts an owner's text has
+    the same text), so a kept set or row stays right.  Only committed documents' sets
+    are kept: a stored candidate's at once, the batch's own ones (`_pending`) once
+    `commit` says the batch's transaction committed; a batch run again or abandoned
+    drops them (`clear`)."""
 
-    def __init__(self, shingler: Shingler, exact_values: int = EXACT_VALUES) -> None:
+    def __init__(
+        self, shingler: Shingler, exact_values: int = EXACT_VALUES, orphan_rows: int = ORPHAN_ROWS
+    ) -> None:
         self._shingler = shingler  # exact re-checks
         self.fresh: dict[int, tuple[Prepared, int]] = {}
         # the docnos of `fresh`'s documents, by (id of their part, index): a batch
         # searched as a whole (engine/search.py) remembers every document before it
         # checks any, so `own` finds there the set a document has as a candidate
         self._fresh_docno: dict[tuple[int, int], int] = {}
-        self.exact: dict[int, Summary] = {}
+        # (insertion ordered, the oldest let go first: OrderedDict's popitem is O(1),
+        # where a dict's first key after many pops from its front is a scan)
+        self.exact: OrderedDict[int, Summary] = OrderedDict()
         self._exact_values = 0
         self._budget = exact_values
+        # docnos whose rows of `table` outlive their sets, oldest first
+        self._orphans: OrderedDict[int, None] = OrderedDict()
+        self._orphan_rows = orphan_rows
         self.pending: dict[int, Summary] = {}
         # the sizes and slice counts of the sets `exact` and `pending` hold, in rows
         # (`choose_ranked` rejects most candidates by their row alone); put there
@@ -146,6 +169,7 @@ class BatchMemory:
         if got is not None:
             self._exact_values -= summary_values(got)
         self.pending.pop(docno, None)
+        self._orphans.pop(docno, None)
         self.table.drop(docno)
         if docno < len(self._slot):
             self._slot[docno] = -1
@@ -234,6 +258,30 @@ class BatchMemory:
             mine = self._mine = (p, i, got)
         return mine[2]
 
+    def own_all(self, docs: list[tuple[Prepared, int, int]]) -> list[Summary]:
+        """`own` for each of a batch's remembered documents ((part, index in it,
+        docno)): the sets not made yet made by one compiled call per array of shingle
+        hashes holding them (`summaries_of`), where a call each cost a slice and a
+        call of Python per document; kept in `pending` as `own` keeps them."""
+        pending = self.pending
+        out = [pending.get(d) for _, _, d in docs]
+        runs: dict[int, tuple[ShingleBatch, list[int], list[int]]] = {}
+        for k, (p, i, _) in enumerate(docs):
+            if out[k] is None:
+                assert p.hashes is not None
+                starts = p.hashes.starts  # (`HashParts.of`'s lookup)
+                part = bisect.bisect_right(starts, i) - 1
+                hashes = p.hashes.parts[part]
+                run = runs.setdefault(id(hashes), (hashes, [], []))
+                run[1].append(i - starts[part])
+                run[2].append(k)
+        for hashes, picks, where in runs.values():
+            made = summaries_of(hashes.hashes, hashes.offsets, picks)
+            for k, got in zip(where, made, strict=True):
+                out[k] = pending[docs[k][2]] = got
+                self._queue(docs[k][2])
+        return cast(list[Summary], out)
+
     def exact_shingles(self, t: Store, docno: int) -> Summary:
         """A candidate's exact shingle set: from memory if this batch or an earlier one
         holds it, else from its stored text, shingled again."""
@@ -258,15 +306,18 @@ class BatchMemory:
 
     def tabled(self) -> SetTable:
         """`table`, with rows for every set `exact` and `pending` hold."""
-        exact, pending, table = self.exact, self.pending, self.table
+        exact, pending = self.exact, self.pending
+        docnos, sets = [], []
         for docno in self._untabled:
             got = exact.get(docno)
             if got is None:
                 got = pending.get(docno)
             if got is not None:  # (else dropped since)
-                table.put(docno, got)
+                docnos.append(docno)
+                sets.append(got)
+        self.table.put_many(docnos, sets)
         self._untabled = []
-        return table
+        return self.table
 
     def _queue(self, docno: int) -> None:
         self._untabled.append(docno)
@@ -278,14 +329,25 @@ class BatchMemory:
         if old is not None:
             self._exact_values -= summary_values(old)
         self.exact[docno] = got
+        self._orphans.pop(docno, None)  # (read again: its row is its set's once more)
         if queue:
             self._queue(docno)
         self._exact_values += summary_values(got)
         while self._exact_values > self._budget and self.exact:
-            first = next(iter(self.exact))
-            self._exact_values -= summary_values(self.exact.pop(first))
+            first, gone = self.exact.popitem(last=False)
+            self._exact_values -= summary_values(gone)
             if first not in self.pending:
-                self.table.drop(first)
+                self._orphan(first)
+
+    def _orphan(self, docno: int) -> None:
+        """Docno `docno`'s set is let go; its row of `table` (if any) stays, the
+        oldest such rows dropped past `_orphan_rows`.  A docno's set never changes
+        (`forget` drops the row of one that may), so a kept row stays right."""
+        orphans = self._orphans
+        orphans[docno] = None
+        while len(orphans) > self._orphan_rows:
+            old, _ = orphans.popitem(last=False)
+            self.table.drop(old)
 
 
 def exact_margin(threshold: float, num_perm: int) -> float:
@@ -344,7 +406,7 @@ def best_exact(
     loose: dict[int, Summary] = {}
     sets = (memory.exact, memory.pending, loose)
     # many checks (a template page: about 90): most are rejected by the table's rows
-    table = memory.tabled() if reach >= _TABLED else None
+    table = memory.tabled() if reach >= _TABLED else None  # (as `best_exact_all`)
     best, best_sim, checks = -1, 0.0, 0
     while True:
         best, best_sim, checks, more = choose_ranked(
@@ -362,11 +424,56 @@ def best_exact(
         )
         if not more:
             break
-        d = ranked[checks]
-        got = memory.exact_shingles(t, d)
-        if d not in memory.exact and d not in memory.pending:  # kept nowhere (a tiny budget)
-            loose[d] = got
+        _read(t, memory, ranked[checks], loose)
     return (None if best < 0 else (best_sim, ranked[best])), checks
+
+
+def best_exact_all(
+    t: Store,
+    memory: BatchMemory,
+    docs: list[tuple[Prepared, int, int]],
+    ranked: npt.NDArray[np.int64],
+    est: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64],
+    threshold: float,
+    margin: float,
+    max_checks: int,
+) -> tuple[list[tuple[float, int] | None], npt.NDArray[np.int64]]:
+    """`best_exact` for each of a batch's documents `docs` ((part, index in it,
+    docno)), document j's candidates `ranked[at[j]:at[j + 1]]` (at least one each)
+    with their estimates: the best match of each, and the checks each made.
+
+    Every document's own exact set first (`own_all`: each kept as a candidate's),
+    then the rule over all of them in one compiled call (`choose_all`), which stops
+    only where a candidate's set is in no dict -- read here, and the call resumes."""
+    n = len(docs)
+    state = Choices.start(n)
+    if n == 0 or max_checks <= 0:  # (no check: no own set either, as `best_exact`)
+        return [None] * n, state.checks
+    mines = memory.own_all(docs)
+    reach = min(int(np.diff(at).max()), max_checks)
+    table = memory.tabled() if reach >= _TABLED else None
+    loose: dict[int, Summary] = {}
+    sets = (memory.exact, memory.pending, loose)
+    j = 0
+    while True:
+        j = choose_all(mines, sets, ranked, est, at, threshold, margin, max_checks, state, j, table)
+        if j == n:
+            break
+        _read(t, memory, int(ranked[at[j] + state.checks[j]]), loose)
+    best = state.best.tolist()
+    sims = state.best_sim.tolist()
+    starts = at.tolist()
+    found = [None if b < 0 else (sims[j], int(ranked[starts[j] + b])) for j, b in enumerate(best)]
+    return found, state.checks
+
+
+def _read(t: Store, memory: BatchMemory, docno: int, loose: dict[int, Summary]) -> None:
+    """A candidate's exact set the rule wants and no dict holds: read (`exact_shingles`,
+    which keeps it), or put in `loose` if memory keeps it nowhere (a tiny budget)."""
+    got = memory.exact_shingles(t, docno)
+    if docno not in memory.exact and docno not in memory.pending:
+        loose[docno] = got
 
 
 # The fewest checks a search may make for the table to be used (and brought up to

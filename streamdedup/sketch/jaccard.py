@@ -12,6 +12,7 @@ hashes can collide too, with probability about |A||B| / 2^64 for a pair of pages
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,20 @@ def summary_of(hashes: npt.NDArray[np.uint64]) -> Summary:
     return summarise(sorted_distinct(hashes))
 
 
+def summaries_of(
+    hashes: npt.NDArray[np.uint64], offsets: npt.NDArray[np.int64], picks: list[int]
+) -> list[Summary]:
+    """`summary_of(hashes[offsets[j]:offsets[j + 1]])` for each j of `picks`: one
+    compiled call for a batch's documents (`summarise_many`), else one each."""
+    if kernels.native is not None:
+        return kernels.native.summarise_many(
+            np.ascontiguousarray(hashes, dtype=np.uint64),
+            np.ascontiguousarray(offsets, dtype=np.int64),
+            np.asarray(picks, dtype=np.int64),
+        )
+    return [summary_of(hashes[offsets[j] : offsets[j + 1]]) for j in picks]
+
+
 def sorted_distinct(hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     """The definition `summary_of` mirrors: sorted distinct values, by a sort and a mask."""
     out = np.sort(np.asarray(hashes, dtype=np.uint64))
@@ -120,37 +135,52 @@ class SetTable:
         self.sizes: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         self._free: list[int] = []
         self._used = 0
-        self._bytes = self.counts.reshape(-1).data
 
     def put(self, docno: int, summary: Summary) -> None:
         """Docno `docno`'s set is `summary`.  A docno's set never changes: one that
         has a row keeps it as it is (a batch's own set is put once pending and again
         once kept)."""
-        if docno >= len(self.rows):
-            grown = np.full(max(2 * len(self.rows), docno + 1, 1024), -1, dtype=np.int32)
+        self.put_many([docno], [summary])
+
+    def put_many(self, docnos: list[int], summaries: list[Summary]) -> None:
+        """`put` of each docno's set, in one pass of array operations (the sets a
+        search brings up to date are thousands: a `put` each was a few numpy scalar
+        writes each).  A docno twice gets one row (its sets are the same)."""
+        new = {
+            d: got
+            for d, got in zip(docnos, summaries, strict=True)
+            if got[:8] == _COUNTED and (d >= len(self.rows) or self.rows[d] < 0)
+        }
+        if not new:
+            return
+        top = max(new) + 1
+        if top > len(self.rows):
+            grown = np.full(max(2 * len(self.rows), top, 1024), -1, dtype=np.int32)
             grown[: len(self.rows)] = self.rows
             self.rows = grown
-        elif self.rows[docno] >= 0:
-            return
-        if summary[:8] != _COUNTED:
-            return
-        if self._free:
-            row = self._free.pop()
-        else:
-            row = self._used
-            self._used += 1
-            if row >= len(self.sizes):
-                size = max(2 * len(self.sizes), 1024)
-                counts = np.zeros((size, SLICES), dtype=np.uint8)
-                counts[: len(self.counts)] = self.counts
-                sizes = np.zeros(size, dtype=np.int64)
-                sizes[: len(self.sizes)] = self.sizes
-                self.counts, self.sizes = counts, sizes
-                self._bytes = self.counts.reshape(-1).data
-        self.rows[docno] = row
-        at = row * SLICES
-        self._bytes[at : at + SLICES] = summary[8 : 8 + SLICES]  # (a few hundred ns)
-        self.sizes[row] = (len(summary) - 8 - SLICES) // 8
+        rows = self._take(len(new))
+        self.rows[list(new)] = rows
+        sets = list(new.values())
+        block = b"".join([got[8 : 8 + SLICES] for got in sets])
+        self.counts[rows] = np.frombuffer(block, dtype=np.uint8).reshape(-1, SLICES)
+        self.sizes[rows] = [(len(got) - 8 - SLICES) // 8 for got in sets]
+
+    def _take(self, n: int) -> npt.NDArray[np.intp]:
+        """n free rows: freed ones first, then new ones at the end (grown as needed)."""
+        reused = [self._free.pop() for _ in range(min(n, len(self._free)))]
+        fresh = n - len(reused)
+        if self._used + fresh > len(self.sizes):
+            size = max(2 * len(self.sizes), self._used + fresh, 1024)
+            counts = np.zeros((size, SLICES), dtype=np.uint8)
+            counts[: len(self.counts)] = self.counts
+            sizes = np.zeros(size, dtype=np.int64)
+            sizes[: len(self.sizes)] = self.sizes
+            self.counts, self.sizes = counts, sizes
+        rows = np.concatenate(
+            [np.asarray(reused, dtype=np.intp), np.arange(self._used, self._used + fresh)]
+        )
+        self._used += fresh
+        return rows
 
     def drop(self, docno: int) -> None:
         """Docno `docno`'s set is no longer kept."""
@@ -189,9 +219,10 @@ def choose_ranked(
     fraction of a merge each, and no Python runs per candidate.  The bounds change no
     answer: the loop below, which measures every candidate in full, is the definition.
 
-    `table` (optional) holds the sizes and slice counts of sets the dicts hold, in
-    rows by docno: the compiled loop rejects most candidates from it alone (without the
-    dict lookup and the summary's five cache lines); the loop below needs none."""
+    `table` (optional) holds the sizes and slice counts of sets the dicts hold or
+    held (a docno's set never changes), in rows by docno: the compiled loop rejects
+    most candidates from it alone (without the dict lookup and the summary's five
+    cache lines, and without reading again a set let go); the loop below needs none."""
     if kernels.native is not None:
         return kernels.native.choose_packed(
             mine,
@@ -204,7 +235,7 @@ def choose_ranked(
             start,
             best,
             best_sim,
-            *(() if table is None else (table.rows, table.counts, table.sizes)),
+            *_table_args(table),
         )
     mine_values = values_of(mine)
     for checks in range(start, len(est)):
@@ -218,3 +249,82 @@ def choose_ranked(
         if sim >= threshold and (best < 0 or sim > best_sim):
             best, best_sim = checks, sim
     return best, best_sim, max(start, len(est)), False
+
+
+def _table_args(table: SetTable | None) -> tuple[npt.NDArray[Any], ...]:
+    """A table as the compiled choices take it: its rows, counts and sizes, or none."""
+    return () if table is None else (table.rows, table.counts, table.sizes)
+
+
+@dataclass
+class Choices:
+    """Where `choose_all` is in each document's rule: the rank of its best so far
+    (-1: none), that one's similarity, and the checks made; updated in place."""
+
+    best: npt.NDArray[np.int64]
+    best_sim: npt.NDArray[np.float64]
+    checks: npt.NDArray[np.int64]
+
+    @classmethod
+    def start(cls, n: int) -> Choices:
+        return cls(np.full(n, -1, np.int64), np.zeros(n, np.float64), np.zeros(n, np.int64))
+
+
+def choose_all(
+    mines: list[Summary],
+    sets: tuple[dict[int, Summary], ...],
+    ranked: npt.NDArray[np.int64],
+    est: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64],
+    threshold: float,
+    margin: float,
+    max_checks: int,
+    state: Choices,
+    first: int = 0,
+    table: SetTable | None = None,
+) -> int:
+    """`choose_ranked` for documents `first`, `first + 1`, ... of a batch: document
+    j's own set `mines[j]`, its ranked candidates `ranked[at[j]:at[j + 1]]` with their
+    estimates, its progress in `state` (resumed from, and updated).  Returns the first
+    document whose rule wants a set no dict holds (that of rank `state.checks[j]`:
+    the caller reads it and calls again from j), or `len(mines)` when all are done.
+
+    One compiled call for a batch's documents (`choose_batch`), where a call each
+    cost more Python than checking (the list of its candidates, the call, the loop
+    around it) for a template page's hundred candidates most rejected by their rows.
+    The loop below, one `choose_ranked` a document, is the definition."""
+    if kernels.native is not None:
+        return kernels.native.choose_batch(
+            mines,
+            sets,
+            np.ascontiguousarray(ranked, dtype=np.int64),
+            np.ascontiguousarray(est, dtype=np.float64),
+            np.ascontiguousarray(at, dtype=np.int64),
+            threshold,
+            margin,
+            max_checks,
+            state.best,
+            state.best_sim,
+            state.checks,
+            first,
+            *_table_args(table),
+        )
+    bounds = at.tolist()
+    for j in range(first, len(mines)):
+        a, b = bounds[j], bounds[j + 1]
+        best, best_sim, checks, more = choose_ranked(
+            mines[j],
+            sets,
+            ranked[a:b].tolist(),
+            est[a:b],
+            threshold,
+            margin,
+            max_checks,
+            int(state.checks[j]),
+            int(state.best[j]),
+            float(state.best_sim[j]),
+        )
+        state.best[j], state.best_sim[j], state.checks[j] = best, best_sim, checks
+        if more:
+            return j
+    return len(mines)

@@ -65,6 +65,27 @@ class Kernels(Protocol):
         sizes: Buffer | None = None,
     ) -> tuple[int, float, int, bool]: ...
 
+    def summarise_many(self, hashes: Buffer, offsets: Buffer, picks: Buffer) -> list[bytes]: ...
+
+    def choose_batch(
+        self,
+        mines: list[bytes],
+        sets: tuple[dict[int, bytes], ...],
+        ranked: Buffer,
+        est: Buffer,
+        at: Buffer,
+        threshold: float,
+        margin: float,
+        max_checks: int,
+        best: Buffer,
+        best_sim: Buffer,
+        checks: Buffer,
+        first: int,
+        rows: Buffer | None = None,
+        counts: Buffer | None = None,
+        sizes: Buffer | None = None,
+    ) -> int: ...
+
     def gather(
         self,
         band_keys: list[bytes],

@@ -319,14 +319,18 @@ def _run_search(
     options: EngineOptions,
     threshold: float,
     verify: Verify = "exact",
+    room: tuple[int, int] | None = None,
 ) -> tuple[list[Any], dict[str, Any], int, int]:
     """Each batch's verdicts, changes, touched ids and counters (all but which path
     took a document); the tables at the end; how many documents were searched in bulk,
-    and in how many batches with replays among them."""
+    and in how many batches with replays among them.  `room`: the exact sets (in 8-byte
+    values) and the rows of sets let go that the engine's memory keeps (default: all)."""
     seen: list[Any] = []
     both = 0  # batches with replays searched in bulk
     with Deduplicator(path, options=options, threshold=threshold, verify=verify) as dd:
         dd.bulk_search = in_bulk
+        if room is not None:
+            dd._memory._budget, dd._memory._orphan_rows = room
         for batch in batches:
             verdicts = dd.check_batch(batch)
             c = dd.last_batch
@@ -347,6 +351,9 @@ def _run_search(
     replays=st.booleans(),
     window=st.booleans(),
     verify=st.sampled_from(["exact", "exact", "signature"]),
+    # the bulk side's memory: all sets kept, or room for a few sets (about 100 values
+    # each) and a few rows of sets let go, or none (verify.py `BatchMemory`)
+    room=st.sampled_from([None, (300, 3), (300, 0), (0, 0)]),
 )
 def test_the_bulk_search_equals_the_search_in_the_loop(
     picks: list[int],
@@ -357,6 +364,7 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
     replays: bool,
     window: bool,
     verify: Verify,
+    room: tuple[int, int] | None,
 ) -> None:
     """A batch of new ids searched at once (engine/search.py) gives what the
     loop's own searches give: verdicts, changes, counters and tables.  Batches mix
@@ -365,7 +373,8 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
     documents again among new ones (a replay keeps the bulk search; the same id
     twice in one batch turns it off), `window` dates documents so that some batches
     lie within a time window and some reach past it; `verify` by exact Jaccard or by
-    the signature estimate alone."""
+    the signature estimate alone; `room`: what the bulk side's memory keeps across
+    batches (sets it lets go are read again; rows it keeps reject without a read)."""
     texts = _site_texts(seed)
     stream = [
         Document(f"d{k}", texts[t], T0 + k * 60_000 if window else None)
@@ -389,7 +398,7 @@ def test_the_bulk_search_equals_the_search_in_the_loop(
     )
     with tempfile.TemporaryDirectory(prefix="search-") as tmp:
         bulk, bulk_tables, searched, both = _run_search(
-            Path(tmp) / "a", batches, True, opts, threshold, verify
+            Path(tmp) / "a", batches, True, opts, threshold, verify, room
         )
         loop, loop_tables, none, _ = _run_search(
             Path(tmp) / "l", batches, False, opts, threshold, verify

@@ -17,9 +17,17 @@ from hypothesis import strategies as st
 
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
+from streamdedup.engine.prepare import own_hashes
 from streamdedup.engine.verify import BatchMemory, choose_exact
 from streamdedup.models import Document
-from streamdedup.sketch.jaccard import SetTable, choose_ranked, summarise
+from streamdedup.sketch.jaccard import (
+    Choices,
+    SetTable,
+    choose_all,
+    choose_ranked,
+    summarise,
+    summary_values,
+)
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.store.tables import Tables
 
@@ -117,6 +125,79 @@ def test_the_compiled_rule_is_choose_exact(search: tuple[object, ...]) -> None:
 
 
 @pytest.mark.usefixtures("kernel")
+@given(st.lists(searches(), min_size=1, max_size=5), st.sampled_from([0, 2, 40]))
+def test_the_rule_over_a_batch_is_choose_exact_for_each(
+    batch: list[tuple[object, ...]], max_checks: int
+) -> None:
+    """`choose_all` over several documents' candidates end to end, resumed wherever a
+    set is missing (read, then the call goes on from that document): each document
+    gets `choose_exact`'s best, similarity and check count; one table of rows for the
+    whole batch (candidates of one document are never another's here)."""
+    mines, ranked, ests, dicts, wants = [], [], [], ({}, {}), []
+    table = SetTable() if any(b[-1] is not None for b in batch) else None
+    theirs_of: dict[int, bytes] = {}
+    threshold, margin = 0.0, 0.0
+    for k, (mine, theirs, est, threshold, margin, _, held, counted, tabled) in enumerate(batch):
+        assert isinstance(mine, np.ndarray) and isinstance(est, np.ndarray)
+        assert isinstance(theirs, list) and isinstance(held, list) and isinstance(counted, list)
+        assert isinstance(threshold, float) and isinstance(margin, float)
+        threshold, margin = batch[0][3], batch[0][4]  # (one bar and margin a batch)
+        assert isinstance(threshold, float) and isinstance(margin, float)
+        docnos = list(range(100 * (k + 1), 100 * (k + 1) + len(theirs)))
+        wants.append(
+            choose_exact(
+                lambda mine=mine: mine,
+                lambda d, theirs=theirs, base=docnos[0]: theirs[d - base],
+                docnos,
+                est,
+                list(range(len(theirs))),
+                threshold,
+                margin,
+                max_checks,
+            )
+        )
+        mines.append(_summary(mine, counted[-1]))
+        ranked += docnos
+        ests.append(est)
+        for j, (d, where) in enumerate(zip(docnos, held, strict=True)):
+            theirs_of[d] = _summary(theirs[j], counted[j])
+            if where < 2:
+                dicts[where][d] = theirs_of[d]
+                if table is not None and (tabled == "all" or d % 2):
+                    table.put(d, theirs_of[d])
+    at = np.cumsum([0] + [len(e) for e in ests]).astype(np.int64)
+    flat = np.array(ranked, np.int64)
+    state = Choices.start(len(batch))
+    j, calls = 0, 0
+    while True:
+        j = choose_all(
+            mines,
+            dicts,
+            flat,
+            np.concatenate(ests),
+            at,
+            threshold,
+            margin,
+            max_checks,
+            state,
+            j,
+            table,
+        )
+        calls += 1
+        if j == len(batch):
+            break
+        d = int(flat[at[j] + state.checks[j]])  # the engine reads the missing set
+        assert d not in dicts[0] and d not in dicts[1]
+        dicts[1][d] = theirs_of[d]
+    got = [
+        (None if b < 0 else (float(state.best_sim[k]), ranked[at[k] + b]), int(state.checks[k]))
+        for k, b in enumerate(state.best.tolist())
+    ]
+    assert got == wants
+    assert calls <= 1 + sum(b[6].count(2) for b in batch)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("kernel")
 @pytest.mark.parametrize("tabled", [False, True])
 def test_a_candidate_left_half_way_is_one_that_could_not_pass(tabled: bool) -> None:
     """The merge stops early only on a proof: a candidate just at the bar is measured
@@ -153,6 +234,37 @@ def test_refused_when_the_arrays_disagree() -> None:
     for wrong in (b"", mine[:-1], np.array([7], "<u8").tobytes() + mine[8:]):
         with pytest.raises(ValueError, match="layout"):
             native.choose_packed(mine, ({1: wrong},), [1], one, 0.8, 0.1, 5, 0, -1, 0.0)
+    # the batch form: lengths, offsets and states checked before any is used
+    ranked, at = np.array([1], np.int64), np.array([0, 1], np.int64)
+
+    def batch(
+        args: dict[int, object] | None = None,
+        state: dict[int, object] | None = None,
+        first: int = 0,
+    ) -> int:
+        """choose_batch on one document with one candidate, some arguments changed."""
+        a = [[mine], ({},), ranked, one, at, 0.8, 0.1, 5]
+        s = [np.full(1, -1, np.int64), np.zeros(1), np.zeros(1, np.int64)]
+        for k, v in (args or {}).items():
+            a[k] = v
+        for k, v in (state or {}).items():
+            s[k] = v
+        return native.choose_batch(*a, *s, first)  # type: ignore[arg-type]
+
+    assert batch() == 0  # its candidate's set is in no dict: document 0 wants it
+    assert batch({1: ({1: mine},)}) == 1  # (both empty: J = 0, below the bar) all done
+    with pytest.raises(ValueError, match="disagreeing"):
+        batch({4: np.array([0, 2], np.int64)})  # an offset past the candidates
+    with pytest.raises(ValueError, match="disagreeing"):
+        batch({0: [mine, mine]})  # two documents, one's offsets
+    with pytest.raises(ValueError, match="disagreeing"):
+        batch(first=2)
+    with pytest.raises(ValueError, match="out of range"):
+        batch(state={0: np.ones(1, np.int64)})  # a best beyond its candidates
+    with pytest.raises(ValueError, match="8-byte"):
+        batch(state={2: np.zeros(1, np.int32)})
+    with pytest.raises(BufferError):
+        batch(state={1: b"\0" * 8})  # a state the call cannot write
 
 
 def test_signatures_of_many_are_each_ones_signature(tmp_path: Path) -> None:
@@ -204,9 +316,54 @@ def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> 
         assert memory.table.rows[10] == -1
 
 
+def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -> None:
+    """A set let go (`exact` full) keeps its table row, up to `orphan_rows` of them:
+    a candidate its row proves below the bar is rejected without its set (no read
+    asked for); one its row does not reject is asked for; a set read again owns its
+    row once more; `forget` drops the row; past `orphan_rows`, the oldest rows go."""
+    from streamdedup.sketch import kernels
+
+    words = [f"w{j}" for j in range(400)]
+    with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
+        texts = [" ".join(words[: 60 + 4 * k]) for k in range(5)] + [" ".join(words[200:260])]
+        p = dd.preparer.prepare([Document(f"d{k}", t) for k, t in enumerate(texts)])
+        sets = [summarise(np.unique(own_hashes(p, k))) for k in range(6)]
+        room = max(map(summary_values, sets))  # one set at a time
+        memory = BatchMemory(Shingler(dd.params.shingle), exact_values=room, orphan_rows=2)
+        memory.clear(100)
+
+        def keep(d: int) -> None:
+            memory._keep(d, sets[d])
+            memory.tabled()
+
+        for d in range(5):  # each set lets the one before it go
+            keep(d)
+        assert list(memory.exact) == [4] and list(memory._orphans) == [2, 3]
+        assert (memory.table.rows[:5] >= 0).tolist() == [False, False, True, True, True]
+
+        def asks(d: int, mine: bytes) -> bool:
+            """Does the rule want candidate `d`'s set?"""
+            sets_ = (memory.exact, memory.pending)
+            est = np.ones(1)
+            return choose_ranked(mine, sets_, [d], est, 0.8, 0.1, 5, 0, -1, 0.0, memory.tabled())[3]
+
+        # disjoint: its row rejects it, no read (the numpy definition has no rows)
+        assert asks(3, sets[5]) is (kernels.native is None)
+        assert asks(3, sets[3])  # its row cannot reject its own set: read
+        keep(3)  # read again: its set's row once more; 4 let go
+        assert list(memory.exact) == [3] and list(memory._orphans) == [2, 4]
+        memory.forget(2)
+        assert memory.table.rows[2] == -1 and list(memory._orphans) == [4]
+        keep(5)
+        keep(0)  # 3 then 5 let go: 4's row, the oldest past two, dropped
+        assert list(memory._orphans) == [3, 5]
+        assert (memory.table.rows[[0, 3, 4, 5]] >= 0).tolist() == [True, True, False, True]
+
+
 def test_a_set_table_row_is_its_sets_size_and_counts() -> None:
     """Rows of dropped sets are reused; a set's row holds its own size and counts;
-    a set without counts gets none."""
+    a set without counts gets none; sets put one by one or many at once (`put_many`,
+    a docno twice among them, some with rows already) alike."""
     table = SetTable()
     rng = np.random.default_rng(5)
     kept: dict[int, bytes] = {}
@@ -215,6 +372,13 @@ def test_a_set_table_row_is_its_sets_size_and_counts() -> None:
         if d in kept and rng.random() < 0.5:
             table.drop(d)
             del kept[d]
+        elif rng.random() < 0.2:  # a few at once
+            many = [int(x) for x in rng.integers(0, 2500, int(rng.integers(0, 6)))]
+            many += many[:1]
+            for x in many:
+                values = np.unique(rng.integers(0, 2**63, int(rng.integers(0, 50)), "u8"))
+                kept.setdefault(x, summarise(values))
+            table.put_many(many, [kept[x] for x in many])
         else:
             values = np.unique(rng.integers(0, 2**63, int(rng.integers(0, 50)), dtype=np.uint64))
             got = kept.setdefault(d, summarise(values))

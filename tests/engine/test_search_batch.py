@@ -114,13 +114,17 @@ def test_rank_all_equals_the_loop(case: tuple[object, ...]) -> None:
 
 
 @given(
-    st.lists(st.one_of(st.integers(0, 300), st.integers(0, 10**7)), max_size=200),
-    st.integers(0, 10**7),
+    st.lists(
+        st.one_of(st.integers(0, 300), st.integers(10**6, 10**6 + 300), st.integers(0, 10**7)),
+        max_size=200,
+    ),
+    st.one_of(st.integers(0, 10**7), st.integers(10**6, 10**6 + 300)),
 )
 def test_the_stored_candidates_are_the_distinct_ones_below_the_batch(
     values: list[int], first: int
 ) -> None:
-    """By a mask (close docnos) or a sort (spread ones): numpy's unique of those below."""
+    """By a mask (close docnos, near 0 or far from it) or a sort (spread ones): numpy's
+    unique of those below."""
     flat = np.asarray(values, dtype=np.int64)
     got = _distinct_below(flat, first)
     assert got.dtype == np.int64

@@ -13,8 +13,11 @@ from hypothesis import strategies as st
 
 from streamdedup.sketch.jaccard import (
     SLICES,
+    SetTable,
     counts_of,
+    numpy_jaccard,
     sorted_distinct,
+    summaries_of,
     summarise,
     summary_of,
     summary_values,
@@ -59,6 +62,31 @@ def test_summary_of_equals_numpy(values: list[int]) -> None:
 
 @needs_compiled
 @needs_compiled
+@settings(max_examples=200)
+@given(st.lists(hashes, min_size=1, max_size=6), st.data())
+def test_summaries_of_many_equal_numpy(docs: list[list[int]], data: st.DataObject) -> None:
+    """A batch's documents' summaries in one call (`summaries_of`), picked in any
+    order and more than once: each one's `summary_of`, byte for byte."""
+    flat = np.array([v for d in docs for v in d], dtype=np.uint64)
+    offsets = np.cumsum([0] + [len(d) for d in docs]).astype(np.int64)
+    picks = data.draw(st.lists(st.integers(0, len(docs) - 1), max_size=8))
+    got = summaries_of(flat, offsets, picks)
+    with numpy_code():
+        want = summaries_of(flat, offsets, picks)
+    assert got == want == [summary_of(np.array(docs[j], dtype=np.uint64)) for j in picks]
+
+
+@needs_compiled
+def test_summaries_of_many_refuse_what_does_not_fit() -> None:
+    assert compiled is not None
+    h, off = np.arange(4, dtype=np.uint64), np.array([0, 2, 4], dtype=np.int64)
+    with pytest.raises(ValueError, match="fit"):
+        compiled.summarise_many(h, np.array([0, 5], dtype=np.int64), np.zeros(1, np.int64))
+    with pytest.raises(ValueError, match="past"):
+        compiled.summarise_many(h, off, np.array([2], dtype=np.int64))
+
+
+@needs_compiled
 @settings(max_examples=40, deadline=None)
 @given(st.integers(200, 12_000), st.integers(0, 2**32), st.sampled_from([0, 0.05, 0.5]))
 def test_summary_of_large_sets_equals_numpy(n: int, seed: int, crowded: float) -> None:
@@ -75,6 +103,48 @@ def test_summary_of_large_sets_equals_numpy(n: int, seed: int, crowded: float) -
     with numpy_code():
         want = summary_of(h)
     assert got == want
+
+
+@needs_compiled
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**32),
+    st.integers(40, 900),
+    st.floats(0.0, 0.35),
+    st.floats(0.0, 0.35),
+    st.sampled_from([0.5, 0.8, 0.9]),
+    st.sampled_from([0, 8, 56]),
+)
+def test_the_exact_check_of_page_sized_sets_near_the_bar_is_their_jaccard(
+    seed: int, n: int, drop: float, add: float, threshold: float, spread: int
+) -> None:
+    """A page's set against a sibling (some values dropped, some added: J from about
+    0.5 to 1, many near the bar), in the compiled check with every bound on (sizes,
+    slice counts, the merge's early exit): a candidate wins iff its exact Jaccard
+    reaches the bar, with that Jaccard.  `spread`: how many of the top bits the values
+    vary in (56: each slice a few values; 0: all in slice 0, where the slice counts
+    bound nothing; 8: a few slices of many)."""
+    assert compiled is not None
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**63, size=2 * n, dtype=np.uint64) * np.uint64(2)
+    low = np.uint64((1 << (64 - spread)) - 1) if spread else np.uint64(2**64 - 1)
+    pool = rng.permutation(np.unique(bits & low))
+    mine = np.sort(pool[:n])
+    extra = pool[n : n + int(add * n)]
+    theirs = np.union1d(mine[rng.random(len(mine)) >= drop], extra)
+    want = numpy_jaccard(mine, theirs)
+    est, kept = np.array([1.0]), {5: summarise(theirs)}
+    table = SetTable()  # its row alone in the table, its set read on request
+    table.put(5, kept[5])
+    for sets, rows in (((kept,), ()), (({},), (table.rows, table.counts, table.sizes))):
+        got = compiled.choose_packed(
+            summarise(mine), sets, [5], est, threshold, 0.1, 4, 0, -1, 0.0, *rows
+        )
+        if got[3]:  # wanted (not rejected by its row): read, and the rule resumes
+            got = compiled.choose_packed(
+                summarise(mine), (kept,), [5], est, threshold, 0.1, 4, 0, -1, 0.0, *rows
+            )
+        assert got == ((0, want, 1, False) if want >= threshold else (-1, 0.0, 1, False))
 
 
 @pytest.mark.parametrize("crowd", [255, 256])

@@ -17,6 +17,7 @@ counts, as with timeit, since on a shared machine noise only ever adds time.
 All runs are printed.
 
     python bench/bench_dedup.py --docs 20000            # about 20 minutes
+    python bench/bench_dedup.py --targets --repeat 2    # issue 22's targets, 6 minutes
     python bench/bench_dedup.py --docs 50000 --streams short --skip-anchors
     python bench/bench_dedup.py --docs 20000 --skip-datasketch --num-perms 64 128 256
 """
@@ -29,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -304,12 +306,147 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
+# `--targets`: issue 22's figures from one command, as (streams, documents, thresholds)
+# of each part (the ratios of a part are taken within it: one build, one run).
+TARGET_RUNS: tuple[tuple[tuple[str, ...], int, tuple[float, ...]], ...] = (
+    (("crawl-like", "short"), 50_000, (0.8,)),
+    (("template-heavy", "crawl-like"), 20_000, (0.8, 0.9)),
+)
+DEFAULT = "streamdedup (default, 1 core)"
+
+
+def run_streams(
+    streams: Sequence[str], docs: int, thresholds: Sequence[float], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Every contender on each stream and threshold; the rows, tagged with them."""
+    results: list[dict[str, Any]] = []
+    for stream in streams:
+        corpus = corpus_file(docs, args.seed, stream, args.out)
+        size_mb = corpus.stat().st_size / 1e6
+        print(f"\n{stream}: {docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
+        for t in thresholds:
+            truth = truth_for(corpus, t)
+            have = f"{sum(truth):,} documents have an earlier one at Jaccard >= {t}"
+            print(f"\n{stream}, threshold {t}: {have}", flush=True)
+            contenders = contenders_for(
+                corpus, t, docs, args.more, not args.skip_anchors, args.baseline, args.num_perms
+            )
+            rows = run_round_robin(contenders, truth, docs, args.repeat)
+            print_table(rows)
+            for x in rows:
+                x.update(stream=stream, threshold=t, docs=docs)
+            results.extend(rows)
+    return results
+
+
+def template_ratios(results: list[dict[str, Any]]) -> dict[float, tuple[float, float]]:
+    """Template-heavy docs/s over crawl-like docs/s of the default contender, by the
+    wall clock and per CPU second, at each threshold both streams ran."""
+    out = {}
+    for t in sorted({x["threshold"] for x in results}):
+        ran = {x["stream"]: x for x in results if x["threshold"] == t and x["name"] == DEFAULT}
+        if "template-heavy" in ran and "crawl-like" in ran:
+            a, b = ran["template-heavy"], ran["crawl-like"]
+            out[t] = (
+                a["docs_per_s"] / b["docs_per_s"],
+                a["docs_per_cpu_s"] / b["docs_per_cpu_s"],
+            )
+    return out
+
+
+def check_targets(
+    large: list[dict[str, Any]], small: list[dict[str, Any]]
+) -> list[tuple[str, bool, str]]:
+    """Issue 22's items against the rows of `--targets`' two parts (`large`: 50,000
+    crawl-like and short documents at 0.8; `small`: 20,000 template-heavy and
+    crawl-like at 0.8 and 0.9): (item, met, the figures)."""
+
+    def row(rows: list[dict[str, Any]], stream: str, t: float, name: str = DEFAULT) -> Any:
+        return next(
+            x for x in rows if x["stream"] == stream and x["threshold"] == t and x["name"] == name
+        )
+
+    out = []
+    tmpl = [row(small, "template-heavy", t) for t in (0.8, 0.9)]
+    out.append(
+        (
+            "1 template-heavy precision and recall >= 0.99 at 0.8 and 0.9",
+            all(x["precision"] >= 0.99 and x["recall"] >= 0.99 for x in tmpl),
+            ", ".join(
+                f"{x['threshold']}: P {x['precision']:.4f} R {x['recall']:.4f}" for x in tmpl
+            ),
+        )
+    )
+    ratios = template_ratios(small)
+    out.append(
+        (
+            "2 template-heavy docs/s >= 0.60 of crawl-like, same run",
+            all(wall >= 0.60 for wall, _ in ratios.values()) and bool(ratios),
+            ", ".join(f"{t}: {w:.2f} (per CPU s {c:.2f})" for t, (w, c) in ratios.items()),
+        )
+    )
+    anchors = [x for x in large + small if x["name"] in ("datasketch (template)", "rensa")]
+    out.append(
+        (
+            "3 datasketch (template) and rensa side by side",
+            {x["name"] for x in anchors} == {"datasketch (template)", "rensa"},
+            f"{len(anchors)} anchor rows, precision and recall each",
+        )
+    )
+    crawl = row(large, "crawl-like", 0.8)
+    out.append(
+        (
+            "4 crawl-like 50k: >= 10x datasketch and >= 3x rensa on one core",
+            crawl["vs_datasketch"] >= 10 and crawl["vs_rensa"] >= 3,
+            f"{crawl['docs_per_s']:,.0f} docs/s = {crawl['vs_datasketch']:.1f}x and "
+            f"{crawl['vs_rensa']:.2f}x (per CPU s {crawl['cpu_vs_datasketch']:.1f}x and "
+            f"{crawl['cpu_vs_rensa']:.2f}x)",
+        )
+    )
+    short = row(large, "short", 0.8)
+    out.append(
+        (
+            "5 short documents: >= 50,000 docs/s end to end",
+            short["docs_per_s"] >= 50_000,
+            f"{short['docs_per_s']:,.0f} docs/s ({short['vs_rensa']:.2f}x rensa)",
+        )
+    )
+    ours = [x for x in large + small if x["name"].startswith("streamdedup")]
+    out.append(
+        (
+            "6 precision 1.000 on every corpus (exact verification)",
+            all(x["precision"] == 1.0 for x in ours),
+            f"lowest {min(x['precision'] for x in ours):.4f} over {len(ours)} rows",
+        )
+    )
+    out.append(
+        (
+            "7 crawl-like index <= 2.5 KB per document",
+            crawl["bytes_per_doc"] <= 2500,
+            f"{crawl['bytes_per_doc']:,.0f} B/doc",
+        )
+    )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=20000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.9])
     ap.add_argument("--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS))
+    ap.add_argument(
+        "--targets",
+        action="store_true",
+        help="issue 22's runs (50,000 crawl-like and short documents at 0.8; 20,000 "
+        "template-heavy and crawl-like at 0.8 and 0.9) and each target met or missed",
+    )
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="with --targets: that share of the documents (a quick check of the script)",
+    )
     ap.add_argument(
         "--skip-anchors",
         "--skip-datasketch",  # its name before rensa joined (README commands use it)
@@ -348,48 +485,26 @@ def main() -> int:
         [sys.executable, "-m", "streamdedup.cli", "--version"], capture_output=True, text=True
     ).stdout.strip()
     print(version)
-    results: list[dict[str, Any]] = []
-    for stream in args.streams:
-        corpus = corpus_file(args.docs, args.seed, stream, args.out)
-        size_mb = corpus.stat().st_size / 1e6
-        print(f"\n{stream}: {args.docs:,} documents, {size_mb:.1f} MB ({corpus})", flush=True)
-        for t in args.thresholds:
-            truth = truth_for(corpus, t)
-            have = f"{sum(truth):,} documents have an earlier one at Jaccard >= {t}"
-            print(f"\n{stream}, threshold {t}: {have}", flush=True)
-            contenders = contenders_for(
-                corpus,
-                t,
-                args.docs,
-                args.more,
-                not args.skip_anchors,
-                args.baseline,
-                args.num_perms,
-            )
-            rows = run_round_robin(contenders, truth, args.docs, args.repeat)
-            print_table(rows)
-            for x in rows:
-                x.update(stream=stream, threshold=t)
-            results.extend(rows)
+    if args.targets and (args.skip_anchors or args.num_perms):
+        ap.error("--targets runs the default contenders and both anchors")
+    if args.targets:
+        large, small = (
+            run_streams(streams, max(int(n * args.scale), 10), ts, args)
+            for streams, n, ts in TARGET_RUNS
+        )
+        results = large + small
+    else:
+        results = run_streams(args.streams, args.docs, args.thresholds, args)
     # Template-heavy against crawl-like: the same build, the same run.
-    for t in args.thresholds:
-        speed = {
-            x["stream"]: x["docs_per_s"]
-            for x in results
-            if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
-        }
-        per_cpu = {
-            x["stream"]: x["docs_per_cpu_s"]
-            for x in results
-            if x["threshold"] == t and x["name"] == "streamdedup (default, 1 core)"
-        }
-        if "template-heavy" in speed and "crawl-like" in speed:
-            ratio = speed["template-heavy"] / speed["crawl-like"]
-            cpu_ratio = per_cpu["template-heavy"] / per_cpu["crawl-like"]
-            print(
-                f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f} "
-                f"(per CPU second: {cpu_ratio:.2f})"
-            )
+    for t, (ratio, cpu_ratio) in template_ratios(small if args.targets else results).items():
+        print(
+            f"\nthreshold {t}: template-heavy / crawl-like docs/s (1 core) = {ratio:.2f} "
+            f"(per CPU second: {cpu_ratio:.2f})"
+        )
+    if args.targets:
+        print("\nissue 22's targets:")
+        for item, met, figures in check_targets(large, small):
+            print(f"  {'met   ' if met else 'MISSED'} item {item}: {figures}")
     (args.out / "bench_dedup.json").write_text(
         json.dumps(
             {"docs": args.docs, "seed": args.seed, "cpu_count": os.cpu_count(), "results": results},

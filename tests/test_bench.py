@@ -4,10 +4,12 @@ exactly one committed verdict per document itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +213,89 @@ def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
         if x["name"].startswith("streamdedup"):
             assert x["precision"] == 1.0  # exact verification
     assert "template-heavy / crawl-like" in r.stdout.decode()
+
+
+def _bench_dedup() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_dedup", BENCH / "bench_dedup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(stream: str, t: float, name: str = "streamdedup (default, 1 core)", **kw: Any) -> Any:
+    row = {
+        "stream": stream,
+        "threshold": t,
+        "name": name,
+        "docs_per_s": 1000.0,
+        "docs_per_cpu_s": 1000.0,
+        "precision": 1.0,
+        "recall": 1.0,
+        "bytes_per_doc": 2000.0,
+        "vs_datasketch": 11.0,
+        "vs_rensa": 3.5,
+        "cpu_vs_datasketch": 11.0,
+        "cpu_vs_rensa": 3.5,
+    }
+    return {**row, **kw}
+
+
+def test_the_targets_are_judged_from_the_rows_they_name() -> None:
+    """`--targets`' verdicts (pure arithmetic over the rows): each item flips on
+    its own figure, and only on it."""
+    bench = _bench_dedup()
+    anchors = [_row("crawl-like", 0.8, "datasketch (template)"), _row("crawl-like", 0.8, "rensa")]
+
+    def judge(large_kw: dict[str, Any], short_kw: dict[str, Any], tmpl_kw: dict[str, Any]) -> Any:
+        large = [
+            _row("crawl-like", 0.8, **large_kw),
+            _row("short", 0.8, **{"docs_per_s": 60_000.0, **short_kw}),
+            *anchors,
+        ]
+        small = [
+            _row(s, t, **(tmpl_kw if s == "template-heavy" else {}))
+            for s in ("template-heavy", "crawl-like")
+            for t in (0.8, 0.9)
+        ]
+        return {item.split()[0]: met for item, met, _ in bench.check_targets(large, small)}
+
+    assert all(judge({}, {}, {}).values())
+    assert judge({}, {}, {"recall": 0.985}) == {**judge({}, {}, {}), "1": False}
+    assert judge({}, {}, {"docs_per_s": 590.0}) == {**judge({}, {}, {}), "2": False}
+    assert judge({"vs_datasketch": 9.9}, {}, {})["4"] is False
+    assert judge({"vs_rensa": 2.9}, {}, {})["4"] is False
+    assert judge({}, {"docs_per_s": 49_000.0}, {}) == {**judge({}, {}, {}), "5": False}
+    assert judge({}, {"precision": 0.9999}, {})["6"] is False
+    assert judge({"bytes_per_doc": 2600.0}, {}, {})["7"] is False
+
+
+@pytest.mark.slow
+def test_bench_dedup_targets_prints_every_item(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_dedup.py"),
+            "--targets",
+            "--scale",
+            "0.01",
+            "--repeat",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    out = r.stdout.decode()
+    assert "issue 22's targets:" in out
+    for item in range(1, 8):
+        assert f" item {item} " in out
+    results = json.loads((tmp_path / "bench_dedup.json").read_text())["results"]
+    assert {(x["stream"], x["docs"]) for x in results} == {
+        ("crawl-like", 500),
+        ("short", 500),
+        ("template-heavy", 200),
+        ("crawl-like", 200),
+    }

@@ -206,11 +206,14 @@ YOUNG_GC_THRESHOLD = 100_000
 
 
 def settle_gc() -> None:
-    """Collect cycles every 100,000 new objects instead of every 700.  A batch makes
-    several objects per document (verdicts, records, changes, keys) that live until
-    the batch is written, so with the default every collection walked thousands of
-    them only to find no garbage: 12% of `dedup`'s time on one-line documents, 4-5% on
-    pages.  Our objects are freed by reference counting; cycles (rare: exceptions,
+    """Collect cycles every 100,000 new objects instead of every 700.  The engine
+    pauses the collector for each batch's transaction (`_collector_paused`), but
+    not while a batch is decoded and prepared, nor while its verdicts are written:
+    there too a batch makes several objects per document (decoded documents, keys,
+    hashes, signature rows, texts, output records) that live until the batch is
+    done, so with the default every collection walked thousands of them only to
+    find no garbage: 12% of `dedup`'s time on one-line documents, 4-5% on pages.
+    Our objects are freed by reference counting; cycles (rare: exceptions,
     closures) wait a little longer, a few MB at most.  Only the command line does
     this: the process is ours there, not a host application's."""
     gc.set_threshold(YOUNG_GC_THRESHOLD, 10, 10)

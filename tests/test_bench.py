@@ -178,6 +178,19 @@ def test_short_stream_has_the_shape_it_claims() -> None:
     assert {"original", "exact", "normalised", "replace", "add", "drop"} <= kinds
 
 
+def _run_bench_dedup(tmp_path: Path, *args: str) -> tuple[str, list[Any]]:
+    """`bench_dedup.py ARGS --out tmp_path`, which must succeed: its output and the
+    result rows it wrote."""
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_dedup.py"), *args, "--out", str(tmp_path)],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    results = json.loads((tmp_path / "bench_dedup.json").read_text())["results"]
+    return r.stdout.decode(), results
+
+
 @pytest.mark.slow
 def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
     """The benchmark end to end on a small corpus: every stream, streamdedup next to
@@ -185,24 +198,9 @@ def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
     import datasketch  # noqa: F401  (the `test` extra installs the bench extra: no skip)
     import rensa  # noqa: F401
 
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_dedup.py"),
-            "--docs",
-            "400",
-            "--repeat",
-            "1",
-            "--thresholds",
-            "0.8",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        timeout=600,
+    out, results = _run_bench_dedup(
+        tmp_path, "--docs", "400", "--repeat", "1", "--thresholds", "0.8"
     )
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    results = json.loads((tmp_path / "bench_dedup.json").read_text())["results"]
     names = {(x["stream"], x["name"]) for x in results}
     for stream in ("crawl-like", "template-heavy", "short"):
         for name in ("streamdedup (default, 1 core)", "datasketch (template)", "rensa"):
@@ -212,7 +210,7 @@ def test_bench_dedup_runs_every_contender(tmp_path: Path) -> None:
         assert x["docs_per_cpu_s"] >= x["docs_per_s"] * 0.5  # one core each, at most two
         if x["name"].startswith("streamdedup"):
             assert x["precision"] == 1.0  # exact verification
-    assert "template-heavy / crawl-like" in r.stdout.decode()
+    assert "template-heavy / crawl-like" in out
 
 
 def _bench_dedup() -> Any:
@@ -272,27 +270,10 @@ def test_the_targets_are_judged_from_the_rows_they_name() -> None:
 
 @pytest.mark.slow
 def test_bench_dedup_targets_prints_every_item(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_dedup.py"),
-            "--targets",
-            "--scale",
-            "0.01",
-            "--repeat",
-            "1",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    out = r.stdout.decode()
+    out, results = _run_bench_dedup(tmp_path, "--targets", "--scale", "0.01", "--repeat", "1")
     assert "issue 22's targets:" in out
     for item in range(1, 8):
         assert f" item {item} " in out
-    results = json.loads((tmp_path / "bench_dedup.json").read_text())["results"]
     assert {(x["stream"], x["docs"]) for x in results} == {
         ("crawl-like", 500),
         ("short", 500),

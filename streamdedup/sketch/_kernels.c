@@ -764,15 +764,25 @@ static PyObject *kafka_partitions(PyObject *self, PyObject *args)
  * digit (below 2**30: every docno of an index below a billion documents) read in
  * place, any other through PyLong_AsLongLong.  The call and its checks were a third
  * of `gather`'s time on a template page's two thousand postings. */
-static inline long long docno_value(PyObject *o)
+/* Whether `o` is an int small enough for `docno_value` to read in place. */
+static inline int is_small_docno(PyObject *o)
 {
 #if PY_VERSION_HEX >= 0x030C0000
-    if (PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o))
+    return PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o);
+#else
+    return PyLong_CheckExact(o) && Py_SIZE(o) == 1;
+#endif
+}
+
+static inline long long docno_value(PyObject *o)
+{
+    if (is_small_docno(o)) {
+#if PY_VERSION_HEX >= 0x030C0000
         return (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
 #else
-    if (PyLong_CheckExact(o) && Py_SIZE(o) == 1)
         return (long long)((PyLongObject *)o)->ob_digit[0];
 #endif
+    }
     return PyLong_AsLongLong(o);
 }
 
@@ -1004,12 +1014,7 @@ static inline long long ranked_peek(const Ranked *r, Py_ssize_t k)
     if (!r->list)
         return (long long)r->arr[k];
     PyObject *o = PyList_GET_ITEM(r->list, k);
-#if PY_VERSION_HEX >= 0x030C0000
-    int compact = PyLong_CheckExact(o) && PyUnstable_Long_IsCompact((PyLongObject *)o);
-#else
-    int compact = PyLong_CheckExact(o) && Py_SIZE(o) == 1;
-#endif
-    return compact ? docno_value(o) : -1;
+    return is_small_docno(o) ? docno_value(o) : -1;
 }
 
 /* The dict key of rank k (a new reference; NULL with an exception set). */

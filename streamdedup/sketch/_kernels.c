@@ -52,9 +52,10 @@ static inline uint64_t le64(uint64_t v)
 }
 
 /* A buffer argument of the expected item size, released by PyBuffer_Release. */
-static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name)
+static int get_buffer_as(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name,
+                         int flags)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS) < 0)
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
     if (view->len % itemsize) {
         PyErr_Format(PyExc_ValueError, "%s: %zd bytes is not a whole number of %zd-byte items",
@@ -65,23 +66,36 @@ static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const
     return 0;
 }
 
+static int get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *name)
+{
+    return get_buffer_as(obj, view, itemsize, name, PyBUF_C_CONTIGUOUS);
+}
+
 static void release_buffers(int n, Py_buffer *views)
 {
     for (int i = 0; i < n; i++)
         PyBuffer_Release(&views[i]);
 }
 
-/* n buffer arguments, all or none (get_buffer for each; release_buffers after). */
-static int get_buffers(int n, Py_buffer *views, PyObject *const *objs,
-                       const Py_ssize_t *itemsizes, const char *const *names)
+/* n buffer arguments, all or none (get_buffer_as for each, with `flags`;
+ * release_buffers after). */
+static int get_buffers_as(int n, Py_buffer *views, PyObject *const *objs,
+                          const Py_ssize_t *itemsizes, const char *const *names, int flags)
 {
     for (int i = 0; i < n; i++) {
-        if (get_buffer(objs[i], &views[i], itemsizes[i], names[i]) < 0) {
+        if (get_buffer_as(objs[i], &views[i], itemsizes[i], names[i], flags) < 0) {
             release_buffers(i, views);
             return -1;
         }
     }
     return 0;
+}
+
+/* n read-only buffer arguments (get_buffers_as, C-contiguous). */
+static int get_buffers(int n, Py_buffer *views, PyObject *const *objs,
+                       const Py_ssize_t *itemsizes, const char *const *names)
+{
+    return get_buffers_as(n, views, objs, itemsizes, names, PyBUF_C_CONTIGUOUS);
 }
 
 /* Do n_docs + 1 offsets ascend from >= 0 to <= n_values, no run longer than max_run? */
@@ -1247,18 +1261,12 @@ static PyObject *choose_batch(PyObject *self, PyObject *args)
         release_buffers(n_views, views);
         return NULL;
     }
-    int n_state = 0;
-    PyObject *state_objs[3] = {best_obj, sim_obj, checks_obj};
-    for (; n_state < 3; n_state++) {
-        if (PyObject_GetBuffer(state_objs[n_state], &state[n_state],
-                               PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
-            break;
-        if (state[n_state].len % 8) {
-            PyBuffer_Release(&state[n_state]);
-            PyErr_SetString(PyExc_ValueError, "choose_batch: state arrays of 8-byte items");
-            break;
-        }
-    }
+    int n_state =
+        get_buffers_as(3, state, (PyObject *[]){best_obj, sim_obj, checks_obj},
+                       (Py_ssize_t[]){8, 8, 8}, (const char *[]){"best", "best_sim", "checks"},
+                       PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0
+            ? 0
+            : 3;
     Py_ssize_t result = -1;
     if (n_state == 3) {
         const int64_t *ranked = in[0].buf, *at = in[2].buf;

@@ -34,7 +34,7 @@ import os
 import time
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
-from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
+from streamdedup.engine.prepare import Prepared, Preparer, pick, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
 from streamdedup.engine.search import search_batch
 from streamdedup.engine.segments import LocalReader, SegmentReader
@@ -233,14 +233,6 @@ def _first_positions(contents: list[bytes]) -> npt.NDArray[np.intp] | None:
 def _joined(lists: Sequence[Sequence[_T]]) -> Sequence[_T]:
     """The parts' lists as one: the list itself for a batch of one part (file mode)."""
     return lists[0] if len(lists) == 1 else [x for seq in lists for x in seq]
-
-
-def _pick(seq: Sequence[_T] | Mapping[int, _T], at: list[int]) -> list[_T]:
-    """`[seq[j] for j in at]`, in one C call (`itemgetter`) rather than a loop of
-    Python steps: a bulk store picks a dozen fields of each of its documents."""
-    if len(at) > 1:
-        return list(operator.itemgetter(*at)(seq))
-    return [seq[j] for j in at]
 
 
 @dataclass
@@ -1032,11 +1024,11 @@ class Deduplicator:
             ms = np.flatnonzero(kind_of == kind).tolist()
             if not ms:
                 continue
-            pos = _pick(b.positions, ms)
-            where = list(zip(itertools.repeat(one), pos)) if one else _pick(at, pos)
-            docnos = _pick(b.docnos, ms)
-            keys = _pick(keys_of, pos)
-            ids = list(map(_ID, _pick(docs_of, pos)))
+            pos = pick(b.positions, ms)
+            where = list(zip(itertools.repeat(one), pos)) if one else pick(at, pos)
+            docnos = pick(b.docnos, ms)
+            keys = pick(keys_of, pos)
+            ids = list(map(_ID, pick(docs_of, pos)))
             if kind == SEARCH:
                 verdicts = self._searched(t, where, docnos, ids)
                 by_position = dict(zip(pos, verdicts, strict=True))
@@ -1046,7 +1038,7 @@ class Deduplicator:
             elif kind == PLAIN:
                 verdicts = [Verdict(d, "unique", None, d, None, False) for d in ids]
             else:
-                of = _pick(b.of, pos)
+                of = pick(b.of, pos)
                 verdicts = [
                     Verdict(d, "duplicate", o[0], o[1], 1.0, True)
                     for d, o in zip(ids, of, strict=True)
@@ -1060,26 +1052,26 @@ class Deduplicator:
             else:
                 for name in verdicts[0].kinds():  # (the same for every verdict of a kind)
                     counts[name] = counts.get(name, 0) + len(verdicts)
-            stamps: list[int | None] = [None] * len(ms) if timeless else _pick(b.timestamps, ms)
-            contents = _pick(content_of, pos)
-            shingles = _pick(shingles_of, pos)
+            stamps: list[int | None] = [None] * len(ms) if timeless else pick(b.timestamps, ms)
+            contents = pick(content_of, pos)
+            shingles = pick(shingles_of, pos)
             records = Packed(
                 Record.pack_verdicts(verdicts, contents, stamps, shingles), contents, stamps
             )
             stored = _Stored(
-                _pick(b.change_at, ms), keys, docnos, verdicts, contents, stamps, shingles
+                pick(b.change_at, ms), keys, docnos, verdicts, contents, stamps, shingles
             )
             self._unbuilt.append(stored)
             if kind == COPY:
                 t.put_copies(docnos, keys, records)
                 continue
-            stored.signatures = sigs = _pick(sigs_of, pos)
+            stored.signatures = sigs = pick(sigs_of, pos)
             # exact verification stores every indexed document's text (all parts or none)
             if one is not None and one.texts is not None:
                 stored.texts = one.texts.take(pos)
             elif parts[0].texts is not None:
                 stored.texts = [_text(p, i) for p, i in where]
-            t.put_plain(docnos, keys, records, sigs, _pick(rows_of, pos), stored.texts)
+            t.put_plain(docnos, keys, records, sigs, pick(rows_of, pos), stored.texts)
             # later documents of the batch meet them (if at all) through memory (the
             # search remembered SEARCH documents already)
             if kind == PLAIN:

@@ -7,7 +7,8 @@ Exit statuses (documented in the README, "Bad input and exit status"):
 0     finished; every line / message processed (also `worker` and
       `verdicts --follow` stopped by SIGINT or SIGTERM: stopping is their end)
 1     finished, but some lines were rejected (error records / dead letters:
-      `dedup`, `replay`; `verdicts`: records that are not verdicts)
+      `dedup`, `replay`; `verdicts`: records that are not verdicts; `produce`:
+      WARC pages not sent, over --max-doc-bytes or cut off by damage)
 2     usage, configuration or index-parameter error, or a topic that does not
       exist (nothing processed); `seal` refused (nothing to seal, the
       destination is not empty, the index is mirrored to a changelog)

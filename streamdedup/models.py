@@ -218,6 +218,8 @@ BINARY_CONTENT = "binary_content"  # a page body that is not text (an image labe
 UNDECODABLE = "undecodable_text"  # no charset turns the page's bytes into text
 MALFORMED_HTML = "malformed_html"  # the HTML parser gave up on the page
 CORRUPT_WARC = "corrupt_warc"  # a WARC archive cut short or damaged: the rest is unread
+TOO_DEEP = "too_deep"  # HTML nested too deeply for main-content extraction (`inputs.html`)
+DUPLICATE_RECORD_ID = "duplicate_record_id"  # a WARC-Record-ID read before in the same run
 
 
 @dataclass(frozen=True)

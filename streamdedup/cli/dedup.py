@@ -19,7 +19,7 @@ from streamdedup.cli.console import say
 from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
 from streamdedup.config import Fields
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
-from streamdedup.inputs import is_warc
+from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.ops.progress import make_progress
 
 if TYPE_CHECKING:
@@ -68,9 +68,10 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 truncate_output(sink)
             progress = make_progress(values["progress"], "dedup")
             summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
+            record_ids: set[bytes] = set()  # --warc-id record-id: one run's ids
             try:
                 for path, source in zip(inputs, sources, strict=True):
-                    run = Run(dd, sink, fields, values, settings, progress, summary)
+                    run = Run(dd, sink, fields, values, settings, progress, summary, record_ids)
                     run.one_input(path, source, several=len(inputs) > 1)
             except KeyboardInterrupt:
                 say("\ninterrupted: the index holds every document whose verdict was written")
@@ -112,15 +113,20 @@ class Run:
     settings: EngineSettings
     progress: Any
     summary: Summary
+    record_ids: set[bytes]
 
     def one_input(self, path: str, source: IO[bytes], *, several: bool) -> None:
-        """One INPUT through the index: a WARC archive (by its name) or JSON Lines.
-        With several inputs an error record names its input (`"input"`) besides its
-        line."""
+        """One INPUT through the index: a WARC archive (by its name, else by its first
+        bytes: stdin has no name) or JSON Lines.  With several inputs an error record
+        names its input (`"input"`) besides its line."""
         from streamdedup.engine.files import run_dedup, run_warc
 
         batch_size = self.settings.options.batch_size
-        if is_warc(path):
+        warc = is_warc(path)
+        if not warc:
+            warc, source = sniff_warc(source)
+        if warc:
+            self.summary.unit = "records"
             report = self.values["report_skipped"]
             run_warc(
                 self.dd,
@@ -128,6 +134,8 @@ class Run:
                 self.sink,
                 self.fields,
                 warc_id="record-id" if self.values["warc_id"] == "record-id" else "uri",
+                statuses="any" if self.values["warc_status"] == "any" else "2xx",
+                record_ids=self.record_ids,
                 batch_size=batch_size,
                 workers=max(0, self.values["workers"]),
                 progress=self.progress,

@@ -8,13 +8,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from streamdedup.cli.console import say
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
-from streamdedup.inputs import is_warc
+from streamdedup.inputs import is_warc, sniff_warc
+from streamdedup.models import CORRUPT_WARC, Rejected
+
+if TYPE_CHECKING:
+    from streamdedup.inputs.warc import HttpStatuses
 
 
 def cmd_broker(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -78,8 +82,12 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     producer = KafkaProducer(
         bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
     )
-    if is_warc(args.input):
-        return _produce_warc(producer, source, values["topic"])
+    warc = is_warc(args.input)
+    if not warc:
+        warc, source = sniff_warc(source)
+    if warc:
+        statuses: HttpStatuses = "any" if values["warc_status"] == "any" else "2xx"
+        return _produce_warc(producer, source, values["topic"], values["max_doc_bytes"], statuses)
     id_field, ts_field = values["id_field"], values["timestamp_field"]
     sent = unparsed = 0
     try:
@@ -105,31 +113,45 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def _produce_warc(producer: Any, source: IO[bytes], topic: str) -> int:
+def _produce_warc(
+    producer: Any, source: IO[bytes], topic: str, max_bytes: int, statuses: HttpStatuses
+) -> int:
     """An archive's HTML pages as HTML messages: the value is the page's bytes as
     fetched, the key its URI, the header `warc-record-id` its record id (for
-    `worker --input-format html`, or `--id-header warc-record-id`).  A page larger
-    than a produce request may be (the producer's max_request_size, 1 MiB by
-    default) is not sent, and counted."""
+    `worker --input-format html`, or `--id-header warc-record-id`).  Pages are read
+    as `dedup` reads them (`inputs.warc.html_pages`): a page over `--max-doc-bytes`,
+    as stored or once decoded, is not sent (its body is never decoded beyond that
+    limit), nor is one larger than a produce request may be (the producer's
+    max_request_size, 1 MiB by default), one without a URI, or one the archive's
+    damage cut off.  Each is counted, with its reason, and the exit status is then 1."""
     from kafka.errors import MessageSizeTooLargeError
 
     from streamdedup.inputs.warc import html_pages
 
-    sent = too_large = 0
+    sent = 0
+    refused: dict[str, int] = {}
     try:
-        for ref, page in html_pages(source):
+        for ref, page in html_pages(source, max_bytes=max_bytes, statuses=statuses):
+            if isinstance(page, Rejected):
+                refused[page.reason] = refused.get(page.reason, 0) + 1
+                if page.reason == CORRUPT_WARC:
+                    say(f"streamdedup: {page.message}")
+                continue
             key = ref.url.encode() if ref.url else None
             headers = [("warc-record-id", ref.record_id.encode())] if ref.record_id else []
             try:
                 producer.send(topic, value=page, key=key, headers=headers)
             except MessageSizeTooLargeError:
-                too_large += 1
+                refused["over_request_size"] = refused.get("over_request_size", 0) + 1
                 continue
             sent += 1
         producer.flush()
     finally:
         producer.close()
         source.close()
-    big = f" ({too_large:,} over the producer's message size limit, not sent)" if too_large else ""
-    print(f"sent {sent:,} HTML pages to {topic}{big}", file=sys.stderr)
-    return EXIT_OK
+    note = ""
+    if refused:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
+        note = f"; {sum(refused.values()):,} not sent ({kinds})"
+    print(f"sent {sent:,} HTML pages to {topic}{note}", file=sys.stderr)
+    return EXIT_REJECTED if refused else EXIT_OK

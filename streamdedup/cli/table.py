@@ -129,8 +129,16 @@ CRAWL_FILES = OptionGroup(
             choices=("uri", "record-id"),
         ),
         Opt(
+            "warc-status",
+            "which HTTP responses of a WARC archive are pages to check: 2xx (successful "
+            "ones; the others are skipped, counted as not_2xx) or any",
+            str,
+            "2xx",
+            choices=("2xx", "any"),
+        ),
+        Opt(
             "report-skipped",
-            "list on stderr every WARC record skipped (not a response, not HTML)",
+            "list on stderr every WARC record skipped (not a response, not HTML, not 2xx)",
             flag=True,
         ),
     ),
@@ -679,7 +687,20 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     ),
                 ),
             ),
-            OptionGroup("input", (INPUT.options[0],)),
+            OptionGroup(
+                "input",
+                (
+                    INPUT.options[0],
+                    Opt(
+                        "max-doc-bytes",
+                        "WARC pages larger than this, as stored or once decoded, are not sent",
+                        int,
+                        MAX_DOC_BYTES,
+                        metavar="N",
+                    ),
+                    *(o for o in CRAWL_FILES.options if o.name == "warc-status"),
+                ),
+            ),
         ),
     ),
     "segment-server": (
@@ -766,7 +787,8 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         (
             "input",
             "INPUT...",
-            "JSON Lines files ('-' for stdin) or WARC archives (.warc, .warc.gz), read in order",
+            "JSON Lines files ('-' for stdin) or WARC archives (.warc, .warc.gz, or told "
+            "by their first bytes), read in order",
         ),
     ),
     "backfill": (
@@ -780,8 +802,8 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         (
             "input",
             "INPUT",
-            "JSON Lines file ('-' for stdin), or a WARC archive (.warc, .warc.gz): its HTML "
-            "pages are sent as HTML messages keyed by URI",
+            "JSON Lines file ('-' for stdin), or a WARC archive (.warc, .warc.gz, or "
+            "told by its first bytes): its HTML pages are sent as HTML messages keyed by URI",
         ),
     ),
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),

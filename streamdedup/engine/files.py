@@ -30,7 +30,7 @@ from streamdedup.errors import ConfigError, InputOutputError
 from streamdedup.models import Document, Rejected, Verdict, output_record
 
 if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
-    from streamdedup.inputs.warc import Skipped, WarcId, WarcRef
+    from streamdedup.inputs.warc import HttpStatuses, Skipped, WarcId, WarcRef
 
 
 @dataclass
@@ -254,6 +254,8 @@ def run_warc(
     fields: Fields,
     *,
     warc_id: WarcId = "uri",
+    statuses: HttpStatuses = "2xx",
+    record_ids: set[bytes] | None = None,
     batch_size: int = 8000,
     workers: int = 0,
     progress: Any = None,
@@ -264,12 +266,22 @@ def run_warc(
     extracted as it is read (`inputs.warc`); the documents are checked and inserted
     in batches of `batch_size` records, like lines.  Every output record carries the
     page's `url` and `warc_record_id`; an error record also its `record` number in
-    the archive.  Skipped records (`on_skip(record, number)`) get no output line."""
+    the archive.  Skipped records (`on_skip(record, number)`) get no output line.
+    `statuses`: which HTTP responses are pages (`inputs.warc.read_pages`);
+    `record_ids`: the record ids read so far in this run (`--warc-id record-id`),
+    one set for every archive of the run, so that a repeat is an error record."""
     summary = summary if summary is not None else Summary()
     started = time.perf_counter() - summary.seconds
     from streamdedup.inputs.warc import Skipped, read_warc
 
-    items = read_warc(source, id_from=warc_id, extract=fields.extract, max_bytes=fields.max_bytes)
+    items = read_warc(
+        source,
+        id_from=warc_id,
+        extract=fields.extract,
+        max_bytes=fields.max_bytes,
+        statuses=statuses,
+        seen=record_ids,
+    )
     number = 0
     while chunk := list(itertools.islice(items, batch_size)):
         kept: list[tuple[Document | Rejected, WarcRef, int]] = []

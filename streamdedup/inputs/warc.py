@@ -23,8 +23,9 @@ archive yields it last; a cut one swallows or breaks it.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
+import hashlib
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
@@ -32,7 +33,15 @@ from typing import IO, TYPE_CHECKING, Literal
 from streamdedup.config import MAX_DOC_BYTES
 from streamdedup.inputs.decode import check_id
 from streamdedup.inputs.html import Extract, page_text
-from streamdedup.models import CORRUPT_WARC, MISSING_ID, TOO_LARGE, Document, Rejected
+from streamdedup.models import (
+    CORRUPT_WARC,
+    DUPLICATE_RECORD_ID,
+    MISSING_ID,
+    TOO_LARGE,
+    UNDECODABLE,
+    Document,
+    Rejected,
+)
 
 if TYPE_CHECKING:  # fastwarc is imported where it reads (JSON input does without)
     from fastwarc.warc import WarcRecord
@@ -41,8 +50,13 @@ WarcId = Literal["uri", "record-id"]
 WARC_ID_MODES: tuple[WarcId, ...] = ("uri", "record-id")
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 
+HttpStatuses = Literal["2xx", "any"]
+HTTP_STATUS_MODES: tuple[HttpStatuses, ...] = ("2xx", "any")
+
+# why a record is skipped (`Skipped.reason`, counted in the summary)
 NOT_RESPONSE = "not_response"
 NOT_HTML = "not_html"
+NOT_2XX = "not_2xx"
 
 _SENTINEL_ID = "<urn:uuid:00000000-5d3d-4e0d-8000-656e642d6f66>"
 _SENTINEL = (
@@ -146,10 +160,13 @@ def read_warc(
     id_from: WarcId = "uri",
     extract: Extract = "main",
     max_bytes: int = MAX_DOC_BYTES,
+    statuses: HttpStatuses = "2xx",
+    seen: set[bytes] | None = None,
 ) -> Iterator[Item]:
     """Every record of the archive in order, as a document, a skip or a reject: the
     pages of `read_pages` extracted here, one at a time."""
-    for item, ref in read_pages(stream, id_from=id_from, max_bytes=max_bytes):
+    pages = read_pages(stream, id_from=id_from, max_bytes=max_bytes, statuses=statuses, seen=seen)
+    for item, ref in pages:
         yield (page_document(item, extract) if isinstance(item, Page) else item), ref
 
 
@@ -158,23 +175,41 @@ def read_pages(
     *,
     id_from: WarcId = "uri",
     max_bytes: int = MAX_DOC_BYTES,
+    statuses: HttpStatuses = "2xx",
+    seen: set[bytes] | None = None,
 ) -> Iterator[PageItem]:
     """Every record of the archive in order, as an HTML page, a skip or a reject.
 
     Each record is handed out only once the next one (or the end-of-archive record)
     has been parsed.  When the archive turns out to be damaged -- a header fastwarc
     refuses, or the end record never reached (cut short) -- the last record before
-    the damage is not trusted: a record cut short runs into the end record or into
-    whatever follows, and fastwarc returns it with the wrong bytes, which would index
-    half a page.  That record becomes the `corrupt_warc` error record (with its id
-    and URL, so it is not lost silently); every record before it keeps its verdict."""
+    the damage may have been read with the wrong bytes: a record cut short runs into
+    the end record or into whatever follows, which would index half a page.  It keeps
+    its verdict when its bytes are provably its own -- its body matches the record's
+    `WARC-Payload-Digest`, or nothing of it was read (a skip, a reject decided by its
+    headers) -- and the damage then gets an error record `corrupt_warc` of its own,
+    with no id.  Otherwise that page becomes the `corrupt_warc` error record, under
+    its id (so it is not lost silently).  Every record before it keeps its verdict.
+
+    `statuses`: "2xx" checks only successful responses (a 404 page is the server's
+    error page, not the page at that URL), "any" every response.  `seen` (with
+    `id_from` "record-id"): digests of the record ids read so far in this run,
+    shared by the archives of one run; a repeat is a `duplicate_record_id` error
+    record instead of replacing the earlier page in the index."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
+    if seen is None:
+        seen = set()
     count = 0
-    held: tuple[PageItem, int] | None = None
+    held: tuple[PageItem, int, bool] | None = None
     source = _WithSentinel(stream)
+    # Bodies are read raw (`auto_decode="none"`) and decoded here (`_decoded`):
+    # fastwarc skips the rest of a record it decodes by decoding it, and gives up
+    # with "Invalid WARC header" on the next record past 64 MB of decoded bytes --
+    # a small gzip bomb lost the whole rest of the archive.  Raw, a record is
+    # skipped by its Content-Length, whatever it holds.
     records = ArchiveIterator(
-        source, record_types=WarcRecordType.any_type, parse_http=True, auto_decode="all"
+        source, record_types=WarcRecordType.any_type, parse_http=True, auto_decode="none"
     )
     damage = "it ends in the middle of a record (cut short)"
     try:
@@ -187,7 +222,8 @@ def read_pages(
                 yield held[0]
             count += 1
             ref = WarcRef(record.headers.get("WARC-Target-URI"), record.record_id)
-            held = (_item(record, ref, id_from, max_bytes), ref), record.stream_pos
+            item, intact = _item(record, ref, id_from, max_bytes, statuses, seen)
+            held = (item, ref), record.stream_pos, intact
     except OSError as exc:  # fastwarc: bad headers, a broken gzip member
         damage = f"{exc}"
     except BaseException as exc:
@@ -199,14 +235,20 @@ def read_pages(
     if held is None:
         yield _corrupt(f"no readable record: {damage}"), WarcRef(None, None)
         return
-    (item, ref), offset = held
-    doc_id = item.id if isinstance(item, Page | Rejected) else None
+    (item, ref), offset, intact = held
     where = f"record {count} (at byte {offset:,}"
     where += f", {ref.url})" if ref.url else ")"
+    if intact:
+        yield item, ref
+        yield _corrupt(f"{damage}, after {where}"), WarcRef(None, None)
+        return
+    doc_id = item.id if isinstance(item, Page | Rejected) else None
     yield _corrupt(f"{damage}; {where} is next to the damage and was not checked", doc_id), ref
 
 
 def _corrupt(what: str, doc_id: str | int | None = None) -> Rejected:
+    """The error record of a damaged archive: `doc_id` is the page the damage cost
+    (read but not trusted), None when it cost none."""
     return Rejected(
         CORRUPT_WARC,
         f"WARC archive is damaged or cut short: {what}; the rest of the archive is unread",
@@ -214,62 +256,101 @@ def _corrupt(what: str, doc_id: str | int | None = None) -> Rejected:
     )
 
 
-def html_pages(stream: IO[bytes]) -> Iterator[tuple[WarcRef, bytes]]:
-    """The raw HTML payloads of an archive's response records, in order, with where
-    each came from: what `streamdedup produce` sends as HTML messages (a worker
-    extracts the text).  Other records are passed over; reading stops quietly at a
-    damaged record -- produce is for trying a worker on crawl data, `dedup` is the
-    reader that reports damage."""
-    from fastwarc.warc import ArchiveIterator, WarcRecordType
-
-    records = ArchiveIterator(
-        _WithSentinel(stream),
-        record_types=WarcRecordType.response,
-        parse_http=True,
-        auto_decode="all",
-    )
-    with contextlib.suppress(OSError):
-        for record in records:
-            ctype = (record.http_content_type or "").lower() if record.is_http else ""
-            if ctype in HTML_TYPES:
-                ref = WarcRef(record.headers.get("WARC-Target-URI"), record.record_id)
-                yield ref, record.reader.read()
+def html_pages(
+    stream: IO[bytes], *, max_bytes: int = MAX_DOC_BYTES, statuses: HttpStatuses = "2xx"
+) -> Iterator[tuple[WarcRef, bytes | Rejected]]:
+    """The HTML payloads of an archive's response records, in order, with where each
+    came from, or why a page cannot be sent (over `max_bytes`, decoded or not; no
+    URI; a damaged archive, last): what `streamdedup produce` sends as HTML messages (a
+    worker extracts the text).  Other records are passed over.  The same reader as
+    `dedup`'s, so a compression bomb costs at most `max_bytes` here too."""
+    for item, ref in read_pages(stream, max_bytes=max_bytes, statuses=statuses):
+        if isinstance(item, Page):
+            yield ref, item.payload
+        elif isinstance(item, Rejected):
+            yield ref, item
 
 
 def _item(
-    record: WarcRecord, ref: WarcRef, id_from: WarcId, max_bytes: int
-) -> Page | Rejected | Skipped:
-    """What one record becomes (see the module docstring)."""
+    record: WarcRecord,
+    ref: WarcRef,
+    id_from: WarcId,
+    max_bytes: int,
+    statuses: HttpStatuses,
+    seen: set[bytes],
+) -> tuple[Page | Rejected | Skipped, bool]:
+    """What one record becomes (see the module docstring), and whether that holds
+    whatever followed the record: true when it was decided from the record's headers
+    alone, or from a body that matches the record's payload digest."""
     from fastwarc.warc import WarcRecordType
 
     if record.record_type != WarcRecordType.response:
         kind = record.headers.get("WARC-Type") or "unknown"
-        return Skipped(NOT_RESPONSE, f"a {kind} record, not a response", ref)
+        return Skipped(NOT_RESPONSE, f"a {kind} record, not a response", ref), True
     ctype = (record.http_content_type or "").lower() if record.is_http else ""
     if ctype not in HTML_TYPES:
         what = f"a {ctype} payload" if ctype else "no HTTP Content-Type"
-        return Skipped(NOT_HTML, f"{what}, not HTML", ref)
+        return Skipped(NOT_HTML, f"{what}, not HTML", ref), True
+    status = record.http_headers.status_code
+    if statuses == "2xx" and not (status is not None and 200 <= status < 300):
+        what = f"HTTP status {status}" if status is not None else "no HTTP status"
+        return Skipped(NOT_2XX, f"{what}, not a successful response (2xx)", ref), True
     doc_id = check_id(ref.url if id_from == "uri" else ref.record_id, _ID_HEADER[id_from])
     if isinstance(doc_id, Rejected):
         if ref.url is None and id_from == "uri":
-            return Rejected(MISSING_ID, "response record has no WARC-Target-URI")
-        return doc_id
+            return Rejected(MISSING_ID, "response record has no WARC-Target-URI"), True
+        return doc_id, True
+    if id_from == "record-id":
+        key = hashlib.blake2b(str(doc_id).encode(), digest_size=16).digest()
+        if key in seen:
+            return Rejected(
+                DUPLICATE_RECORD_ID,
+                f"WARC-Record-ID {doc_id} was read before in this run: a record id names "
+                "one record, and a repeat would replace the earlier page in the index; "
+                "not checked",
+                doc_id,
+            ), True
+        seen.add(key)
     if record.content_length > max_bytes:
         return Rejected(
             TOO_LARGE,
             f"record is {record.content_length:,} bytes, over the limit of {max_bytes:,}",
             doc_id,
-        )
-    # Bodies are decoded as they are read (`auto_decode`: chunked transfer, gzip,
-    # deflate or brotli content encodings, as wget and other crawlers store them), so
-    # the limit is checked again on the decoded bytes: a small compressed body can
-    # expand far beyond it (a "zip bomb"), and no more than the limit is ever read.
-    payload = record.reader.read(max_bytes + 1)
+        ), True
+    digest = record.headers.get("WARC-Payload-Digest")
+    intact = bool(digest) and record.verify_payload_digest(consume=False)
+    body = record.reader.read()  # no more than the record's length (checked above)
+    try:
+        payload = _decoded(record, body, max_bytes)
+    except OSError as exc:  # a body its encoding does not describe, an unknown encoding
+        return Rejected(UNDECODABLE, f"page body cannot be decoded: {exc}", doc_id), intact
     if len(payload) > max_bytes:
         return Rejected(
             TOO_LARGE, f"record's decoded body is over the limit of {max_bytes:,} bytes", doc_id
-        )
-    return Page(doc_id, payload, record.http_charset)
+        ), intact
+    return Page(doc_id, payload, record.http_charset), intact
+
+
+def _decoded(record: WarcRecord, body: bytes, max_bytes: int) -> bytes:
+    """The body with its transfer and content encodings undone (chunked, gzip,
+    deflate, brotli: wget and other crawlers store the body as the server sent it),
+    no more than `max_bytes + 1` bytes of it -- a small compressed body can expand far
+    beyond the limit (a "zip bomb"), and no more than that is ever decoded.  fastwarc
+    decodes, on a record of the HTTP headers and this body alone (see `read_pages`
+    for why not on the archive's own record); `OSError` when it cannot."""
+    from fastwarc.warc import WarcRecord, WarcRecordType
+
+    headers = record.http_headers
+    if not (headers.contains_key("Content-Encoding") or headers.contains_key("Transfer-Encoding")):
+        return body
+    http = io.BytesIO()
+    headers.write(http)
+    alone = WarcRecord()
+    alone.init_headers(WarcRecordType.response)
+    alone.set_bytes_content(http.getvalue() + body)
+    alone.is_http = True
+    alone.parse_http(auto_decode="all")
+    return alone.reader.read(max_bytes + 1)
 
 
 _ID_HEADER = {"uri": "WARC-Target-URI", "record-id": "WARC-Record-ID"}

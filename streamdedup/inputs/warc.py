@@ -28,7 +28,7 @@ import hashlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from streamdedup.config import MAX_DOC_BYTES
 from streamdedup.inputs.decode import check_id
@@ -204,10 +204,10 @@ def read_pages(
     held: tuple[PageItem, int, bool] | None = None
     source = _WithSentinel(stream)
     # Bodies are read raw (`auto_decode="none"`) and decoded here (`_decoded`):
-    # fastwarc skips the rest of a record it decodes by decoding it, and gives up
-    # with "Invalid WARC header" on the next record past 64 MB of decoded bytes --
-    # a small gzip bomb lost the whole rest of the archive.  Raw, a record is
-    # skipped by its Content-Length, whatever it holds.
+    # fastwarc, decoding a record's body itself, fails on the next record's header
+    # ("Invalid WARC header") once the body decodes to 64 MB or more, read or
+    # skipped -- a small gzip bomb lost the whole rest of the archive.  Raw, a record
+    # is skipped by its Content-Length, whatever it holds.
     records = ArchiveIterator(
         source, record_types=WarcRecordType.any_type, parse_http=True, auto_decode="none"
     )
@@ -335,22 +335,42 @@ def _decoded(record: WarcRecord, body: bytes, max_bytes: int) -> bytes:
     """The body with its transfer and content encodings undone (chunked, gzip,
     deflate, brotli: wget and other crawlers store the body as the server sent it),
     no more than `max_bytes + 1` bytes of it -- a small compressed body can expand far
-    beyond the limit (a "zip bomb"), and no more than that is ever decoded.  fastwarc
-    decodes, on a record of the HTTP headers and this body alone (see `read_pages`
-    for why not on the archive's own record); `OSError` when it cannot."""
-    from fastwarc.warc import WarcRecord, WarcRecordType
+    beyond the limit (a "zip bomb"), and no more than that is ever decoded.  fastwarc's
+    streaming readers decode, stacked in the reverse of the order the server applied
+    the encodings (content codings, then transfer codings); `OSError` when they
+    cannot, or an encoding is unknown.  (Not fastwarc's `auto_decode`: on the
+    archive's record it loses the archive past 64 MB, see `read_pages`, and on a
+    record built from the body it decodes the whole body at once.)"""
+    from fastwarc.stream_io import BrotliReader, ChunkedReader, GzipReader
 
     headers = record.http_headers
-    if not (headers.contains_key("Content-Encoding") or headers.contains_key("Transfer-Encoding")):
+    codings = [
+        coding.strip().lower()
+        for name in ("Content-Encoding", "Transfer-Encoding")
+        for value in headers.get_multiple(name)
+        for coding in value.split(",")
+    ]
+    codings = [c for c in codings if c not in ("", "identity")]
+    if not codings:
         return body
-    http = io.BytesIO()
-    headers.write(http)
-    alone = WarcRecord()
-    alone.init_headers(WarcRecordType.response)
-    alone.set_bytes_content(http.getvalue() + body)
-    alone.is_http = True
-    alone.parse_http(auto_decode="all")
-    return alone.reader.read(max_bytes + 1)
+    reader: Any = io.BytesIO(body)
+    for coding in reversed(codings):
+        if coding == "chunked":
+            reader = ChunkedReader(reader)
+        elif coding in ("gzip", "x-gzip"):
+            reader = GzipReader(reader)
+        elif coding == "deflate":
+            reader = GzipReader(reader, zlib=True)
+        elif coding == "br":
+            reader = BrotliReader(reader)
+        else:
+            raise OSError(f"unsupported HTTP encoding {coding!r}")
+    parts: list[bytes] = []
+    left = max_bytes + 1
+    while left > 0 and (part := reader.read(left)):
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 _ID_HEADER = {"uri": "WARC-Target-URI", "record-id": "WARC-Record-ID"}

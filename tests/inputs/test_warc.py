@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -18,8 +21,23 @@ from hypothesis import strategies as st
 
 from streamdedup.inputs import is_warc
 from streamdedup.inputs.html import page_text
-from streamdedup.inputs.warc import NOT_HTML, NOT_RESPONSE, Skipped, html_pages, read_warc
-from streamdedup.models import BINARY_CONTENT, CORRUPT_WARC, TOO_LARGE, Document, Rejected
+from streamdedup.inputs.warc import (
+    NOT_2XX,
+    NOT_HTML,
+    NOT_RESPONSE,
+    Skipped,
+    html_pages,
+    read_warc,
+)
+from streamdedup.models import (
+    BINARY_CONTENT,
+    CORRUPT_WARC,
+    DUPLICATE_RECORD_ID,
+    TOO_DEEP,
+    TOO_LARGE,
+    Document,
+    Rejected,
+)
 from tests.support.pages import Rec, page, write_warc
 
 PAGES = ["nodejs-punycode", "valgrind-faq", "nodejs-synopsis", "valgrind-quick-start"]
@@ -185,15 +203,163 @@ def test_every_cut_of_an_archive_keeps_the_records_before_it(tmp_path: Path, nam
 def test_a_bad_header_in_the_middle_stops_with_an_error_after_the_records_before(
     tmp_path: Path,
 ) -> None:
+    """The record just before the garbage is whole (its payload digest says so): it
+    keeps its verdict, and the damage gets an error record of its own, with no id."""
     data = write_warc(tmp_path / "a.warc", real_records()).read_bytes()
     starts = record_starts(data)
     broken = data[: starts[3]] + b"GARBAGE\r\n\r\n" + data[starts[3] :]
     got = items(broken)
     docs = [i for i in got if isinstance(i, Document)]
-    assert [d.id for d in docs] == [f"https://example.org/{PAGES[0]}"]  # record 2: next to it
+    assert [d.id for d in docs] == [f"https://example.org/{p}" for p in PAGES[:2]]
+    assert docs[1].text == page_text(page(PAGES[1]))
+    assert isinstance(got[-1], Rejected) and got[-1].reason == CORRUPT_WARC
+    assert got[-1].id is None and "after record 3" in got[-1].message
+    assert "was not checked" not in got[-1].message
+
+
+def _without_digests(data: bytes) -> bytes:
+    """A plain archive's records without their digests (header lines only: the
+    records' Content-Lengths stay right)."""
+    return re.sub(rb"WARC-(Payload|Block)-Digest: [^\r]*\r\n", b"", data)
+
+
+def test_a_record_before_damage_that_cannot_be_proved_whole_is_the_error_record(
+    tmp_path: Path,
+) -> None:
+    """Without a digest nothing tells a record followed by garbage from one cut short
+    that ran into it: the page is not checked, and the error record carries its id."""
+    data = _without_digests(write_warc(tmp_path / "a.warc", real_records()).read_bytes())
+    starts = record_starts(data)
+    got = items(data[: starts[3]] + b"GARBAGE\r\n\r\n" + data[starts[3] :])
+    assert [i.id for i in got if isinstance(i, Document)] == [f"https://example.org/{PAGES[0]}"]
     assert isinstance(got[-1], Rejected) and got[-1].reason == CORRUPT_WARC
     assert got[-1].id == f"https://example.org/{PAGES[1]}"
-    assert "was not checked" in got[-1].message
+    assert "record 3" in got[-1].message and "was not checked" in got[-1].message
+
+
+def test_the_error_record_of_damage_after_a_skipped_record_has_no_id(tmp_path: Path) -> None:
+    """A skipped record next to the damage is still skipped (its headers decided it);
+    the error record's id is null whenever the damage cost no page."""
+    records = [Rec("https://e/ok", page("valgrind-faq")), Rec("https://e/x.pdf", b"%PDF", "a/pdf")]
+    data = write_warc(tmp_path / "a.warc", records).read_bytes() + b"GARBAGE\r\n\r\n"
+    got = items(data)
+    assert [type(i).__name__ for i in got] == ["Skipped", "Document", "Skipped", "Rejected"]
+    error = got[-1]
+    assert isinstance(error, Rejected) and error.reason == CORRUPT_WARC and error.id is None
+
+
+def _bomb(decoded_mb: int, wbits: int) -> bytes:
+    """A page compressed (gzip: wbits 31, zlib deflate: 15) from `decoded_mb` MB of
+    markup to about a thousandth of that, without holding the markup."""
+    squeeze = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    block = b"<p>" + b"a " * (1 << 19)
+    parts = [squeeze.compress(b"<html><body>")]
+    parts += [squeeze.compress(block) for _ in range(decoded_mb)]
+    return b"".join([*parts, squeeze.flush()])
+
+
+@pytest.mark.parametrize("name", ["a.warc", "a.warc.gz"])
+@pytest.mark.parametrize(("encoding", "wbits"), [("gzip", 31), ("deflate", 15)])
+def test_a_compression_bomb_past_64_mb_is_one_too_large_page_and_the_archive_goes_on(
+    tmp_path: Path, name: str, encoding: str, wbits: int
+) -> None:
+    """fastwarc, decoding a body itself, gave up on the next record's header once a
+    body decoded to 64 MB or more: the rest of the archive was lost."""
+    records = [
+        Rec("https://e/before", page("valgrind-faq")),
+        Rec("https://e/bomb", _bomb(80, wbits), http_headers=(("Content-Encoding", encoding),)),
+        Rec("https://e/after", page("nodejs-synopsis")),
+    ]
+    path = write_warc(tmp_path / name, records)
+    got = [i for i, _ in read_warc(path.open("rb")) if not isinstance(i, Skipped)]
+    assert [type(i).__name__ for i in got] == ["Document", "Rejected", "Document"]
+    bomb = got[1]
+    assert isinstance(bomb, Rejected) and bomb.reason == TOO_LARGE and bomb.id == "https://e/bomb"
+    assert "decoded" in bomb.message
+    assert got[2].id == "https://e/after"  # type: ignore[union-attr]
+    sent = list(html_pages(path.open("rb")))  # what produce sends: the same reader
+    assert [type(p).__name__ for _, p in sent] == ["bytes", "Rejected", "bytes"]
+
+
+_PEAK = """
+import resource, sys
+from streamdedup.inputs.warc import read_warc
+got = [type(i).__name__ for i, _ in read_warc(open(sys.argv[1], "rb"), max_bytes=1_000_000)]
+print(got.count("Document"), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_compression_bomb_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A body decoding to 300 MB costs no more memory than the limit (1 MB here)."""
+    records = [
+        Rec("https://e/bomb", _bomb(300, 31), http_headers=(("Content-Encoding", "gzip"),)),
+        Rec("https://e/after", page("nodejs-synopsis")),
+    ]
+    path = write_warc(tmp_path / "a.warc.gz", records)
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path)], capture_output=True, check=True
+    ).stdout.split()
+    assert int(out[0]) == 1
+    assert int(out[1]) < 200, f"peak RSS {int(out[1])} MB"
+
+
+def test_non_2xx_responses_are_skipped_unless_asked(tmp_path: Path) -> None:
+    """A 404 page is the site's error page, not the page at that URL: by default only
+    successful responses are pages; `statuses="any"` takes every response."""
+    records = [
+        Rec("https://e/ok", page("valgrind-faq")),
+        Rec("https://e/gone", page("nodejs-synopsis"), status="404 Not Found"),
+        Rec("https://e/moved", b"<p>moved</p>", status="301 Moved Permanently"),
+        Rec("https://e/made", page("nodejs-punycode"), status="201 Created"),
+    ]
+    data = write_warc(tmp_path / "a.warc", records).read_bytes()
+    got = items(data)[1:]
+    assert [(type(i).__name__, getattr(i, "reason", None)) for i in got] == [
+        ("Document", None),
+        ("Skipped", NOT_2XX),
+        ("Skipped", NOT_2XX),
+        ("Document", None),
+    ]
+    assert isinstance(got[1], Skipped) and "404" in got[1].message
+    every = items(data, statuses="any")[1:]
+    assert [i.id for i in every if isinstance(i, Document)] == [r.uri for r in records]
+    assert [ref.url for ref, _ in html_pages(io.BytesIO(data))] == [
+        "https://e/ok",
+        "https://e/made",
+    ]
+
+
+def test_a_repeated_record_id_is_an_error_record_under_record_ids(tmp_path: Path) -> None:
+    """A WARC-Record-ID names one record; a repeat (in this archive or an earlier one
+    of the same run: `seen`) would replace the earlier page in the index."""
+    rid = "<urn:uuid:11111111-2222-4333-8444-555555555555>"
+    first = write_warc(
+        tmp_path / "a.warc",
+        [
+            Rec("https://e/a", page("valgrind-faq"), record_id=rid),
+            Rec("https://e/b", page("nodejs-synopsis"), record_id=rid),
+        ],
+    )
+    second = write_warc(
+        tmp_path / "b.warc.gz", [Rec("https://e/c", page("nodejs-punycode"), record_id=rid)]
+    )
+    seen: set[bytes] = set()
+    got = items(first.read_bytes(), id_from="record-id", seen=seen)[1:]
+    got += items(second.read_bytes(), id_from="record-id", seen=seen)[1:]
+    assert isinstance(got[0], Document) and got[0].id == rid
+    assert [getattr(i, "reason", None) for i in got[1:]] == [DUPLICATE_RECORD_ID] * 2
+    assert all(isinstance(i, Rejected) and i.id == rid for i in got[1:])
+    # by URI, a repeated record id is nobody's business
+    assert all(isinstance(i, Document) for i in items(first.read_bytes())[1:])
+
+
+def test_a_page_nested_too_deep_is_an_error_record_and_the_next_goes_on(tmp_path: Path) -> None:
+    deep = b"<html><body>" + b"<div>" * 20_000 + b"<p>deep</p>" + b"</div>" * 20_000
+    records = [Rec("https://e/deep", deep), Rec("https://e/ok", page("valgrind-faq"))]
+    got = items(write_warc(tmp_path / "a.warc", records).read_bytes())[1:]
+    assert isinstance(got[0], Rejected) and got[0].reason == TOO_DEEP
+    assert got[0].id == "https://e/deep"
+    assert isinstance(got[1], Document)
 
 
 def test_not_an_archive_at_all(tmp_path: Path) -> None:

@@ -89,6 +89,8 @@ class Rec:
     content_type: str = "text/html; charset=utf-8"
     kind: str = "response"
     http_headers: tuple[tuple[str, str], ...] = ()  # more HTTP headers (Content-Encoding)
+    status: str = "200 OK"  # of a response
+    record_id: str | None = None  # WARC-Record-ID (default: a new one)
 
 
 def write_warc(path: Path, records: list[Rec], *, gz: bool | None = None) -> Path:
@@ -101,7 +103,7 @@ def write_warc(path: Path, records: list[Rec], *, gz: bool | None = None) -> Pat
         for r in records:
             http = None
             if r.kind in ("response", "request"):
-                status = "200 OK" if r.kind == "response" else "GET / HTTP/1.1"
+                status = r.status if r.kind == "response" else "GET / HTTP/1.1"
                 http = StatusAndHeaders(
                     status,
                     [
@@ -114,5 +116,7 @@ def write_warc(path: Path, records: list[Rec], *, gz: bool | None = None) -> Pat
             record = writer.create_warc_record(
                 r.uri, r.kind, payload=io.BytesIO(r.payload), http_headers=http
             )
+            if r.record_id is not None:
+                record.rec_headers.replace_header("WARC-Record-ID", r.record_id)
             writer.write_record(record)
     return path

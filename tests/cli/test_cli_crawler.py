@@ -188,3 +188,49 @@ def test_usage_errors(tmp_path: Path, args: tuple[str, ...]) -> None:
     proc = run("dedup", *args, "--index", str(tmp_path / "i"))
     assert proc.returncode == EXIT_USAGE
     assert not (tmp_path / "i").exists()
+
+
+@pytest.mark.parametrize("name", ["crawl.warc", "crawl.warc.gz"])
+def test_a_warc_archive_on_stdin_is_told_by_its_first_bytes(tmp_path: Path, name: str) -> None:
+    """stdin has no name: `WARC/1.x` or a gzip member starts an archive, as no JSON
+    line can; it was parsed as JSON Lines (one malformed_json error a line)."""
+    data = crawl(tmp_path, name).read_bytes()
+    out = tmp_path / "v.jsonl"
+    proc = run("dedup", "-", "--index", str(tmp_path / "i"), "--output", str(out), stdin=data)
+    assert proc.returncode == EXIT_OK, proc.stderr.decode()
+    _, from_file = dedup(tmp_path, tmp_path / name, index="f")
+    assert lines(out) == from_file
+    assert "4 records" in proc.stderr.decode()
+
+
+def test_non_2xx_responses_are_skipped_and_counted_unless_asked(tmp_path: Path) -> None:
+    path = write_warc(
+        tmp_path / "a.warc",
+        [
+            Rec("https://e/ok", page("valgrind-faq")),
+            Rec("https://e/missing", page("nodejs-synopsis"), status="404 Not Found"),
+            Rec("https://e/error", page("nodejs-synopsis"), status="500 Internal Server Error"),
+        ],
+    )
+    proc, out = dedup(tmp_path, path)
+    assert proc.returncode == EXIT_OK, proc.stderr.decode()
+    assert [r["id"] for r in out] == ["https://e/ok"]
+    assert "skipped 3 (not_2xx 2, not_response 1)" in proc.stderr.decode()
+    proc, out = dedup(tmp_path, path, warc_status="any", index="any")
+    assert proc.returncode == EXIT_OK, proc.stderr.decode()
+    assert [r["verdict"] for r in out] == ["unique", "unique", "duplicate"]
+
+
+def test_a_record_id_repeated_in_a_run_is_an_error_record(tmp_path: Path) -> None:
+    """Under --warc-id record-id, a repeat of a record id read earlier in the run
+    (the same archive given twice, here) is an error record, not a replacement of
+    the earlier page; a later run gets the stored verdicts back, as ever."""
+    path = crawl(tmp_path, "c.warc")
+    proc, out = dedup(tmp_path, path, path, warc_id="record-id")
+    assert proc.returncode == EXIT_REJECTED, proc.stderr.decode()
+    assert [r["verdict"] for r in out[:4]] == ["unique", "unique", "duplicate", "unique"]
+    repeats = out[4:]
+    assert [r.get("error") for r in repeats] == ["duplicate_record_id"] * 4
+    assert [r["id"] for r in repeats] == [r["id"] for r in out[:4]]
+    proc, again = dedup(tmp_path, path, warc_id="record-id")
+    assert proc.returncode == EXIT_OK and again == out[:4]

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from streamdedup.config import Fields, ShingleSpec
 from streamdedup.inputs.decode import decode_json, decode_message
-from streamdedup.inputs.html import decode_page, extract_text, page_text
+from streamdedup.inputs.html import MAX_MAIN_DEPTH, decode_page, extract_text, page_text
 from streamdedup.models import (
     BINARY_CONTENT,
     INVALID_UTF8,
     MISSING_ID,
+    TOO_DEEP,
     TOO_LARGE,
     Document,
     Rejected,
@@ -164,6 +165,39 @@ def test_an_html_message_over_the_size_limit_is_rejected() -> None:
 def test_a_binary_message_is_rejected_with_its_id() -> None:
     got = decode_message(gzip.compress(page("valgrind-faq")), b"u", "html", Fields())
     assert isinstance(got, Rejected) and got.reason == BINARY_CONTENT and got.id == "u"
+
+
+def _nested(depth: int, tag: str = "div") -> str:
+    return "<html><body>" + f"<{tag}>" * depth + "<p>deep words here</p>" + f"</{tag}>" * depth
+
+
+def test_main_content_of_a_page_nested_past_the_limit_is_refused_before_extraction() -> None:
+    """Main-content extraction is quadratic in the nesting depth (36,000 nested divs
+    took 30 s): past MAX_MAIN_DEPTH levels a page is `too_deep` instead, at once."""
+    # html and body are levels 1 and 2: the <p> sits at depth + 3
+    assert extract_text(_nested(MAX_MAIN_DEPTH - 3)) == "deep words here"
+    for depth in (MAX_MAIN_DEPTH - 2, 40_000):
+        got = extract_text(_nested(depth))
+        assert isinstance(got, Rejected) and got.reason == TOO_DEEP
+        assert f"more than {MAX_MAIN_DEPTH}" in got.message
+    assert isinstance(extract_text(_nested(2_000, "span")), Rejected)
+    # all text costs time in proportion to the page: it reads it
+    assert extract_text(_nested(40_000), "all") == "deep words here"
+
+
+def test_a_page_nested_too_deep_is_an_error_in_every_input_path() -> None:
+    """The worker (an HTML message: a dead letter with its reason) and file mode
+    (JSON holding HTML) refuse it alike, with the page's id."""
+    html = _nested(20_000)
+    got = decode_message(html.encode(), b"https://e/deep", "html", Fields())
+    assert isinstance(got, Rejected) and got.reason == TOO_DEEP and got.id == "https://e/deep"
+    import orjson
+
+    raw = orjson.dumps({"id": "deep", "text": html})
+    got = decode_json(raw, Fields(text_format="html"))
+    assert isinstance(got, Rejected) and got.reason == TOO_DEEP and got.id == "deep"
+    all_text = decode_json(raw, Fields(text_format="html", extract="all"))
+    assert isinstance(all_text, Document) and all_text.text == "deep words here"
 
 
 # ------------------------------------------------------------------ arbitrary bytes

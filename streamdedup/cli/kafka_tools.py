@@ -113,6 +113,9 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+OVER_REQUEST_SIZE = "over_request_size"  # a page the producer cannot send in one request
+
+
 def _produce_warc(
     producer: Any, source: IO[bytes], topic: str, max_bytes: int, statuses: HttpStatuses
 ) -> int:
@@ -121,9 +124,11 @@ def _produce_warc(
     `worker --input-format html`, or `--id-header warc-record-id`).  Pages are read
     as `dedup` reads them (`inputs.warc.html_pages`): a page over `--max-doc-bytes`,
     as stored or once decoded, is not sent (its body is never decoded beyond that
-    limit), nor is one larger than a produce request may be (the producer's
-    max_request_size, 1 MiB by default), one without a URI, or one the archive's
-    damage cut off.  Each is counted, with its reason, and the exit status is then 1."""
+    limit), nor is one without a URI, or one the archive's damage cut off: each is
+    counted with its reason, and the exit status is then 1, as `dedup`'s for an error
+    record.  A page larger than a produce request may be (the producer's
+    max_request_size, 1 MiB by default) is not sent either and is counted, but is no
+    fault of the archive's: the exit status stays 0 for it."""
     from kafka.errors import MessageSizeTooLargeError
 
     from streamdedup.inputs.warc import html_pages
@@ -142,7 +147,7 @@ def _produce_warc(
             try:
                 producer.send(topic, value=page, key=key, headers=headers)
             except MessageSizeTooLargeError:
-                refused["over_request_size"] = refused.get("over_request_size", 0) + 1
+                refused[OVER_REQUEST_SIZE] = refused.get(OVER_REQUEST_SIZE, 0) + 1
                 continue
             sent += 1
         producer.flush()
@@ -154,4 +159,5 @@ def _produce_warc(
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
         note = f"; {sum(refused.values()):,} not sent ({kinds})"
     print(f"sent {sent:,} HTML pages to {topic}{note}", file=sys.stderr)
-    return EXIT_REJECTED if refused else EXIT_OK
+    faults = sum(n for reason, n in refused.items() if reason != OVER_REQUEST_SIZE)
+    return EXIT_REJECTED if faults else EXIT_OK

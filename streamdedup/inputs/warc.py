@@ -1,19 +1,22 @@
 """WARC archives -> documents, in record order, with what each record was.
 
 fastwarc (the native WARC reader of the resiliparse project) parses the archive, plain
-or compressed, and decodes each HTTP body (chunked transfer, gzip/deflate/brotli
-content encodings); this module decides what each record becomes:
+or compressed, and its streaming readers decode each HTTP body (chunked transfer,
+gzip/deflate/brotli content encodings, `_decoded`); this module decides what each
+record becomes:
 
-- a `response` record with an HTML payload (`text/html`, `application/xhtml+xml`):
-  a `Document` whose id is its `WARC-Target-URI` (or `WARC-Record-ID`, `--warc-id`)
-  and whose text is the page's extracted text (`inputs.html`);
-- any other record (`warcinfo`, `request`, `metadata`, a PDF or image response):
-  `Skipped`, counted and listed on request, never a verdict;
-- a page that cannot become text, or is over the size limit: `Rejected` (an error
-  record in the output, in its place);
+- a `response` record with an HTML payload (`text/html`, `application/xhtml+xml`)
+  and a 2xx status (any status with `statuses="any"`): a `Document` whose id is its
+  `WARC-Target-URI` (or `WARC-Record-ID`, `--warc-id`) and whose text is the page's
+  extracted text (`inputs.html`);
+- any other record (`warcinfo`, `request`, `metadata`, a PDF or image response, a
+  404 page): `Skipped`, counted and listed on request, never a verdict;
+- a page that cannot become text, is over the size limit (as stored or decoded), or
+  repeats a record id read before in the run (`--warc-id record-id`): `Rejected` (an
+  error record in the output, in its place);
 - a damaged archive (bad headers, a gzip member cut short): one `Rejected` with
   `corrupt_warc`, after which reading stops -- the records before it keep their
-  verdicts.
+  verdicts (see `read_pages` for the one next to the damage).
 
 fastwarc stops *silently* at a record cut short at the end of a file.  To tell such
 an archive from a complete one, the reader appends a known end-of-archive record

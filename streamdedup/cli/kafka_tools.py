@@ -113,9 +113,6 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-OVER_REQUEST_SIZE = "over_request_size"  # a page the producer cannot send in one request
-
-
 def _produce_warc(
     producer: Any, source: IO[bytes], topic: str, max_bytes: int, statuses: HttpStatuses
 ) -> int:
@@ -133,7 +130,7 @@ def _produce_warc(
 
     from streamdedup.inputs.warc import html_pages
 
-    sent = 0
+    sent = too_large = 0
     refused: dict[str, int] = {}
     try:
         for ref, page in html_pages(source, max_bytes=max_bytes, statuses=statuses):
@@ -147,17 +144,16 @@ def _produce_warc(
             try:
                 producer.send(topic, value=page, key=key, headers=headers)
             except MessageSizeTooLargeError:
-                refused[OVER_REQUEST_SIZE] = refused.get(OVER_REQUEST_SIZE, 0) + 1
+                too_large += 1
                 continue
             sent += 1
         producer.flush()
     finally:
         producer.close()
         source.close()
-    note = ""
+    big = f" ({too_large:,} over the producer's message size limit, not sent)" if too_large else ""
     if refused:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
-        note = f"; {sum(refused.values()):,} not sent ({kinds})"
-    print(f"sent {sent:,} HTML pages to {topic}{note}", file=sys.stderr)
-    faults = sum(n for reason, n in refused.items() if reason != OVER_REQUEST_SIZE)
-    return EXIT_REJECTED if faults else EXIT_OK
+        big += f"; {sum(refused.values()):,} not sent ({kinds})"
+    print(f"sent {sent:,} HTML pages to {topic}{big}", file=sys.stderr)
+    return EXIT_REJECTED if refused else EXIT_OK

@@ -19,7 +19,7 @@ from fastwarc.warc import ArchiveIterator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamdedup.inputs import is_warc
+from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.inputs.html import page_text
 from streamdedup.inputs.warc import (
     NOT_2XX,
@@ -379,6 +379,25 @@ def test_html_pages_for_produce(tmp_path: Path) -> None:
 def test_is_warc_by_name() -> None:
     assert is_warc("a.warc") and is_warc("x/CRAWL.WARC.GZ") and not is_warc("a.jsonl")
     assert not is_warc("a.warc.zst")
+
+
+@pytest.mark.parametrize(
+    ("data", "warc"),
+    [
+        (b"WARC/1.1\r\nWARC-Type: warcinfo\r\n", True),
+        (b"WARC/1.0\r\n", True),
+        (gzip.compress(b"WARC/1.1\r\n"), True),
+        (b'{"id": 1, "text": "WARC/1.1"}\n', False),
+        (b"WARC", False),
+        (b"", False),
+    ],
+)
+@pytest.mark.parametrize("buffer", [2, 8192])  # a pipe that has 2 bytes at hand, or more
+def test_a_warc_archive_is_told_by_its_first_bytes(data: bytes, warc: bool, buffer: int) -> None:
+    """stdin has no name: the first bytes tell, and every byte is still read after."""
+    told, stream = sniff_warc(io.BufferedReader(io.BytesIO(data), buffer_size=buffer))
+    assert told is warc
+    assert stream.read() == data
 
 
 @pytest.fixture(scope="module")

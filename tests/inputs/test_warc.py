@@ -386,7 +386,7 @@ def test_is_warc_by_name() -> None:
     [
         (b"WARC/1.1\r\nWARC-Type: warcinfo\r\n", True),
         (b"WARC/1.0\r\n", True),
-        (gzip.compress(b"WARC/1.1\r\n"), True),
+        (gzip.compress(b"WARC/1.1\r\n", mtime=0), True),
         (b'{"id": 1, "text": "WARC/1.1"}\n', False),
         (b"WARC", False),
         (b"", False),

@@ -553,7 +553,8 @@ BACKFILL = OptionGroup(
         ),
         Opt(
             "spark-master",
-            "Spark master URL (default: spark-submit's, else local[*])",
+            "Spark master URL (default: spark-submit's, else local[*]); a local master "
+            "listens on loopback only, a cluster master as the operator configures Spark",
             str,
             metavar="M",
         ),

@@ -515,8 +515,9 @@ SEGMENT_SERVER = OptionGroup(
         SEGMENT_PREFIX,
         Opt(
             "max-probe-age",
-            "probes older than this many seconds (by their timestamp) are skipped: their "
-            "writer has sent them again since, or stopped",
+            "a probe is skipped as stale when its writer has sent probes this many seconds "
+            "newer since (both timestamps on the writer's clock, never this host's): it "
+            "sent it again, or stopped; each skip is logged and counted",
             float,
             300.0,
             metavar="S",

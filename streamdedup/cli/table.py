@@ -11,7 +11,7 @@ from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import MAX_DOC_BYTES, EngineOptions
+from streamdedup.config import CONNECTION_OPTIONS, MAX_DOC_BYTES, EngineOptions
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -426,7 +426,11 @@ REPLAY = OptionGroup(
     ),
 )
 
-_CONNECTION = ("security-protocol", "sasl-mechanism", "sasl-username", "sasl-password")
+# The worker's connection settings (security, SASL, TLS files, how long to retry a
+# broker at start): every command that talks to Kafka takes these same options.
+CONNECTION = tuple(
+    o for o in KAFKA.options if o.dest in CONNECTION_OPTIONS or o.name == "connect-timeout"
+)
 VERDICTS = OptionGroup(
     "verdicts",
     (
@@ -453,14 +457,7 @@ VERDICTS = OptionGroup(
         ),
     ),
 )
-VERDICTS_KAFKA = OptionGroup(
-    "kafka",
-    tuple(
-        o
-        for o in KAFKA.options
-        if o.name in _CONNECTION or o.name.startswith("ssl-") or o.name == "connect-timeout"
-    ),
-)
+VERDICTS_KAFKA = OptionGroup("kafka", CONNECTION)
 
 # Remote sealed segments (issue 24): how the writer and the segment servers reach
 # a segment's probe and answer topics.  The writer's commands add SEGMENT_LINK.
@@ -499,15 +496,14 @@ DEDUP_SEGMENTS = OptionGroup(
             metavar="HOSTS",
         ),
         *SEGMENT_LINK.options,
+        *CONNECTION,
     ),
 )
 _SEGMENT_SERVER_KAFKA = tuple(
     o
     for o in KAFKA.options
     if o.name in ("bootstrap-servers", "client-id", "consumer-option", "producer-option")
-    or o.name in _CONNECTION
-    or o.name.startswith("ssl-")
-    or o.name == "connect-timeout"
+    or o in CONNECTION
 )
 SEGMENT_SERVER = OptionGroup(
     "segment server",
@@ -681,6 +677,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     ),
                 ),
             ),
+            OptionGroup("kafka", CONNECTION),
             OptionGroup("input", (INPUT.options[0],)),
         ),
     ),

@@ -286,9 +286,58 @@ def parse_pairs(items: list[str] | None, flag: str) -> dict[str, Any]:
     return out
 
 
+# The connection (security) options every command that talks to Kafka takes, as
+# option dests; `connection_settings` turns them into kafka-python settings.
+CONNECTION_OPTIONS = (
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "sasl_password",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+)
+_SASL = ("sasl_mechanism", "sasl_username", "sasl_password")
+_SSL = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def check_connection_used(values: dict[str, Any], used: bool, why: str) -> None:
+    """A connection option set (command line, environment or config file) for a run
+    that will not connect to Kafka is refused: a user who set SASL or TLS for it
+    would otherwise believe the traffic protected (or the setting applied) when it
+    was never read.  `why` says when the command connects."""
+    if used:
+        return
+    given = [d for d in CONNECTION_OPTIONS if d in values.get("_explicit", ())]
+    if given:
+        raise ConfigError(
+            f"{', '.join(_flag(d) for d in given)} given, but this run does not connect to "
+            f"Kafka ({why}): remove {'it' if len(given) == 1 else 'them'} (or the "
+            f"STREAMDEDUP_{given[0].upper()} environment variable)"
+        )
+
+
 def connection_settings(values: dict[str, Any]) -> dict[str, Any]:
-    """Security settings shared by consumer, producer and admin client."""
-    out: dict[str, Any] = {"security_protocol": values["security_protocol"]}
+    """Security settings shared by consumer, producer and admin client.  A setting the
+    chosen protocol would not use (SASL options without SASL, certificate files without
+    TLS) is refused rather than silently ignored."""
+    protocol = values["security_protocol"]
+    for names, uses, kind in (
+        (_SASL, protocol.startswith("SASL"), "SASL_PLAINTEXT or SASL_SSL"),
+        (_SSL, protocol.endswith("SSL"), "SSL or SASL_SSL"),
+    ):
+        unused = [n for n in names if values.get(n) is not None]
+        if unused and not uses:
+            raise ConfigError(
+                f"{', '.join(_flag(n) for n in unused)} would be ignored with "
+                f"--security-protocol {protocol}: set the protocol to {kind}, or remove "
+                f"{'it' if len(unused) == 1 else 'them'}"
+            )
+    out: dict[str, Any] = {"security_protocol": protocol}
     mapping = {
         "sasl_mechanism": "sasl_mechanism",
         "sasl_username": "sasl_plain_username",

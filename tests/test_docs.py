@@ -59,6 +59,7 @@ NOT_RUN = [
     ("docs/segments.md", "needs a Kubernetes cluster"),
     ("docs/backfill.md", "installs PySpark into the environment (the tests have it)"),
     ("docs/backfill.md", "needs a Spark cluster"),
+    ("docs/backfill.md", "needs a Spark cluster"),
 ]
 BLOCK_TIMEOUT = 240  # seconds; the slowest block runs a worker
 

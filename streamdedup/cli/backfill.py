@@ -3,14 +3,14 @@ verdicts `dedup` would give over the same files, written whole at the end.
 
 Usage errors come first (options, inputs, output directory), then Spark starts
 (seconds: a JVM): a run that cannot read its inputs fails before that.  The master
-is `--spark-master`, else the one `spark-submit` set, else `local[*]`.
+is `--spark-master`, else the one `spark-submit` set, else `local[*]`; a local
+master listens on loopback only (backfill/session.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 def cmd_backfill(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.backfill.job import run_backfill
+    from streamdedup.backfill.session import session
 
     job = backfill_job(args, values)
     spark = session(values.get("spark_master"))
@@ -104,27 +105,3 @@ def _check_input(path: str, output: str) -> None:
         raise ConfigError(
             f"the output ({output}) is the input file ({path}): choose another --output"
         )
-
-
-def session(master: str | None) -> Any:
-    """The Spark session: `master`, or spark-submit's, or local[*]; quiet (warnings
-    only), no web UI (several may run on one host), executors on this Python."""
-    try:
-        from pyspark import SparkConf
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise ConfigError(
-            "backfill needs PySpark: pip install 'streamdedup[spark]' (and a Java runtime)"
-        ) from exc
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = SparkConf()
-    builder = SparkSession.builder.appName("streamdedup-backfill")
-    if master or not conf.contains("spark.master"):
-        builder = builder.master(master or "local[*]")
-    spark = (
-        builder.config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark

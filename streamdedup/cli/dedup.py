@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
 from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
-from streamdedup.config import Fields
+from streamdedup.config import Fields, check_connection_used
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.ops.progress import make_progress
@@ -42,6 +42,11 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     output = values["output"]
     inputs: list[str] = [args.input] if isinstance(args.input, str) else list(args.input)
     settings = engine_settings(values)  # usage errors come before file errors
+    check_connection_used(
+        values,
+        bool(values.get("bootstrap_servers")),
+        "dedup connects only with --bootstrap-servers, to an index's remote segments",
+    )
     if inputs.count("-") > 1:
         raise ConfigError("stdin ('-') can be given as INPUT only once")
     # Inputs and output are checked and opened before the index: a run that cannot read
@@ -161,7 +166,7 @@ def _remote(values: dict[str, Any]) -> RemoteSegments | None:
     `--bootstrap-servers` asks for them (a tenth of a short run's second otherwise)."""
     if not values.get("bootstrap_servers"):
         return None
-    from streamdedup.cli.segment_server import remote_for
+    from streamdedup.cli.segment_server import remote_for  # connection settings checked there
 
     return remote_for(values)
 

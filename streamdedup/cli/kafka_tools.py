@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from streamdedup.cli.console import say
+from streamdedup.config import connection_settings
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.models import CORRUPT_WARC, Rejected
@@ -52,13 +53,14 @@ def ensure_topic(bootstrap: str, topic: str, values: dict[str, Any]) -> str:
 
     if values["partitions"] < 1:
         raise ConfigError("--partitions must be at least 1")
-    have = topic_partitions(bootstrap, topic, {})
+    settings = connection_settings(values)
+    have = topic_partitions(bootstrap, topic, settings)
     if have:
         note = ""
         if "partitions" in values["_explicit"] and have != values["partitions"]:
             note = f" (--partitions {values['partitions']} applies to a new topic only)"
         return f"topic {topic} exists with {have} partition{'s' * (have != 1)}{note}"
-    create_topics(bootstrap, [topic], values["partitions"], {})
+    create_topics(bootstrap, [topic], values["partitions"], settings)
     n = values["partitions"]
     return f"created topic {topic} with {n} partition{'s' * (n != 1)}"
 
@@ -72,15 +74,19 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.kafka.settings import wait_for_broker
 
     require_bootstrap(values)
+    settings = connection_settings(values)  # the worker's: security, SASL, TLS
     source = stdin_or_file(args.input)  # a missing input is reported before connecting
     try:
-        wait_for_broker(values["bootstrap_servers"], 30.0)
+        wait_for_broker(values["bootstrap_servers"], values["connect_timeout"])
     except BrokerUnavailableError as exc:
         print(f"streamdedup: error: {exc}", file=sys.stderr)
         return EXIT_BROKER
     say(ensure_topic(values["bootstrap_servers"], values["topic"], values))
     producer = KafkaProducer(
-        bootstrap_servers=values["bootstrap_servers"], linger_ms=20, batch_size=1 << 20
+        bootstrap_servers=values["bootstrap_servers"],
+        linger_ms=20,
+        batch_size=1 << 20,
+        **settings,
     )
     warc = is_warc(args.input)
     if not warc:

@@ -43,8 +43,8 @@ def link_from_options(values: dict[str, Any], *, pass_through: bool = True) -> S
     return SegmentLink(
         bootstrap_servers=values["bootstrap_servers"],
         prefix=values.get("segment_prefix") or DEFAULT_PREFIX,
-        # `dedup` has no security options: plain text unless a command says otherwise
-        client=connection_settings({"security_protocol": "PLAINTEXT", **values}),
+        # the same connection settings as the worker's, on every command that links
+        client=connection_settings(values),
         consumer_options=pairs[0],
         producer_options=pairs[1],
         client_id=f"{values.get('client_id') or 'streamdedup'}-segments",

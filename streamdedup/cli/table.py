@@ -11,7 +11,7 @@ from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import MAX_DOC_BYTES, EngineOptions
+from streamdedup.config import CONNECTION_OPTIONS, MAX_DOC_BYTES, EngineOptions
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -434,7 +434,11 @@ REPLAY = OptionGroup(
     ),
 )
 
-_CONNECTION = ("security-protocol", "sasl-mechanism", "sasl-username", "sasl-password")
+# The worker's connection settings (security, SASL, TLS files, how long to retry a
+# broker at start): every command that talks to Kafka takes these same options.
+CONNECTION = tuple(
+    o for o in KAFKA.options if o.dest in CONNECTION_OPTIONS or o.name == "connect-timeout"
+)
 VERDICTS = OptionGroup(
     "verdicts",
     (
@@ -461,14 +465,7 @@ VERDICTS = OptionGroup(
         ),
     ),
 )
-VERDICTS_KAFKA = OptionGroup(
-    "kafka",
-    tuple(
-        o
-        for o in KAFKA.options
-        if o.name in _CONNECTION or o.name.startswith("ssl-") or o.name == "connect-timeout"
-    ),
-)
+VERDICTS_KAFKA = OptionGroup("kafka", CONNECTION)
 
 # Remote sealed segments (issue 24): how the writer and the segment servers reach
 # a segment's probe and answer topics.  The writer's commands add SEGMENT_LINK.
@@ -507,15 +504,14 @@ DEDUP_SEGMENTS = OptionGroup(
             metavar="HOSTS",
         ),
         *SEGMENT_LINK.options,
+        *CONNECTION,
     ),
 )
 _SEGMENT_SERVER_KAFKA = tuple(
     o
     for o in KAFKA.options
     if o.name in ("bootstrap-servers", "client-id", "consumer-option", "producer-option")
-    or o.name in _CONNECTION
-    or o.name.startswith("ssl-")
-    or o.name == "connect-timeout"
+    or o in CONNECTION
 )
 SEGMENT_SERVER = OptionGroup(
     "segment server",
@@ -523,8 +519,9 @@ SEGMENT_SERVER = OptionGroup(
         SEGMENT_PREFIX,
         Opt(
             "max-probe-age",
-            "probes older than this many seconds (by their timestamp) are skipped: their "
-            "writer has sent them again since, or stopped",
+            "a probe is skipped as stale when its writer has sent probes this many seconds "
+            "newer since (both timestamps on the writer's clock, never this host's): it "
+            "sent it again, or stopped; each skip is logged and counted",
             float,
             300.0,
             metavar="S",
@@ -561,7 +558,8 @@ BACKFILL = OptionGroup(
         ),
         Opt(
             "spark-master",
-            "Spark master URL (default: spark-submit's, else local[*])",
+            "Spark master URL (default: spark-submit's, else local[*]); a local master "
+            "listens on loopback only, a cluster master as the operator configures Spark",
             str,
             metavar="M",
         ),
@@ -687,6 +685,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                     ),
                 ),
             ),
+            OptionGroup("kafka", CONNECTION),
             OptionGroup(
                 "input",
                 (

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from streamdedup.errors import (
 )
 from streamdedup.kafka.segments import (
     ERROR_HEADER,
+    WRITER_HEADER,
     SegmentLink,
     SegmentTopics,
     consumer_settings,
@@ -134,6 +136,9 @@ class RemoteSegments:
         self._consumer: Any = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None  # what stopped the poll thread
+        # names this writer on its probes: a server judges a probe's age only against
+        # this writer's own later probes (one clock: segment_server.py)
+        self._writer = uuid.uuid4().hex.encode()
 
     # ------------------------------------------------------------------ readers
 
@@ -216,7 +221,10 @@ class RemoteSegments:
 
         try:
             future = self._producer.send(
-                p.segment.topics.probes, key=p.request.encode(), value=p.payload
+                p.segment.topics.probes,
+                key=p.request.encode(),
+                value=p.payload,
+                headers=[(WRITER_HEADER, self._writer)],
             )
         except KafkaError as exc:  # raised at once: too large, no metadata in time
             failed(exc)

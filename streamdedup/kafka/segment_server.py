@@ -4,10 +4,11 @@ The server joins the segment's consumer group on its probe topic (every server o
 the segment joins the same group: the one holding the single partition answers, the
 others stand by and take over when it leaves or dies), and for each probe:
 
-1. skips it if it is older than `max_age_s` by its timestamp (the writer sent it
-   again since, or gave up: answering would only spend time), or if this server has
-   answered its request id already (the writer re-sends a probe it waits for too
-   long: a slow server must not answer each batch twice);
+1. skips it if it is stale: its writer has sent probes more than `max_age_s` newer
+   since (it sent this one again, or gave up on it: answering would only spend
+   time), or if this server has answered its request id already (the writer re-sends
+   a probe it waits for too long: a slow server must not answer each batch twice);
+   each skip is logged and counted (`streamdedup_segment_probes_skipped{reason}`);
 2. computes the answer with `handler` (bytes -> bytes: `engine.segments.answer_bytes`
    bound to the open segment; the transport does not look inside);
 3. produces it to the answer topic, keyed by the probe's request id;
@@ -16,6 +17,14 @@ and commits the probe offsets of a poll batch only once every answer of it is
 acknowledged by the broker.  A server killed in between leaves the probes to its
 replica (or its own restart), which answers them again: the writer ignores an answer
 it already has, so a probe answered twice is harmless.
+
+Staleness never compares two hosts' clocks.  A probe's timestamp is its writer's
+clock (CreateTime; or the broker's, for a topic with LogAppendTime), so it is compared
+only with the newest timestamp of the same writer's probes (`WRITER_HEADER`; probes
+without one form one group): a server whose clock runs ahead (or behind) of the
+writer's skips exactly what a server in step would.  A writer's clock that jumps
+back cannot wedge it either: a request skipped as stale and then seen again is
+answered, since a writer re-sends only what it still waits for.
 
 A probe the handler cannot answer (it cannot be read, the segment is damaged) is
 answered with an error header instead of being dropped: the writer would otherwise
@@ -36,6 +45,7 @@ from streamdedup.errors import BrokerUnavailableError, ConfigError
 from streamdedup.kafka.segments import (
     ERROR_HEADER,
     MAX_MESSAGE_BYTES,
+    WRITER_HEADER,
     SegmentLink,
     consumer_settings,
     ensure_topics,
@@ -59,7 +69,8 @@ MAX_PROBE_AGE_S = 300.0
 MAX_POLL_PROBES = 8
 ACK_TIMEOUT_S = 60.0
 # Re-sent probes are recognised by request id among this many last answered: a
-# writer re-sends each --segment-timeout, a few per waiting batch.
+# writer re-sends each --segment-timeout, a few per waiting batch.  The same bound
+# holds the writers' newest probe timestamps and the requests skipped as stale.
 ANSWERED_KEPT = 4096
 
 
@@ -109,6 +120,10 @@ class SegmentServer:
         # request ids of the last probes answered and acknowledged, oldest first
         self._answered: OrderedDict[bytes, None] = OrderedDict()
         self._in_batch: set[bytes] = set()  # and those of the poll batch in hand
+        # per writer (its header, or None): the newest timestamp of its probes (ms)
+        self._newest: OrderedDict[bytes | None, int] = OrderedDict()
+        # request ids skipped as stale: a copy seen again is answered (module doc)
+        self._stale: OrderedDict[bytes, None] = OrderedDict()
 
     # ------------------------------------------------------------------ setup
 
@@ -205,6 +220,8 @@ class SegmentServer:
         from kafka.errors import CommitFailedError, KafkaError
 
         self._in_batch.clear()
+        for m in batch:  # the batch's own newer probes count before any is judged
+            self._saw(m)
         sent = [a for a in (self._answer(m) for m in batch) if a is not None]
         try:
             self.producer.flush(timeout=ACK_TIMEOUT_S)
@@ -221,9 +238,7 @@ class SegmentServer:
             self.stop_event.wait(1.0)
             return
         for request, _ in sent:  # acknowledged: a copy sent again needs no answer
-            self._answered[request] = None
-            if len(self._answered) > ANSWERED_KEPT:
-                self._answered.popitem(last=False)
+            self._remember(self._answered, request)
         try:
             self.consumer.commit({tp: OffsetAndMetadata(batch[-1].offset + 1, "", -1)})
         except CommitFailedError as exc:
@@ -246,13 +261,6 @@ class SegmentServer:
             if m is not None:
                 m.skipped.labels("no-request-id").inc()
             return None
-        age = time.time() - message.timestamp / 1000
-        if age > self.max_age_s:
-            s.skipped += 1
-            if m is not None:
-                m.skipped.labels("stale").inc()
-            log.debug("%s: probe %r is %.0fs old: skipped", self.name, message.key, age)
-            return None
         if message.key in self._answered or message.key in self._in_batch:
             # the writer sent it again (no answer within its --segment-timeout: this
             # server was slow, or the answer is on its way): answering again would
@@ -260,6 +268,28 @@ class SegmentServer:
             s.skipped += 1
             if m is not None:
                 m.skipped.labels("answered").inc()
+            log.info(
+                "%s: probe %r at offset %d answered already (a copy sent again): skipped",
+                self.name,
+                message.key,
+                message.offset,
+            )
+            return None
+        behind = self._behind_s(message)
+        if behind > self.max_age_s and message.key not in self._stale:
+            s.skipped += 1
+            if m is not None:
+                m.skipped.labels("stale").inc()
+            self._remember(self._stale, message.key)
+            log.info(
+                "%s: probe %r at offset %d is stale (its writer sent probes %.0fs newer "
+                "since; --max-probe-age %.0fs): skipped",
+                self.name,
+                message.key,
+                message.offset,
+                behind,
+                self.max_age_s,
+            )
             return None
         self._in_batch.add(message.key)
         payload: bytes = message.value or b""
@@ -293,6 +323,35 @@ class SegmentServer:
             self.topics.answers, key=message.key, value=answer, headers=headers
         )
         return message.key, future
+
+    @staticmethod
+    def _writer(message: Any) -> bytes | None:
+        for key, value in message.headers or ():
+            if key == WRITER_HEADER:
+                return bytes(value)
+        return None
+
+    def _saw(self, message: Any) -> None:
+        """Note the probe's timestamp as its writer's newest, if it is."""
+        writer = self._writer(message)
+        newest = self._newest.get(writer)
+        if newest is None or int(message.timestamp) > newest:
+            self._remember(self._newest, writer, int(message.timestamp))
+
+    def _behind_s(self, message: Any) -> float:
+        """How far the probe's timestamp lies behind its writer's newest probe seen,
+        in seconds: both read on the writer's clock (or both on the broker's)."""
+        stamp = int(message.timestamp)
+        newest = self._newest.get(self._writer(message), stamp)
+        return max(0, newest - stamp) / 1000
+
+    @staticmethod
+    def _remember(seen: OrderedDict[Any, Any], key: Any, value: Any = None) -> None:
+        """Set `key` in a bounded map, as its newest entry (the oldest is dropped)."""
+        seen.pop(key, None)
+        seen[key] = value
+        if len(seen) > ANSWERED_KEPT:
+            seen.popitem(last=False)
 
     def _report(self) -> None:
         """A log line every `log_every` probes, with the rates since the last one; the

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_PREFIX",
     "ERROR_HEADER",
     "MAX_MESSAGE_BYTES",
+    "WRITER_HEADER",
     "SegmentLink",
     "SegmentTopics",
     "consumer_settings",
@@ -48,6 +49,10 @@ MAX_MESSAGE_BYTES = 64 << 20
 FETCH_WAIT_MS = 20
 # An answer that is no answer: the server's reason, UTF-8 (the value is empty).
 ERROR_HEADER = "streamdedup-error"
+# On a probe: which writer (one `RemoteSegments`, a random id) sent it.  A server judges
+# a probe's age only against the timestamps of the same writer's later probes: one
+# host's clock, never the server's own (segment_server.py).
+WRITER_HEADER = "streamdedup-writer"
 
 
 @dataclass(frozen=True)

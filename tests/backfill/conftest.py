@@ -1,9 +1,9 @@
-"""One SparkSession per test process (a JVM takes seconds to start), on `local[2]`."""
+"""One SparkSession per test process (a JVM takes seconds to start), on `local[2]`,
+made by the package's own `session` so that it listens as a user's run does (on
+loopback only)."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,18 +13,12 @@ import pytest
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
+    from streamdedup.backfill.session import session as make_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("streamdedup-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
+    session = make_session(
+        "local[2]",
+        "streamdedup-tests",
+        {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "4"},
     )
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -546,3 +546,47 @@ def test_a_stopped_replica_and_its_partner_both_answer(
     assert len(keys) > len(set(keys)), "no probe was answered twice"
     got = read_jsonl(tmp_path / "a.out") + read_jsonl(tmp_path / "b.out")
     assert_same_verdicts(got, ref)
+
+
+def test_a_segment_server_whose_clock_runs_ahead_answers_every_probe(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """The segment server's host clock runs 400 s ahead of the writer's,
+    beyond --max-probe-age (300 s): it must answer every probe as a server in step
+    does, not skip them as stale and leave the writer waiting for ever.  Staleness is
+    judged on the writer's clock alone."""
+    from tests.support.skewed_clock import wrap
+
+    docs = mixed_stream(600, seed=36)
+    ref = file_mode(tmp_path, docs)
+    index = tmp_path / "index"
+    dedup(write_jsonl(tmp_path / "a.jsonl", docs[:300]), index, tmp_path / "a.out")
+    segment = tmp_path / "segment-1"
+    ok(seal(index, segment, "--remote"))
+    with Servers(kafka_bootstrap, "--log-every", "5") as servers:
+        servers.start(segment, wrap=lambda argv: wrap(400.0, argv))
+        log = tmp_path / "dedup.log"
+        with open(log, "wb") as sink:
+            writer = subprocess.Popen(
+                [
+                    *cli_args("dedup", str(write_jsonl(tmp_path / "b.jsonl", docs[300:]))),
+                    *("--index", str(index), "--output", str(tmp_path / "b.out")),
+                    *("--bootstrap-servers", kafka_bootstrap, "--batch-size", "50"),
+                    *("--segment-timeout", "2", "--progress", "never"),
+                ],
+                stderr=sink,
+            )
+        try:
+            writer.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            writer.kill()
+            writer.wait()
+            raise AssertionError(
+                "the writer waited for ever: " + servers.logs[0].read_text(errors="replace")[-2000:]
+            ) from None
+        assert writer.returncode == 0, log.read_text()[-3000:]
+        servers.alive()
+        server_log = servers.logs[0].read_text(errors="replace")
+    assert "stale" not in server_log, server_log[-2000:]
+    got = read_jsonl(tmp_path / "a.out") + read_jsonl(tmp_path / "b.out")
+    assert_same_verdicts(got, ref)

@@ -292,20 +292,33 @@ def test_stopping_ends_a_wait_with_a_clear_error(setup: Setup) -> None:
 
 
 @pytest.mark.integration
-def test_the_server_skips_stale_probes_and_reports_its_metrics(setup: Setup) -> None:
-    """A probe older than --max-probe-age is skipped (its writer has sent it again
-    since); a fresh one is answered; /readyz is green once the server is in its group."""
+def test_the_server_skips_stale_probes_and_reports_its_metrics(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe more than --max-probe-age older than a later probe of the same writer
+    is skipped (its writer has sent it again since), logged and counted; ages are
+    never compared across writers (their clocks may differ), nor with the server's
+    own clock; a request skipped as stale and sent again is answered (its writer
+    still waits: a clock that jumped back must not wedge it); /readyz is green once
+    the server is in its group."""
     from kafka import KafkaProducer
 
-    from streamdedup.kafka.segments import ensure_topics
+    from streamdedup.kafka.segments import WRITER_HEADER, ensure_topics
 
     topics = setup.link.topics(setup.entry.id)
     ensure_topics(setup.link, topics)
     producer = KafkaProducer(bootstrap_servers=setup.bootstrap)
-    hour_ago = int((time.time() - 3600) * 1000)
-    producer.send(topics.probes, key=b"old", value=b"old probe", timestamp_ms=hour_ago)
-    producer.send(topics.probes, key=b"new", value=b"new probe")
-    producer.send(topics.probes, key=None, value=b"no request id")
+    now = int(time.time() * 1000)
+    hour_ago = now - 3_600_000
+    a, b = [(WRITER_HEADER, b"writer-a")], [(WRITER_HEADER, b"writer-b")]
+    for key, stamp, headers in [
+        (b"a-new", now, a),
+        (b"a-old", hour_ago, a),  # stale: writer a sent a probe an hour newer since
+        (b"b-old", hour_ago, b),  # writer b's clock is an hour behind: not stale
+        (None, now, a),
+        (b"a-old", hour_ago + 10_000, a),  # sent again: its writer still waits
+    ]:
+        producer.send(topics.probes, key=key, value=b"probe", timestamp_ms=stamp, headers=headers)
     producer.flush()
     producer.close()
     metrics = SegmentServerMetrics()
@@ -313,16 +326,19 @@ def test_the_server_skips_stale_probes_and_reports_its_metrics(setup: Setup) -> 
     server = SegmentServer(
         setup.link, setup.entry.id, fake_answer, metrics=metrics, max_age_s=60, idle_exit_s=1
     )
+    caplog.set_level(logging.INFO, logger="streamdedup.kafka.segment_server")
     stats = server.run()
-    assert (stats.probes, stats.skipped) == (1, 2)
+    logged = [r.getMessage() for r in caplog.records]
+    assert (stats.probes, stats.skipped) == (3, 2)
     assert metrics.ready() == (True, "ok, answering probes")
-    assert metrics.registry.get_sample_value("streamdedup_segment_probes_total") == 1
+    assert metrics.registry.get_sample_value("streamdedup_segment_probes_total") == 3
     for reason in ("stale", "no-request-id"):
         got = metrics.registry.get_sample_value(
             "streamdedup_segment_probes_skipped_total", {"reason": reason}
         )
         assert got == 1
-    assert [k for k, _ in setup.read(topics.answers)] == [b"new"]
+    assert [k for k, _ in setup.read(topics.answers)] == [b"a-new", b"b-old", b"a-old"]
+    assert any("b'a-old'" in m and "is stale" in m for m in logged), logged
 
 
 def test_an_unreachable_broker_is_reported_not_waited_for() -> None:

@@ -94,7 +94,11 @@ class IndexOpenError(StreamDedupError):
 
 
 class IndexCorruptError(IndexOpenError):
-    """LMDB found the index damaged (a torn or overwritten file)."""
+    """LMDB found the index damaged (a torn or overwritten file); `reason` says what
+    was found, without the advice the message adds for an index (a command reading a
+    backup gives its own)."""
+
+    reason: str = ""
 
 
 class SegmentError(IndexOpenError):

@@ -18,7 +18,7 @@ import contextlib
 import errno
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -291,11 +291,12 @@ class Index:
             except DAMAGE_ERRORS as exc:
                 raise self.damaged(exc) from exc
 
-    def copy_to(self, dest: str | os.PathLike[str]) -> Path:
+    def copy_to(self, dest: str | os.PathLike[str], *, besides: Collection[str] = ()) -> Path:
         """A consistent, compacted copy of the index (one read transaction, so writers
-        in this or other processes go on meanwhile) into an empty or new directory."""
+        in this or other processes go on meanwhile) into an empty or new directory
+        (one that holds only files named in `besides`: a segment's owner mark)."""
         target = Path(dest)
-        if target.exists() and any(target.iterdir()):
+        if target.exists() and any(p.name not in besides for p in target.iterdir()):
             raise IndexOpenError(f"{target} is not empty; give a new or empty directory")
         target.mkdir(parents=True, exist_ok=True)
         try:

@@ -8,7 +8,7 @@ import pytest
 
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
-from streamdedup.errors import ConfigError, InputOutputError
+from streamdedup.errors import ConfigError, InputOutputError, SealRefusedError
 
 
 def job(*argv: str) -> object:
@@ -79,3 +79,15 @@ def test_the_segment_directory_is_new_or_empty(tmp_path: Path) -> None:
         got = job(str(src), "--output", str(tmp_path / "o"), "--segment", str(tmp_path / name))
         assert got.segment == str(tmp_path / name)  # type: ignore[attr-defined]
     assert job(str(src), "--output", str(tmp_path / "o")).segment is None  # type: ignore[attr-defined]
+
+
+def test_a_partial_in_the_way_is_refused_before_spark(tmp_path: Path) -> None:
+    """Issue 35 item 6: `backfill --segment DIR` removed whatever was at DIR.partial
+    (after the whole Spark job).  Refused before Spark starts, and left as it was."""
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"")
+    (tmp_path / "seg.partial").mkdir()
+    (tmp_path / "seg.partial" / "precious.txt").write_text("keep me")
+    with pytest.raises(SealRefusedError, match=r"seg\.partial is in the way"):
+        job(str(src), "--output", str(tmp_path / "o"), "--segment", str(tmp_path / "seg"))
+    assert (tmp_path / "seg.partial" / "precious.txt").read_text() == "keep me"

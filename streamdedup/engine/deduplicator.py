@@ -61,6 +61,7 @@ from streamdedup.store.segments import (
     SegmentEntry,
     attach,
     drop_segment,
+    located_segments,
     next_number,
     recover,
     seal,
@@ -395,7 +396,7 @@ class Deduplicator:
         """Open (again) the sealed segments the index registers; those open already
         stay open (a local segment's checksum is verified once per process)."""
         recover(self.index)  # a seal that committed and did not rename (yet) is finished
-        entries = self.index.read(segments)
+        entries = located_segments(self.index)  # inside the index: wherever it is now
         old = {} if self.sealed is None else dict(self.sealed.readers)
         self.sealed = None
         self._seen_segments = [e.number for e in entries]

@@ -200,7 +200,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
 
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta(MetaKey.COUNTS) or {}
-            sealed = _segments(t)
+            sealed = _segments(t, index.path)
             open_docs = t.count("docs")
             docs = open_docs + sum(e["documents"] - e["masked"] for e in sealed)
             table_bytes = t.table_bytes()
@@ -238,13 +238,14 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
         index.close()
 
 
-def _segments(t: Tables) -> list[dict[str, Any]]:
-    """The registry's sealed segments, each with its masked documents counted and,
-    for a local one, whether its manifest is where the registry says (a quick look,
-    not a checksum: `SealedSegment.open` does that)."""
+def _segments(t: Tables, home: Path) -> list[dict[str, Any]]:
+    """The registry's sealed segments (each `located` for the index directory
+    `home`: those inside it move with it), each with its masked documents counted
+    and, for a local one, whether its manifest is where the registry says (a quick
+    look, not a checksum: `SealedSegment.open` does that)."""
     out: list[dict[str, Any]] = []
     answers = t.meta(MetaKey.SEGMENT_ANSWERS) or {}
-    for entry in segments(t):
+    for entry in (e.located(home) for e in segments(t)):
         found = None if entry.remote else (Path(entry.path) / MANIFEST).is_file()
         out.append(
             {

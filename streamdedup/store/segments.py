@@ -48,7 +48,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -379,7 +379,11 @@ class SealedSegment:
 @dataclass(frozen=True)
 class SegmentEntry:
     """One sealed segment as the open index knows it (meta `segments`).  `path` is
-    absolute; `remote`: the writer asks segment servers, never opens `path`."""
+    absolute: where the segment was registered; `inside`, for a segment inside the
+    index directory (`--seal-every`'s INDEX/segments/NNNNNN), the same place relative
+    to that directory, so that the segment moves with the index (`mv idx idx2`).
+    `located` says where it is now.  `remote`: the writer asks segment servers, never
+    opens `path`."""
 
     number: int
     id: str
@@ -389,17 +393,24 @@ class SegmentEntry:
     next_docno: int
     documents: int
     bytes: int
+    inside: str | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        rec = asdict(self)
+        if self.inside is None:
+            del rec["inside"]  # the record of a segment outside the index, as before
+        return rec
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> SegmentEntry:
         return cls(**rec)
 
     @classmethod
-    def of(cls, manifest: Manifest, path: Path, *, remote: bool) -> SegmentEntry:
-        """The registry entry of the segment `manifest` describes, found at `path`."""
+    def of(
+        cls, manifest: Manifest, path: Path, *, remote: bool, home: Path | None = None
+    ) -> SegmentEntry:
+        """The registry entry of the segment `manifest` describes, found at `path`
+        (`home`: the index directory, for `inside`)."""
         return cls(
             number=manifest.number,
             id=manifest.id,
@@ -409,7 +420,59 @@ class SegmentEntry:
             next_docno=manifest.next_docno,
             documents=manifest.documents,
             bytes=manifest.bytes,
-        )
+        ).at(path, home)
+
+    def at(self, path: Path, home: Path | None) -> SegmentEntry:
+        """This entry registered at `path` (absolute), with `inside` when that lies
+        inside the index directory `home`."""
+        where = os.path.abspath(path)
+        inside = None
+        if home is not None:
+            root = os.path.abspath(home)
+            if where.startswith(root + os.sep):
+                inside = Path(os.path.relpath(where, root)).as_posix()
+        return replace(self, path=where, inside=inside)
+
+    def located(self, home: Path) -> SegmentEntry:
+        """The entry with `path` where the segment is now, for the index directory
+        `home`: inside it (`inside`) if a segment with this id is there, else at the
+        registered absolute path.  An entry registered before `inside` existed names
+        its segment by absolute path only; one that lay inside the index when it was
+        sealed is found at the same place inside it now, whichever suffix of the
+        old path that was (`/old/idx/segments/000001` -> HOME/segments/000001): the
+        manifest's id says which, so nothing else is ever taken for it.  Not found
+        anywhere: where it should be (the error then names that place)."""
+        home = Path(os.path.abspath(home))
+        registered = Path(self.path)
+        candidates = [registered]
+        if self.inside is not None:
+            candidates.insert(0, home / self.inside)
+        else:
+            parts = registered.parts[1:]
+            candidates += [home.joinpath(*parts[i:]) for i in range(len(parts))]
+        for where in candidates:
+            if _holds(where, self.id):
+                return replace(self, path=str(where))
+        return replace(self, path=str(candidates[0]))
+
+
+def _holds(where: Path, segment_id: str) -> bool:
+    """Whether `where` (or, mid-seal, its `.partial`) holds the segment `segment_id`
+    (its manifest's id; no other check)."""
+    for directory in (where, partial_path(where)):
+        try:
+            rec = orjson.loads((directory / MANIFEST).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if isinstance(rec, dict) and rec.get("id") == segment_id:
+            return True
+    return False
+
+
+def located_segments(index: Index) -> list[SegmentEntry]:
+    """The index's sealed segments, each `located` for where the index is now."""
+    home = index.path
+    return [e.located(home) for e in index.read(segments)]
 
 
 def segments(t: Tables) -> list[SegmentEntry]:
@@ -439,6 +502,41 @@ def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     set_segments(t, kept)
     t.clear_masks(number)
     return next(e for e in entries if e.number == number)
+
+
+def repoint(
+    index: Index, dirs: Iterable[str | os.PathLike[str]]
+) -> list[tuple[SegmentEntry, SegmentEntry]]:
+    """Register sealed segments at the directories they were moved to: each
+    directory's manifest says which segment it is (its id), and the registry entry
+    with that id is pointed there (`inside` when it lies in the index directory), in
+    one write transaction.  Each is opened and verified first (manifest, checksum:
+    `SegmentError`), and one the index does not register is refused (`ConfigError`):
+    nothing is changed then.  Returns (before, after) per segment, as registered."""
+    found: list[tuple[Path, Manifest]] = []
+    for d in dirs:
+        where = Path(os.path.abspath(d))
+        with SealedSegment.open(where) as seg:
+            found.append((where, seg.manifest))
+
+    def run(t: Tables) -> list[tuple[SegmentEntry, SegmentEntry]]:
+        entries = segments(t)
+        by_id = {e.id: i for i, e in enumerate(entries)}
+        changed = []
+        for where, manifest in found:
+            i = by_id.get(manifest.id)
+            if i is None:
+                raise ConfigError(
+                    f"{where} holds sealed segment {manifest.number} ({manifest.id}), which "
+                    f"the index at {index.path} does not register; nothing was changed"
+                )
+            before = entries[i]
+            entries[i] = before.at(where, index.path)
+            changed.append((before, entries[i]))
+        set_segments(t, entries)
+        return changed
+
+    return index.write(run)
 
 
 # ---------------------------------------------------------------------- seal
@@ -516,9 +614,16 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         params = t.meta(MetaKey.PARAMS)
         if params is None:
             raise SealRefusedError(f"{index.path} is not a streamdedup index (no parameters)")
-        entries = segments(t)
-        if any(Path(e.path) == target for e in entries):
+        stored = segments(t)
+        now = [e.located(index.path) for e in stored]
+        if any(Path(e.path) == target for e in now):
             raise SealRefusedError(f"a sealed segment of this index is already at {target}")
+        # Registered again where they are now, `inside` the index where they lie in it
+        # (an entry from before `inside` existed gets it here); one not found: as it was.
+        entries = [
+            e.at(Path(e.path), index.path) if _holds(Path(e.path), e.id) else old
+            for e, old in zip(now, stored, strict=True)
+        ]
         span = t.docno_range()
         if span is None:
             n = len(entries)
@@ -559,7 +664,8 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         )
         write_manifest(partial, manifest)
         failpoints.reach("seal-written")
-        set_segments(t, [*entries, SegmentEntry.of(manifest, target, remote=remote)])
+        entry = SegmentEntry.of(manifest, target, remote=remote, home=index.path)
+        set_segments(t, [*entries, entry])
         t.set_meta(MetaKey.SEALED, number)
         t.clear_documents()
         return manifest
@@ -602,7 +708,7 @@ def recover(index: Index) -> list[Path]:
     crash, and whenever a seal by another process may be between its commit and its
     rename (safe to run concurrently: whoever renames first wins)."""
     done: list[Path] = []
-    for entry in index.read(segments):
+    for entry in located_segments(index):
         target = Path(entry.path)
         partial = partial_path(target)
         if not partial.is_dir() or (target.exists() and not _is_empty_dir(target)):
@@ -627,7 +733,7 @@ def _registered(index: Index, partial: Path) -> bool:
     """Whether the registry names a segment whose `.partial` is `partial`, and that
     one holds its manifest (a seal that committed after all)."""
     try:
-        entries = index.read(segments)
+        entries = located_segments(index)
         return any(partial_path(Path(e.path)) == partial for e in entries) and any(
             Manifest.read(partial).id == e.id for e in entries
         )
@@ -838,7 +944,7 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
     with SealedSegment.open(where) as seg:
         manifest = seg.manifest
         carried = seg.index.read(lambda t: {name: t.meta(name) for name in CARRIED_META})
-    entry = SegmentEntry.of(manifest, where, remote=False)
+    entry = SegmentEntry.of(manifest, where, remote=False, home=index.path)
 
     def run(t: Tables) -> SegmentEntry:
         entries = segments(t)

@@ -175,9 +175,7 @@ MAX_ID_CHARS = 16_384
 
 def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
     if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
-        return Rejected(
-            BAD_ID, f"field {name!r} is {json_kind(doc_id)}, not a string or integer"
-        )
+        return Rejected(BAD_ID, f"field {name!r} is {json_kind(doc_id)}, not a string or integer")
     if isinstance(doc_id, int) and not -_INT64 <= doc_id < _INT64:
         return Rejected(BAD_ID, f"integer id {doc_id} does not fit in 64 bits")
     if isinstance(doc_id, str) and not doc_id:

@@ -493,7 +493,7 @@ def next_number(t: Tables) -> int:
 
 def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     """Forget a sealed segment whose documents have all expired: its registry entry
-    and its tombstones (its directory is left for the operator to delete).  Returns
+    and its tombstones (its directory: `remove_dropped`, once committed).  Returns
     the entry dropped, None if no segment has that number."""
     entries = segments(t)
     kept = [e for e in entries if e.number != number]
@@ -537,6 +537,27 @@ def repoint(
         return changed
 
     return index.write(run)
+
+
+def remove_dropped(index: Index, entry: SegmentEntry) -> bool:
+    """After the commit that dropped `entry` (`drop_segment`): remove its directory
+    when it provably is that segment and the index's own -- local, inside the index
+    directory, its manifest naming that id, and no longer registered.  Anything else
+    (a directory elsewhere, a remote segment's, one that holds something else) is
+    left to the operator.  Returns whether it was removed."""
+    where = Path(os.path.abspath(entry.path))
+    root = os.path.abspath(index.path)
+    if entry.remote or not str(where).startswith(root + os.sep) or where.is_symlink():
+        return False
+    try:
+        if Manifest.read(where).id != entry.id:
+            return False
+    except SegmentError:
+        return False
+    if any(e.id == entry.id for e in index.read(segments)):
+        return False  # registered again meanwhile (never, but never delete a live one)
+    shutil.rmtree(where, ignore_errors=True)
+    return not where.exists()
 
 
 # ---------------------------------------------------------------------- seal

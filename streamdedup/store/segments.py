@@ -28,11 +28,11 @@ entry; the `.partial` left behind is not a segment (nothing names it) and the ne
 seal of this index to that directory removes it: a seal marks the `.partial` it
 makes as its own and locks the mark while it works (`Claim`), and on a failure
 before its commit (a full disk) removes it at once.  Whatever else is found at
-`SEGMENT_DIR.partial` is refused, never removed.  Killed after the commit, the registry names the
-segment and the open index is empty; `recover` (run by `seal`, and to be run by
-whatever opens the index's segments: another process may be between the commit and
-the rename) finishes the rename, recognising the `.partial` by the id in its
-manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
+`SEGMENT_DIR.partial` is refused, never removed.  Killed after the commit, the
+registry names the segment and the open index is empty; `recover` (run by `seal`,
+and to be run by whatever opens the index's segments: another process may be between
+the commit and the rename) finishes the rename, recognising the `.partial` by the id
+in its manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
 (streamdedup.failpoints) let the tests kill the process at each step.
 """
 

@@ -11,7 +11,8 @@ Exit statuses (documented in the README, "Bad input and exit status"):
       WARC pages not sent, over --max-doc-bytes or cut off by damage)
 2     usage, configuration or index-parameter error, or a topic that does not
       exist (nothing processed); `seal` refused (nothing to seal, the
-      destination is not empty, the index is mirrored to a changelog)
+      destination is not empty, a `.partial` in the way that is not a dead
+      seal's of this index, the index is mirrored to a changelog)
 3     Kafka: no broker answered, or it refused the connection (auth, TLS)
 4     an input or output file cannot be read or written (missing, a
       directory, no permission, no space, closed pipe)
@@ -95,7 +96,11 @@ class IndexOpenError(StreamDedupError):
 
 
 class IndexCorruptError(IndexOpenError):
-    """LMDB found the index damaged (a torn or overwritten file)."""
+    """LMDB found the index damaged (a torn or overwritten file); `reason` says what
+    was found, without the advice the message adds for an index (a command reading a
+    backup gives its own)."""
+
+    reason: str = ""
 
 
 class SegmentError(IndexOpenError):
@@ -106,8 +111,10 @@ class SegmentError(IndexOpenError):
 
 
 class SealRefusedError(StreamDedupError):
-    """`seal` will not run (the open index holds nothing, the destination is not
-    empty, the index is mirrored to a changelog); nothing was changed."""
+    """`seal` (or a backfill's segment build) will not run (the open index holds
+    nothing, the destination is not empty, something it did not make is in the way
+    at `SEGMENT_DIR.partial`, the index is mirrored to a changelog); nothing was
+    changed."""
 
 
 class DiskFullError(StreamDedupError):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -465,6 +466,7 @@ def _write(records: RDD[tuple[int, tuple[bytes, str]]], output: str, expected: i
             f"cannot write the verdicts to {output}: {exc.strerror or exc}"
         ) from exc
     try:
+        os.fchmod(fd, output_mode(output))
         with os.fdopen(fd, "wb") as f:
             for _, (line, kind) in records.toLocalIterator():
                 f.write(line)
@@ -480,6 +482,29 @@ def _write(records: RDD[tuple[int, tuple[bytes, str]]], output: str, expected: i
             os.unlink(tmp)
         raise
     return summary
+
+
+def output_mode(output: str) -> int:
+    """The permissions the verdict file gets, as `dedup`'s output would have them:
+    an existing file keeps its own, a new one 0666 less the umask.  (The temporary
+    file it is written to is made 0600 by `mkstemp`, which the rename kept: every
+    backfill's output was readable by its owner only.)"""
+    try:
+        return stat.S_IMODE(os.stat(output).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it
+    (/proc/self/status); elsewhere set and put back at once."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _count(summary: Summary, kind: str) -> None:

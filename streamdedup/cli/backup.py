@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from streamdedup.cli.settings import require_index
-from streamdedup.errors import EXIT_OK
+from streamdedup.errors import EXIT_OK, IndexCorruptError
 
 
 def cmd_backup(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -31,7 +31,15 @@ def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
     started = time.monotonic()
     target = require_index(values)
-    source = Index(args.source, readonly=True)
+    try:
+        source = Index(args.source, readonly=True)
+    except IndexCorruptError as exc:
+        # The index's own advice ("put a backup in its place") does not fit a backup.
+        raise IndexCorruptError(
+            f"the backup at {args.source} is damaged ({exc.reason or exc}); nothing was "
+            "restored: restore another backup, or rebuild the index (`streamdedup replay "
+            "--mode rebuild`, or `dedup` over the same input into a new directory)"
+        ) from exc
     try:
         dest = source.copy_to(target)
     finally:

@@ -157,6 +157,7 @@ HANDLERS: dict[str, str] = {
     "verdicts": "streamdedup.cli.verdicts:cmd_verdicts",
     "restore": "streamdedup.cli.backup:cmd_restore",
     "seal": "streamdedup.cli.seal:cmd_seal",
+    "repoint": "streamdedup.cli.seal:cmd_repoint",
     "segment-server": "streamdedup.cli.segment_server:cmd_segment_server",
 }
 

@@ -23,11 +23,11 @@ def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.ops.report import inspect_document, render_inspect
+    from streamdedup.ops.report import inspect_document, missing_text, render_inspect
 
     info = inspect_document(require_index(values), args.doc_id)
-    if info is None:
-        print(f"no document with id {args.doc_id!r} in the index", file=sys.stderr)
+    if not info["found"]:
+        print(missing_text(info), file=sys.stderr)
         return EXIT_REJECTED
     print(orjson.dumps(info).decode() if values["json"] else render_inspect(info))
     return EXIT_OK

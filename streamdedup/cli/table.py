@@ -632,6 +632,12 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             FORMAT,
         ),
     ),
+    "repoint": (
+        "register sealed segments at the place they were moved to (each SEGMENT_DIR's "
+        "manifest says which segment it is; segments inside the index directory move with "
+        "it and need no repoint)",
+        (INDEX, FORMAT),
+    ),
     "replay": (
         "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
         (
@@ -808,6 +814,13 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "backup": (("dest", "DEST", "new or empty directory for the copy"),),
     "restore": (("source", "BACKUP", "directory made by `backup`"),),
     "seal": (("segment_dir", "SEGMENT_DIR", "new or empty directory for the sealed segment"),),
+    "repoint": (
+        (
+            "segment_dir",
+            "SEGMENT_DIR...",
+            "sealed segment directories of this index, at their new place",
+        ),
+    ),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
     "segment-server": (
         ("segment_dir", "SEGMENT_DIR", "a sealed segment directory (made by `streamdedup seal`)"),
@@ -829,6 +842,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "backup": ("streamdedup backup --index ./index ./index-backup",),
     "restore": ("streamdedup restore --index ./index ./index-backup",),
     "seal": ("streamdedup seal --index ./index /disk2/segments/0001",),
+    "repoint": ("streamdedup repoint --index ./index /disk3/segments/0001",),
     "replay": (
         "streamdedup replay --bootstrap-servers localhost:9092 --input-topic documents "
         "--index ./rebuilt --output verdicts.jsonl",

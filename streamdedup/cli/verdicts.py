@@ -9,8 +9,15 @@ each partition; without `--follow` it stops at the end present when it started,
 with `--follow` it waits for more until Ctrl-C or SIGTERM (exit 0).
 
 msgpack verdicts (`--output-format msgpack`) are printed as JSON too.  A record that
-is not a verdict object is skipped with a warning, and the exit status is then 1
-(like rejected lines in `dedup`).
+is not a verdict (`decode`: an object with the contract's keys, an id and a verdict
+of `unique` or `duplicate`) is skipped with a warning (the first few by offset) and
+counted, and the exit status is then 1 (like rejected lines in `dedup`).
+
+A transaction still open (a worker in the middle of a batch, or one that died and
+whose transaction has not timed out yet) holds back every record after its first,
+committed ones too, as it does for any read_committed consumer.  Without `--follow`
+the command says so on stderr when it stops with records held back: printing
+nothing and exiting 0 without a word looked like an empty topic.
 """
 
 from __future__ import annotations
@@ -29,9 +36,16 @@ from streamdedup.errors import EXIT_OK, EXIT_REJECTED, InputOutputError
 from streamdedup.kafka.settings import wait_for_broker
 from streamdedup.kafka.txnlog import CommittedView, LogReader, Record
 
+VERDICTS = ("unique", "duplicate")
+WARN_AT_MOST = 10  # records that are not verdicts named one by one; the rest counted
+
 
 def decode(value: bytes | None) -> dict[str, Any] | None:
-    """A verdict record from a message value (JSON or msgpack); None if it is not one."""
+    """A verdict record from a message value (JSON or msgpack); None if it is not one.
+    A verdict is an object with the contract's keys (id, verdict, duplicate_of,
+    cluster, similarity, exact): its id a string or integer, its verdict `unique` or
+    `duplicate`, `exact` true or false.  Anything with a "verdict" key was taken for
+    one before: `{"verdict": 5}` was printed."""
     if not value:
         return None
     try:
@@ -41,7 +55,18 @@ def decode(value: bytes | None) -> dict[str, Any] | None:
             out = msgpack.unpackb(value, raw=False, strict_map_key=False)
         except Exception:  # msgpack raises several unrelated types for garbage
             return None
-    return out if isinstance(out, dict) and "verdict" in out else None
+    if not isinstance(out, dict) or not _is_id(out.get("id")):
+        return None
+    if out.get("verdict") not in VERDICTS or not isinstance(out.get("exact"), bool):
+        return None
+    if not _is_id(out.get("cluster")) or "similarity" not in out:
+        return None
+    of = out.get("duplicate_of", ...)
+    return out if of is None or _is_id(of) else None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
 
 
 def open_output(path: str) -> tuple[BinaryIO, bool]:
@@ -72,10 +97,12 @@ class Printer:
             verdict = decode(r.value)
             if verdict is None:
                 self.skipped += 1
-                say(
-                    f"streamdedup: warning: {topic}[{partition}] offset {r.offset} "
-                    "is not a verdict record; skipped"
-                )
+                if self.skipped <= WARN_AT_MOST:
+                    say(
+                        f"streamdedup: warning: {topic}[{partition}] offset {r.offset} "
+                        "is not a verdict record; skipped"
+                        + (" (further ones only counted)" if self.skipped == WARN_AT_MOST else "")
+                    )
                 continue
             if self.only is not None and verdict["verdict"] != self.only:
                 continue
@@ -112,6 +139,23 @@ def cmd_verdicts(args: Any, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
+def say_held_back(topic: str, views: dict[int, CommittedView]) -> None:
+    """One warning per partition whose committed view stops at an open transaction."""
+    for p, view in sorted(views.items()):
+        first = view.stable_offset
+        if first is None:
+            continue
+        held = view.held_back
+        say(
+            f"streamdedup: warning: {topic}[{p}]: a transaction open since offset {first:,} "
+            f"holds back everything after it ({held:,} committed record"
+            f"{'s' * (held != 1)} among them): a read_committed reader sees none of it "
+            "until that transaction commits or aborts (a worker in the middle of a batch, "
+            "or one that died: its transaction is aborted when the transaction timeout "
+            "runs out). Run again later, or with --follow"
+        )
+
+
 def read_topic(reader: LogReader, printer: Printer, out: BinaryIO, *, follow: bool) -> None:
     """Round-robin over the partitions until each is read to the end it had when
     first fetched (or, with `follow`, until SIGINT or SIGTERM)."""
@@ -124,6 +168,7 @@ def read_topic(reader: LogReader, printer: Printer, out: BinaryIO, *, follow: bo
     while not stop.is_set():
         todo = [p for p in reader.partitions if follow or reader.offsets[p] < ends.get(p, 1)]
         if not todo:
+            say_held_back(reader.topic, views)
             return
         for p in todo:
             batches, high = reader.fetch(p, max_wait_ms=200 if follow else 0)

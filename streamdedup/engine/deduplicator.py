@@ -61,8 +61,10 @@ from streamdedup.store.segments import (
     SegmentEntry,
     attach,
     drop_segment,
+    located_segments,
     next_number,
     recover,
+    remove_dropped,
     seal,
     segments,
 )
@@ -395,7 +397,7 @@ class Deduplicator:
         """Open (again) the sealed segments the index registers; those open already
         stay open (a local segment's checksum is verified once per process)."""
         recover(self.index)  # a seal that committed and did not rename (yet) is finished
-        entries = self.index.read(segments)
+        entries = located_segments(self.index)  # inside the index: wherever it is now
         old = {} if self.sealed is None else dict(self.sealed.readers)
         self.sealed = None
         self._seen_segments = [e.number for e in entries]
@@ -482,6 +484,32 @@ class Deduplicator:
             self._margin,
             self.options.max_expire_per_batch if self.options.ttl_ms else 0,
         )
+
+    def _discard(self, dropped: list[SegmentEntry]) -> None:
+        """The directories of sealed segments the index just dropped (every document
+        in them expired or was replaced): one inside the index directory
+        (`--seal-every`'s) is removed -- the index made it, nothing else registers it;
+        it stayed on disk for ever before.  Another (a `seal` to another disk, a
+        remote segment's servers) is the operator's: a warning says it can go."""
+        import logging  # (rare: not loaded with the engine)
+
+        log = logging.getLogger(__name__)
+        for entry in dropped:
+            if remove_dropped(self.index, entry):
+                log.info(
+                    "sealed segment %d dropped: every document in it expired or was "
+                    "replaced; its directory %s (inside the index) was removed",
+                    entry.number,
+                    entry.path,
+                )
+            else:
+                log.warning(
+                    "sealed segment %d dropped: every document in it expired or was "
+                    "replaced; nothing reads %s any more: delete it%s",
+                    entry.number,
+                    entry.path,
+                    " once its segment servers are stopped" if entry.remote else "",
+                )
 
     def _maybe_seal(self) -> None:
         every = self.options.seal_every
@@ -607,18 +635,9 @@ class Deduplicator:
         if self.sealed is not None:
             self.sealed.commit()
             if self._dropped:
-                import logging  # (rare: not loaded with the engine)
-
-                for n in self._dropped:
-                    r = self.sealed.readers[n]
-                    logging.getLogger(__name__).info(
-                        "sealed segment %d dropped: every document in it expired or was "
-                        "replaced; %s can be deleted%s",
-                        n,
-                        r.entry.path,
-                        " (stop its segment servers)" if r.entry.remote else "",
-                    )
-                self._open_sealed()
+                dropped = [self.sealed.readers[n].entry for n in self._dropped]
+                self._open_sealed()  # (closes their readers)
+                self._discard(dropped)
         self._maybe_seal()
         return verdicts
 

@@ -10,6 +10,7 @@ gives those documents their stored verdicts back.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import stat
@@ -311,24 +312,54 @@ def run_warc(
 def _deliver(sink: IO[bytes], data: bytes, written: int) -> None:
     """Write and flush one batch's output lines; a failure is an `InputOutputError`
     (exit 4): the batch is already in the index, and the user must know that verdicts
-    are missing from the output -- also when a reader closed the pipe early (`| head`)."""
+    are missing from the output -- also when a reader closed the pipe early (`| head`).
+    The message counts the verdicts delivered: those of the batches before (`written`)
+    and the whole lines of this one that went out before the failure."""
     name = getattr(sink, "name", "the output")
     where = "stdout" if name == "<stdout>" else name
+    sent = Sent()
     try:
-        sink.write(data)
+        write_all(sink, data, sent)
         sink.flush()
     except BrokenPipeError as exc:
         silence_stdout()
+        delivered = written + data.count(b"\n", 0, sent.bytes)
         raise InputOutputError(
-            f"the reader of {where} closed it early: the verdicts after the first "
-            f"{written:,} were not delivered (the index holds their documents: run the same "
+            f"the reader of {where} closed it early: {delivered:,} verdicts were delivered, "
+            "the ones after them were not (the index holds their documents: run the same "
             "input again for every verdict)"
         ) from exc
     except OSError as exc:
+        delivered = written + data.count(b"\n", 0, sent.bytes)
         raise InputOutputError(
-            f"cannot write the verdicts to {where}: {exc.strerror or exc} ({written:,} written "
-            "before; the index holds this batch: run the same input again once that is fixed)"
+            f"cannot write the verdicts to {where}: {exc.strerror or exc} ({delivered:,} "
+            "written before; the index holds this batch: run the same input again once that "
+            "is fixed)"
         ) from exc
+
+
+@dataclass
+class Sent:
+    """How many bytes `write_all` got out before it failed."""
+
+    bytes: int = 0
+
+
+def write_all(sink: IO[bytes], data: bytes, sent: Sent | None = None) -> None:
+    """Write every byte of `data`, or raise (`sent` counts what went out).  A raw
+    stream's `write` (stdout under `python -u` or PYTHONUNBUFFERED, where
+    `sys.stdout.buffer` is the unbuffered FileIO) may write only part of it and
+    return the count: a pipe whose reader closes mid-write takes what fits and
+    reports no error.  Ignoring that count lost the rest silently -- caught only by
+    the next batch's write (EPIPE), so a run whose unread verdicts were in its last
+    or only batch exited 0.  A buffered stream writes everything or raises."""
+    sent = sent if sent is not None else Sent()
+    view = memoryview(data)
+    while sent.bytes < len(data):
+        n: int | None = sink.write(view[sent.bytes :])
+        if not n:  # None: a non-blocking stream that takes nothing now
+            raise OSError(errno.EAGAIN, "the output takes no more data (non-blocking)")
+        sent.bytes += n
 
 
 def silence_stdout() -> None:
@@ -376,13 +407,24 @@ def stdin_or_file(path: str) -> IO[bytes]:
 
 def stdout_or_file(path: str) -> IO[bytes]:
     """The output, opened but not yet truncated (`truncate_output` does that once the
-    index is open, so a failed start leaves an existing output file as it was)."""
+    index is open, so a failed start leaves an existing output file as it was).
+    Unbuffered: every batch is written whole and flushed at once anyway, and the raw
+    stream's `write` says how much of a batch went out before a failure
+    (`write_all`), so the message counts the verdicts delivered exactly."""
     if path == "-":
         if sys.stdout is None or _closed(sys.stdout):
             raise InputOutputError("stdout is closed: give --output FILE, or open stdout")
-        return sys.stdout.buffer
+        buffered = sys.stdout.buffer
+        buffered.flush()
+        raw: IO[bytes] = getattr(buffered, "raw", buffered)
+        return raw
     try:  # "wb" without O_TRUNC
-        return open(path, "wb", opener=lambda p, _: os.open(p, os.O_WRONLY | os.O_CREAT, 0o666))
+        return open(
+            path,
+            "wb",
+            buffering=0,
+            opener=lambda p, _: os.open(p, os.O_WRONLY | os.O_CREAT, 0o666),
+        )
     except OSError as exc:
         raise InputOutputError(
             f"cannot write the verdicts to {path}: {exc.strerror or exc}; choose a path in "

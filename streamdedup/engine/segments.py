@@ -354,6 +354,12 @@ class LocalReader:
 
     def __init__(self, entry: SegmentEntry, params: IndexParams) -> None:
         self.entry = entry
+        if not os.path.lexists(entry.path):
+            raise SegmentError(
+                f"sealed segment {entry.number} of the index is missing: {entry.path} does "
+                "not exist. Moved? `streamdedup repoint --index INDEX NEW_PLACE` registers it "
+                "where it is now (segments inside the index directory move with it)"
+            )
         self.segment = SealedSegment.open(entry.path)
         try:
             if self.segment.manifest.id != entry.id:

@@ -118,12 +118,37 @@ def _slow_json(raw: bytes) -> Any:
         return Rejected(MALFORMED, f"malformed JSON: a number with more than {limit} digits")
 
 
+# What a decoded JSON or msgpack value is, in the words of those formats: the
+# messages read "field 'id' is null", not Python's "is a NoneType" / "is a int".
+_KINDS: dict[type, str] = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number with a fraction or exponent",
+    str: "a string",
+    list: "an array",
+    tuple: "an array",
+    dict: "an object",
+    bytes: "binary data",
+}
+
+
+def json_kind(value: Any) -> str:
+    """`value`'s kind as JSON (and msgpack) name it, with its article: "null",
+    "an integer", "an array", ... (a type of neither: "a <Python type>")."""
+    kind = _KINDS.get(type(value))
+    if kind is not None:
+        return kind
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
 def from_mapping(
     obj: Any, fields: Fields, what: str, timestamp_ms: int | None = None
 ) -> Document | Rejected:
     """Validate a decoded JSON/msgpack value as a document."""
     if not isinstance(obj, dict):
-        return Rejected(NOT_AN_OBJECT, f"{what} value is a {type(obj).__name__}, not an object")
+        return Rejected(NOT_AN_OBJECT, f"{what} value is {json_kind(obj)}, not an object")
     if fields.id_field not in obj:
         return Rejected(MISSING_ID, f"no {fields.id_field!r} field")
     doc_id = obj[fields.id_field]
@@ -136,7 +161,7 @@ def from_mapping(
     if not isinstance(text, str):
         return Rejected(
             BAD_TEXT,
-            f"field {fields.text_field!r} is a {type(text).__name__}, not a string",
+            f"field {fields.text_field!r} is {json_kind(text)}, not a string",
             checked,
         )
     return Document(checked, text, timestamp_ms)
@@ -150,9 +175,7 @@ MAX_ID_CHARS = 16_384
 
 def check_id(doc_id: Any, name: str = "id") -> str | int | Rejected:
     if isinstance(doc_id, bool) or not isinstance(doc_id, str | int):
-        return Rejected(
-            BAD_ID, f"field {name!r} is a {type(doc_id).__name__}, not a string or integer"
-        )
+        return Rejected(BAD_ID, f"field {name!r} is {json_kind(doc_id)}, not a string or integer")
     if isinstance(doc_id, int) and not -_INT64 <= doc_id < _INT64:
         return Rejected(BAD_ID, f"integer id {doc_id} does not fit in 64 bits")
     if isinstance(doc_id, str) and not doc_id:

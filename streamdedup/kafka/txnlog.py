@@ -68,6 +68,17 @@ class CommittedView:
         """The first offset of the oldest open transaction (None: none is open)."""
         return min((first for first, _ in self._open.values()), default=None)
 
+    @property
+    def held_back(self) -> int:
+        """Records already decided visible (committed, or never transactional) that
+        an older transaction still open keeps back: a read_committed reader sees
+        none of them until it ends."""
+        return len(self._held)
+
+    @property
+    def open_transactions(self) -> int:
+        return len(self._open)
+
     def feed(self, batch: Any) -> list[Record]:
         if batch.is_control_batch:
             (marker,) = list(batch)

@@ -25,7 +25,7 @@ from streamdedup.store.keys import (
     id_key,
     tomb_of,
 )
-from streamdedup.store.segments import MANIFEST, segments
+from streamdedup.store.segments import MANIFEST, SealedSegment, located_segments, segments
 from streamdedup.store.tables import Tables
 
 
@@ -200,7 +200,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
 
         def read(t: Tables) -> dict[str, Any]:
             counts = t.meta(MetaKey.COUNTS) or {}
-            sealed = _segments(t)
+            sealed = _segments(t, index.path)
             open_docs = t.count("docs")
             docs = open_docs + sum(e["documents"] - e["masked"] for e in sealed)
             table_bytes = t.table_bytes()
@@ -238,13 +238,14 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
         index.close()
 
 
-def _segments(t: Tables) -> list[dict[str, Any]]:
-    """The registry's sealed segments, each with its masked documents counted and,
-    for a local one, whether its manifest is where the registry says (a quick look,
-    not a checksum: `SealedSegment.open` does that)."""
+def _segments(t: Tables, home: Path) -> list[dict[str, Any]]:
+    """The registry's sealed segments (each `located` for the index directory
+    `home`: those inside it move with it), each with its masked documents counted
+    and, for a local one, whether its manifest is where the registry says (a quick
+    look, not a checksum: `SealedSegment.open` does that)."""
     out: list[dict[str, Any]] = []
     answers = t.meta(MetaKey.SEGMENT_ANSWERS) or {}
-    for entry in segments(t):
+    for entry in (e.located(home) for e in segments(t)):
         found = None if entry.remote else (Path(entry.path) / MANIFEST).is_file()
         out.append(
             {
@@ -366,43 +367,98 @@ def _render_segments(sealed: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class _Source:
+    """Where `inspect` looks: the open index (`number` None) or a local sealed
+    segment, with the documents of it the open index masks (replaced or expired)."""
+
+    number: int | None
+    index: Index
+    masked: frozenset[int]
+
+
+def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any]:
+    """What the index knows about `doc_id`'s live document: its verdict, where it is
+    stored (`segment`: the open index is None) and its nearest neighbours -- across
+    the open index and every local sealed segment, as `dedup` matches them (a
+    document masked by the open index, replaced or expired, is neither found nor a
+    neighbour).  Remote segments cannot be opened here: `remote_segments` lists
+    those not searched.  `found` is False when no live document has that id (then
+    `expired_in`: the segment whose document of that id expired, if one did)."""
     index, params = _open(path)
+    opened: list[SealedSegment] = []
     try:
-
-        def read(t: Tables) -> dict[str, Any] | None:
-            docno = None
-            for candidate in _id_forms(doc_id):
-                docno = t.docno_for_id(id_key(candidate))
-                if docno is not None:
-                    break
-            rec = None if docno is None else t.record(docno)
-            if docno is None or rec is None:
-                return None
-            info: dict[str, Any] = {
-                "id": rec.doc_id,
-                "verdict": "duplicate" if rec.verdict else "unique",
-                "duplicate_of": rec.duplicate_of,
-                "cluster": rec.cluster,
-                "similarity": rec.similarity,
-                "exact": rec.exact,
-                "reason": rec.reason,
-                "shingles": rec.shingles,
-                "timestamp_ms": rec.timestamp_ms,
-                "docno": docno,
-                "in_buckets": False,
-                "neighbours": [],
-            }
-            sig = t.signature(docno)
-            if sig is None:
-                return info
-            info["in_buckets"] = True
-            info["neighbours"] = _neighbours(t, params, docno, sig, neighbours)
-            return info
-
-        return index.read(read)
+        entries = located_segments(index)
+        masks = index.read(
+            lambda t: {e.number: frozenset(t.masked(e.number).tolist()) for e in entries}
+        )
+        sources = [_Source(None, index, frozenset())]
+        remote = [e.number for e in entries if e.remote]
+        for e in reversed(entries):  # newest first: an id's latest document
+            if not e.remote:
+                opened.append(SealedSegment.open(e.path, verify=False))
+                sources.append(_Source(e.number, opened[-1].index, masks[e.number]))
+        missing: dict[str, Any] = {
+            "id": doc_id,
+            "found": False,
+            "expired_in": None,
+            "remote_segments": remote,
+        }
+        for src in sources:
+            hit = src.index.read(lambda t: _find(t, doc_id))
+            if hit is None:
+                continue
+            if hit[0] in src.masked:  # its newest document expired (a replacement is
+                return {**missing, "expired_in": src.number}  # found before it)
+            return _describe(src, sources, params, hit, neighbours, remote)
+        return missing
     finally:
+        for seg in opened:
+            seg.close()
         index.close()
+
+
+def _find(t: Tables, doc_id: str) -> tuple[int, Record] | None:
+    for candidate in _id_forms(doc_id):
+        docno = t.docno_for_id(id_key(candidate))
+        if docno is not None:
+            rec = t.record(docno)
+            return None if rec is None else (docno, rec)
+    return None
+
+
+def _describe(
+    src: _Source,
+    sources: list[_Source],
+    params: IndexParams,
+    hit: tuple[int, Record],
+    limit: int,
+    remote: list[int],
+) -> dict[str, Any]:
+    docno, rec = hit
+    info: dict[str, Any] = {
+        "id": rec.doc_id,
+        "found": True,
+        "verdict": "duplicate" if rec.verdict else "unique",
+        "duplicate_of": rec.duplicate_of,
+        "cluster": rec.cluster,
+        "similarity": rec.similarity,
+        "exact": rec.exact,
+        "reason": rec.reason,
+        "shingles": rec.shingles,
+        "timestamp_ms": rec.timestamp_ms,
+        "docno": docno,
+        "segment": src.number,
+        "in_buckets": False,
+        "neighbours": [],
+        "remote_segments": remote,
+    }
+    sig = src.index.read(lambda t: t.signature(docno))
+    if sig is None:
+        return info
+    info["in_buckets"] = True
+    info["neighbours"] = _neighbours(src, sources, params, docno, sig, limit)
+    return info
 
 
 def _id_forms(doc_id: str) -> list[str | int]:
@@ -418,33 +474,68 @@ def _exact_set(t: Tables, shingler: Shingler, docno: int) -> Any:
 
 
 def _neighbours(
-    t: Tables, params: IndexParams, docno: int, sig: bytes, limit: int
+    own: _Source, sources: list[_Source], params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
-    found = set(t.candidates(stored_band_keys(sig, params), 1000).tolist())
-    found.discard(docno)
-    rows = [(d, t.signature(d)) for d in sorted(found)]
-    rows = [(d, s) for d, s in rows if s is not None]
+    """The documents sharing a bucket with `docno` in every source, nearest first by
+    signature estimate (exact Jaccard beside it when the index verifies exactly)."""
+    keys = stored_band_keys(sig, params)
+    rows: list[tuple[_Source, int, bytes]] = []
+    for src in sources:
+
+        def gather(t: Tables, src: _Source = src) -> list[tuple[_Source, int, bytes]]:
+            found = set(t.candidates(keys, 1000).tolist()) - src.masked
+            if src is own:
+                found.discard(docno)
+            got = [(d, t.signature(d)) for d in sorted(found)]
+            return [(src, d, s) for d, s in got if s is not None]
+
+        rows += src.index.read(gather)
     if not rows:
         return []
+    rows.sort(key=lambda row: row[1])  # document numbers are the index's, across segments
     mine = np.frombuffer(sig, dtype="<u2")
-    others = np.stack([np.frombuffer(s, dtype="<u2") for _, s in rows if s is not None])
+    others = np.stack([np.frombuffer(s, dtype="<u2") for _, _, s in rows])
     est = estimate_jaccard(mine, others)
     order = np.argsort(-est, kind="stable")[:limit]
     shingler = Shingler(params.shingle)
-    own_set = _exact_set(t, shingler, docno) if params.verify == "exact" else None
+    own_set = (
+        own.index.read(lambda t: _exact_set(t, shingler, docno))
+        if params.verify == "exact"
+        else None
+    )
     out = []
     for j in order:
-        d = rows[int(j)][0]
-        rec = t.record(d)
+        src, d, _ = rows[int(j)]
         entry: dict[str, Any] = {
-            "id": None if rec is None else rec.doc_id,
+            "id": None,
             "estimated_similarity": round(float(est[j]), 4),
+            "segment": src.number,
         }
-        if own_set is not None:
-            other = _exact_set(t, shingler, d)
-            entry["jaccard"] = round(exact_jaccard(own_set, other), 4)
+
+        def describe(t: Tables, d: int = d, entry: dict[str, Any] = entry) -> None:
+            rec = t.record(d)
+            entry["id"] = None if rec is None else rec.doc_id
+            if own_set is not None:
+                entry["jaccard"] = round(exact_jaccard(own_set, _exact_set(t, shingler, d)), 4)
+
+        src.index.read(describe)
         out.append(entry)
     return out
+
+
+def _remote_note(numbers: list[int]) -> str:
+    listed = ", ".join(map(str, numbers))
+    return f"remote sealed segment{'s' * (len(numbers) != 1)} {listed} (only their servers can)"
+
+
+def missing_text(info: dict[str, Any]) -> str:
+    """Why `inspect` found no document (its `found` is False)."""
+    text = f"no document with id {info['id']!r} in the index"
+    if info["expired_in"] is not None:
+        text += f" (sealed segment {info['expired_in']} held one; it expired since)"
+    if info["remote_segments"]:
+        text += f"; not searched: {_remote_note(info['remote_segments'])}"
+    return text
 
 
 def render_inspect(info: dict[str, Any]) -> str:
@@ -457,6 +548,8 @@ def render_inspect(info: dict[str, Any]) -> str:
         + (f" ({info['reason']})" if info["reason"] else ""),
         f"cluster     {info['cluster']!r}",
         f"shingles    {info['shingles']}",
+        "stored in   "
+        + ("the open index" if info["segment"] is None else f"sealed segment {info['segment']}"),
     ]
     if not info["in_buckets"]:
         lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
@@ -468,7 +561,10 @@ def render_inspect(info: dict[str, Any]) -> str:
         )
         for n in info["neighbours"]:
             extra = f"  exact {n['jaccard']:.4f}" if "jaccard" in n else ""
-            lines.append(f"  {n['id']!r:40}  ~{n['estimated_similarity']:.4f}{extra}")
+            where = "" if n["segment"] is None else f"  (sealed segment {n['segment']})"
+            lines.append(f"  {n['id']!r:40}  ~{n['estimated_similarity']:.4f}{extra}{where}")
     else:
         lines.append("no neighbours share a bucket")
+    if info["remote_segments"]:
+        lines.append(f"not searched: {_remote_note(info['remote_segments'])}")
     return "\n".join(lines)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable
+import struct
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,6 +49,39 @@ DAMAGE_ERRORS: tuple[type[lmdb.Error], ...] = (
 )
 
 
+# LMDB's meta pages (pages 0 and 1, the newer one current), as mdb.c lays them out:
+# a 16-byte page header, then MDB_meta: magic, version (uint32 each), map address and
+# size (8 each), the two core MDB_db records (48 bytes each; the first one's leading
+# uint32 is the page size), the last page number in use and the transaction id.
+_META_MAGIC = 0xBEEFC0DE
+_META = struct.Struct("=IIQQI92xQQ")  # magic, version, address, mapsize, psize, last, txnid
+_META_AT = 16
+
+
+def committed_end(data: Path) -> int | None:
+    """The byte where the pages of the last committed transaction end, read from
+    the data file's meta pages (plain reads, no mapping); None when the file is
+    missing, shorter than its two meta pages, or not LMDB's -- LMDB's own open then
+    reports it."""
+    try:
+        with open(data, "rb") as f:
+            first = f.read(_META_AT + _META.size)
+            if len(first) < _META_AT + _META.size:
+                return None
+            magic, _, _, _, psize, last, txnid = _META.unpack_from(first, _META_AT)
+            if magic != _META_MAGIC or psize < 512 or psize & (psize - 1):
+                return None
+            f.seek(psize)
+            second = f.read(_META_AT + _META.size)
+    except OSError:
+        return None
+    if len(second) == _META_AT + _META.size:
+        magic2, _, _, _, _, last2, txnid2 = _META.unpack_from(second, _META_AT)
+        if magic2 == _META_MAGIC and txnid2 > txnid:
+            last = last2
+    return int((last + 1) * psize)
+
+
 class Index:
     """One LMDB environment in a directory.  Open it after fork, never before."""
 
@@ -68,6 +102,7 @@ class Index:
         self.path = Path(path)
         if readonly and not (self.path / "data.mdb").exists():
             raise IndexOpenError(f"no index at {self.path} (data.mdb not found)")
+        self._check_length()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             self.env = lmdb.open(
@@ -122,14 +157,42 @@ class Index:
                 self.env.close()
                 raise IndexOpenError(f"cannot open index at {self.path}: {exc}") from exc
 
-    def damaged(self, exc: Exception) -> IndexCorruptError:
-        return IndexCorruptError(
+    def _check_length(self) -> None:
+        """Refuse a data file cut short (a torn copy, a backup or a disk that filled
+        while it was written) before LMDB maps it.  LMDB reads the pages in use through
+        its memory map, and a page past the end of the file kills a read-only process
+        with SIGBUS (exit 135, no message).  A writer happened not to die: LMDB
+        extends the file to the map size when it opens it for writing, so the missing
+        pages read as zeros and it reports them damaged (exit 5) -- after changing the
+        file.  Every open goes through this one check instead, in every mode, before
+        anything is mapped or changed.  The header is read first and the length after
+        it: a committed header's pages are always inside the file by then (a writer
+        extends the file before it commits pages beyond it, and never shrinks it), so a
+        writer at work in another process cannot make a sound file look short."""
+        end = committed_end(self.path / "data.mdb")
+        if end is None:
+            return  # no file yet (a new index), or not LMDB: its own open says which
+        try:
+            length = (self.path / "data.mdb").stat().st_size
+        except OSError:
+            return
+        if length < end:
+            raise self.damaged(
+                f"data.mdb holds {length:,} bytes, but its committed pages end at {end:,}: "
+                "the file was cut short, a torn copy or a disk that filled while it was "
+                "written"
+            )
+
+    def damaged(self, exc: Exception | str) -> IndexCorruptError:
+        error = IndexCorruptError(
             f"the index at {self.path} is damaged ({exc}). Stop every process using it; "
             "put a backup in its place (`streamdedup restore BACKUP --index NEW_DIR`), "
             "restore it from the changelog (start the worker with --changelog-topic on an "
             "empty --index), or rebuild it (`streamdedup replay --mode rebuild` or `dedup` "
             "over the same input into a new directory)."
         )
+        error.reason = str(exc)
+        return error
 
     def disk_full(self, needed: int | None = None) -> DiskFullError:
         try:
@@ -228,11 +291,12 @@ class Index:
             except DAMAGE_ERRORS as exc:
                 raise self.damaged(exc) from exc
 
-    def copy_to(self, dest: str | os.PathLike[str]) -> Path:
+    def copy_to(self, dest: str | os.PathLike[str], *, besides: Collection[str] = ()) -> Path:
         """A consistent, compacted copy of the index (one read transaction, so writers
-        in this or other processes go on meanwhile) into an empty or new directory."""
+        in this or other processes go on meanwhile) into an empty or new directory
+        (one that holds only files named in `besides`: a segment's owner mark)."""
         target = Path(dest)
-        if target.exists() and any(target.iterdir()):
+        if target.exists() and any(p.name not in besides for p in target.iterdir()):
             raise IndexOpenError(f"{target} is not empty; give a new or empty directory")
         target.mkdir(parents=True, exist_ok=True)
         try:

@@ -25,11 +25,14 @@ never both and never neither:
 
 Killed before the commit, the index still holds every document and no registry
 entry; the `.partial` left behind is not a segment (nothing names it) and the next
-seal to that directory removes it.  Killed after the commit, the registry names the
-segment and the open index is empty; `recover` (run by `seal`, and to be run by
-whatever opens the index's segments: another process may be between the commit and
-the rename) finishes the rename, recognising the `.partial` by the id in its
-manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
+seal of this index to that directory removes it: a seal marks the `.partial` it
+makes as its own and locks the mark while it works (`Claim`), and on a failure
+before its commit (a full disk) removes it at once.  Whatever else is found at
+`SEGMENT_DIR.partial` is refused, never removed.  Killed after the commit, the
+registry names the segment and the open index is empty; `recover` (run by `seal`,
+and to be run by whatever opens the index's segments: another process may be between
+the commit and the rename) finishes the rename, recognising the `.partial` by the id
+in its manifest.  The failpoints `seal-copied`, `seal-written` and `seal-committed`
 (streamdedup.failpoints) let the tests kill the process at each step.
 """
 
@@ -38,14 +41,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +56,13 @@ import msgpack
 import orjson
 
 from streamdedup import failpoints
-from streamdedup.errors import ConfigError, IndexOpenError, SealRefusedError, SegmentError
+from streamdedup.errors import (
+    ConfigError,
+    IndexOpenError,
+    SealRefusedError,
+    SegmentError,
+    StreamDedupError,
+)
 from streamdedup.store.index import Index
 from streamdedup.store.keys import SEGMENT_BYTES, MetaKey
 from streamdedup.store.tables import Tables
@@ -84,6 +93,111 @@ def checksum(path: Path) -> str:
 def partial_path(dest: Path) -> Path:
     """Where a segment is built before it is renamed into place."""
     return dest.with_name(dest.name + PARTIAL)
+
+
+# ---------------------------------------------------------------------- what we made
+
+OWNER = ".streamdedup-owner"  # the mark in a directory a seal or a build makes
+_OWNER_KIND = "streamdedup-partial"
+
+
+class Claim:
+    """A directory this process made (`SEGMENT_DIR.partial`, a build's scratch) and
+    marked as its own: `OWNER` inside it names what made it (`kind`: "seal",
+    "backfill", ...) and for whom (`owner`: the index, the destination), and this
+    process holds an exclusive lock on that file while it works.
+
+    A directory is only ever removed when that proves it ours: made by the same
+    kind of run for the same owner, and no longer locked (the run that made it is
+    dead; a lock dies with its process).  Anything else found in the way -- a
+    directory without the mark, another index's seal, a run still at work, a file,
+    a symlink -- is refused (`SealRefusedError`) and left as it was: `seal` once
+    removed whatever was at `SEGMENT_DIR.partial` (`rm -rf`), also a directory the
+    user had put there."""
+
+    def __init__(self, path: Path, kind: str, owner: str) -> None:
+        """Make `path` (a new directory: `FileExistsError` if anything is there),
+        mark it and lock the mark."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(path)
+        self.path, self._fd = path, -1
+        try:
+            self._fd = os.open(path / OWNER, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            mark = {"kind": _OWNER_KIND, "made_by": kind, "owner": owner, "pid": os.getpid()}
+            os.write(self._fd, orjson.dumps(mark))
+            os.fsync(self._fd)
+            _fsync(path)
+            _fsync(path.parent)
+        except BaseException:
+            self.remove()
+            raise
+
+    def done(self, moved_to: Path) -> None:
+        """The directory became a segment at `moved_to`: its mark goes, the lock too."""
+        with contextlib.suppress(OSError):
+            os.unlink(moved_to / OWNER)
+        self.release()
+
+    def release(self) -> None:
+        """Let go of the lock (the directory stays)."""
+        if self._fd >= 0:
+            os.close(self._fd)  # the lock goes with the descriptor
+            self._fd = -1
+
+    def remove(self) -> None:
+        """Remove the directory and everything in it (it is ours), then release."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
+
+
+def clear_leftover(path: Path, kind: str, owner: str, *, what: str, remove: bool = True) -> None:
+    """Make way at `path` for a new `Claim`: nothing there is fine; a directory left
+    by a run of `kind` for `owner` that died (see `Claim`) is removed (`remove`;
+    without it only checked), under the lock its maker held; anything else is
+    refused with what to do, and left alone.  `what` names the run in the message
+    ("a seal of this index")."""
+    if not os.path.lexists(path):
+        return
+    why: str | None
+    if path.is_symlink() or not path.is_dir():
+        why = "a symbolic link" if path.is_symlink() else "not a directory"
+    else:
+        try:
+            fd = os.open(path / OWNER, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            why = f"it holds no {OWNER} mark"
+        else:
+            try:
+                why = _not_ours(fd, kind, owner)
+                if why is None:
+                    if remove:
+                        shutil.rmtree(path)
+                    return
+            finally:
+                os.close(fd)  # (and with it the lock taken)
+    raise SealRefusedError(
+        f"{path} is in the way and was not left by {what} ({why}); it is left as it was: "
+        "move or remove it yourself if nothing needs it, or give another destination"
+    )
+
+
+def _not_ours(fd: int, kind: str, owner: str) -> str | None:
+    """None when the mark open at `fd` names a dead run of `kind` for `owner` (its
+    lock is then ours); else why it is not ours."""
+    try:
+        mark = orjson.loads(os.read(fd, 1 << 16))
+    except orjson.JSONDecodeError:
+        mark = None
+    if not isinstance(mark, dict) or mark.get("kind") != _OWNER_KIND:
+        return f"its {OWNER} mark is garbled"
+    if mark.get("made_by") != kind or mark.get("owner") != owner:
+        return f"made by {mark.get('made_by')} for {mark.get('owner')}"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return f"the run that made it is still at work (process {mark.get('pid')})"
+    return None
 
 
 # ---------------------------------------------------------------------- manifest
@@ -265,7 +379,11 @@ class SealedSegment:
 @dataclass(frozen=True)
 class SegmentEntry:
     """One sealed segment as the open index knows it (meta `segments`).  `path` is
-    absolute; `remote`: the writer asks segment servers, never opens `path`."""
+    absolute: where the segment was registered; `inside`, for a segment inside the
+    index directory (`--seal-every`'s INDEX/segments/NNNNNN), the same place relative
+    to that directory, so that the segment moves with the index (`mv idx idx2`).
+    `located` says where it is now.  `remote`: the writer asks segment servers, never
+    opens `path`."""
 
     number: int
     id: str
@@ -275,17 +393,24 @@ class SegmentEntry:
     next_docno: int
     documents: int
     bytes: int
+    inside: str | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        rec = asdict(self)
+        if self.inside is None:
+            del rec["inside"]  # the record of a segment outside the index, as before
+        return rec
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> SegmentEntry:
         return cls(**rec)
 
     @classmethod
-    def of(cls, manifest: Manifest, path: Path, *, remote: bool) -> SegmentEntry:
-        """The registry entry of the segment `manifest` describes, found at `path`."""
+    def of(
+        cls, manifest: Manifest, path: Path, *, remote: bool, home: Path | None = None
+    ) -> SegmentEntry:
+        """The registry entry of the segment `manifest` describes, found at `path`
+        (`home`: the index directory, for `inside`)."""
         return cls(
             number=manifest.number,
             id=manifest.id,
@@ -295,7 +420,59 @@ class SegmentEntry:
             next_docno=manifest.next_docno,
             documents=manifest.documents,
             bytes=manifest.bytes,
-        )
+        ).at(path, home)
+
+    def at(self, path: Path, home: Path | None) -> SegmentEntry:
+        """This entry registered at `path` (absolute), with `inside` when that lies
+        inside the index directory `home`."""
+        where = os.path.abspath(path)
+        inside = None
+        if home is not None:
+            root = os.path.abspath(home)
+            if where.startswith(root + os.sep):
+                inside = Path(os.path.relpath(where, root)).as_posix()
+        return replace(self, path=where, inside=inside)
+
+    def located(self, home: Path) -> SegmentEntry:
+        """The entry with `path` where the segment is now, for the index directory
+        `home`: inside it (`inside`) if a segment with this id is there, else at the
+        registered absolute path.  An entry registered before `inside` existed names
+        its segment by absolute path only; one that lay inside the index when it was
+        sealed is found at the same place inside it now, whichever suffix of the
+        old path that was (`/old/idx/segments/000001` -> HOME/segments/000001): the
+        manifest's id says which, so nothing else is ever taken for it.  Not found
+        anywhere: where it should be (the error then names that place)."""
+        home = Path(os.path.abspath(home))
+        registered = Path(self.path)
+        candidates = [registered]
+        if self.inside is not None:
+            candidates.insert(0, home / self.inside)
+        else:
+            parts = registered.parts[1:]
+            candidates += [home.joinpath(*parts[i:]) for i in range(len(parts))]
+        for where in candidates:
+            if _holds(where, self.id):
+                return replace(self, path=str(where))
+        return replace(self, path=str(candidates[0]))
+
+
+def _holds(where: Path, segment_id: str) -> bool:
+    """Whether `where` (or, mid-seal, its `.partial`) holds the segment `segment_id`
+    (its manifest's id; no other check)."""
+    for directory in (where, partial_path(where)):
+        try:
+            rec = orjson.loads((directory / MANIFEST).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if isinstance(rec, dict) and rec.get("id") == segment_id:
+            return True
+    return False
+
+
+def located_segments(index: Index) -> list[SegmentEntry]:
+    """The index's sealed segments, each `located` for where the index is now."""
+    home = index.path
+    return [e.located(home) for e in index.read(segments)]
 
 
 def segments(t: Tables) -> list[SegmentEntry]:
@@ -316,7 +493,7 @@ def next_number(t: Tables) -> int:
 
 def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     """Forget a sealed segment whose documents have all expired: its registry entry
-    and its tombstones (its directory is left for the operator to delete).  Returns
+    and its tombstones (its directory: `remove_dropped`, once committed).  Returns
     the entry dropped, None if no segment has that number."""
     entries = segments(t)
     kept = [e for e in entries if e.number != number]
@@ -325,6 +502,62 @@ def drop_segment(t: Tables, number: int) -> SegmentEntry | None:
     set_segments(t, kept)
     t.clear_masks(number)
     return next(e for e in entries if e.number == number)
+
+
+def repoint(
+    index: Index, dirs: Iterable[str | os.PathLike[str]]
+) -> list[tuple[SegmentEntry, SegmentEntry]]:
+    """Register sealed segments at the directories they were moved to: each
+    directory's manifest says which segment it is (its id), and the registry entry
+    with that id is pointed there (`inside` when it lies in the index directory), in
+    one write transaction.  Each is opened and verified first (manifest, checksum:
+    `SegmentError`), and one the index does not register is refused (`ConfigError`):
+    nothing is changed then.  Returns (before, after) per segment, as registered."""
+    found: list[tuple[Path, Manifest]] = []
+    for d in dirs:
+        where = Path(os.path.abspath(d))
+        with SealedSegment.open(where) as seg:
+            found.append((where, seg.manifest))
+
+    def run(t: Tables) -> list[tuple[SegmentEntry, SegmentEntry]]:
+        entries = segments(t)
+        by_id = {e.id: i for i, e in enumerate(entries)}
+        changed = []
+        for where, manifest in found:
+            i = by_id.get(manifest.id)
+            if i is None:
+                raise ConfigError(
+                    f"{where} holds sealed segment {manifest.number} ({manifest.id}), which "
+                    f"the index at {index.path} does not register; nothing was changed"
+                )
+            before = entries[i]
+            entries[i] = before.at(where, index.path)
+            changed.append((before, entries[i]))
+        set_segments(t, entries)
+        return changed
+
+    return index.write(run)
+
+
+def remove_dropped(index: Index, entry: SegmentEntry) -> bool:
+    """After the commit that dropped `entry` (`drop_segment`): remove its directory
+    when it provably is that segment and the index's own -- local, inside the index
+    directory, its manifest naming that id, and no longer registered.  Anything else
+    (a directory elsewhere, a remote segment's, one that holds something else) is
+    left to the operator.  Returns whether it was removed."""
+    where = Path(os.path.abspath(entry.path))
+    root = os.path.abspath(index.path)
+    if entry.remote or not str(where).startswith(root + os.sep) or where.is_symlink():
+        return False
+    try:
+        if Manifest.read(where).id != entry.id:
+            return False
+    except SegmentError:
+        return False
+    if any(e.id == entry.id for e in index.read(segments)):
+        return False  # registered again meanwhile (never, but never delete a live one)
+    shutil.rmtree(where, ignore_errors=True)
+    return not where.exists()
 
 
 # ---------------------------------------------------------------------- seal
@@ -402,9 +635,16 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         params = t.meta(MetaKey.PARAMS)
         if params is None:
             raise SealRefusedError(f"{index.path} is not a streamdedup index (no parameters)")
-        entries = segments(t)
-        if any(Path(e.path) == target for e in entries):
+        stored = segments(t)
+        now = [e.located(index.path) for e in stored]
+        if any(Path(e.path) == target for e in now):
             raise SealRefusedError(f"a sealed segment of this index is already at {target}")
+        # Registered again where they are now, `inside` the index where they lie in it
+        # (an entry from before `inside` existed gets it here); one not found: as it was.
+        entries = [
+            e.at(Path(e.path), index.path) if _holds(Path(e.path), e.id) else old
+            for e, old in zip(now, stored, strict=True)
+        ]
         span = t.docno_range()
         if span is None:
             n = len(entries)
@@ -420,11 +660,13 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
                 f"the index at {index.path} has sealed {MAX_NUMBER:,} segments, as many as "
                 "an index can number (a tombstone keeps the number in two bytes)"
             )
-        if partial.is_dir() and not partial.is_symlink():  # a seal that did not commit
-            shutil.rmtree(partial)
-        elif partial.exists() or partial.is_symlink():
-            partial.unlink()
-        index.copy_to(partial)
+        for earlier in claims:  # this call's own, whose commit failed: run again
+            earlier.remove()
+        claims.clear()
+        # what a seal of this index that did not commit left (nothing names it)
+        clear_leftover(partial, "seal", owner, what="a seal of this index that did not finish")
+        claims.append(Claim(partial, "seal", owner))
+        index.copy_to(partial, besides=(OWNER,))
         failpoints.reach("seal-copied")
         data = partial / DATA
         identity = t.meta(MetaKey.IDENTITY)
@@ -443,12 +685,25 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
         )
         write_manifest(partial, manifest)
         failpoints.reach("seal-written")
-        set_segments(t, [*entries, SegmentEntry.of(manifest, target, remote=remote)])
+        entry = SegmentEntry.of(manifest, target, remote=remote, home=index.path)
+        set_segments(t, [*entries, entry])
         t.set_meta(MetaKey.SEALED, number)
         t.clear_documents()
         return manifest
 
-    manifest = index.write(build)
+    owner = f"index {index.path.resolve()}"
+    claims: list[Claim] = []
+    try:
+        manifest = index.write(build)
+    except BaseException:
+        # Not committed (a full disk, an error, Ctrl-C): what this seal made is removed,
+        # so that a failed seal does not leave a copy of the index filling the disk.
+        # (Unless the registry names it after all: then it is the segment.)
+        if claims and not _registered(index, partial):
+            claims[0].remove()
+        for claim in claims:
+            claim.release()
+        raise
     failpoints.reach("seal-committed")
     # At once: from the commit on, the registry names `target`, and another process
     # writing this index opens its segments at its next batch (it may do this rename
@@ -456,6 +711,8 @@ def seal(index: Index, dest: str | os.PathLike[str], *, remote: bool = False) ->
     with contextlib.suppress(FileNotFoundError):
         os.replace(partial, target)
     _fsync(target.parent)
+    for claim in claims:
+        claim.done(target)
     # With durability "process" the commit may still be in the page cache only (with
     # "full" it is on disk already): sync it now.  A power loss before this line can
     # lose the commit and keep the renamed directory: the old state, beside a
@@ -472,7 +729,7 @@ def recover(index: Index) -> list[Path]:
     crash, and whenever a seal by another process may be between its commit and its
     rename (safe to run concurrently: whoever renames first wins)."""
     done: list[Path] = []
-    for entry in index.read(segments):
+    for entry in located_segments(index):
         target = Path(entry.path)
         partial = partial_path(target)
         if not partial.is_dir() or (target.exists() and not _is_empty_dir(target)):
@@ -486,9 +743,23 @@ def recover(index: Index) -> list[Path]:
             os.replace(partial, target)  # onto a missing or empty directory: atomic
         except FileNotFoundError:  # another process recovering the same index won
             continue
+        with contextlib.suppress(OSError):
+            os.unlink(target / OWNER)  # the mark of the seal that made it
         _fsync(target.parent)
         done.append(target)
     return done
+
+
+def _registered(index: Index, partial: Path) -> bool:
+    """Whether the registry names a segment whose `.partial` is `partial`, and that
+    one holds its manifest (a seal that committed after all)."""
+    try:
+        entries = located_segments(index)
+        return any(partial_path(Path(e.path)) == partial for e in entries) and any(
+            Manifest.read(partial).id == e.id for e in entries
+        )
+    except StreamDedupError:
+        return True  # cannot tell: keep it
 
 
 # ---------------------------------------------------------------------- built from sorted runs
@@ -511,24 +782,57 @@ class SegmentBuilder:
     compacted to `SEGMENT_DIR.partial` (a file of its pages only, as `seal` makes),
     writes the manifest (checksum of data.mdb) and syncs; `commit` renames the
     `.partial` into place.  Until then nothing is at SEGMENT_DIR; `abort` (and the
-    context manager on an exception) removes the scratch and the `.partial`."""
+    context manager on an exception) removes the scratch and the `.partial`.  Both
+    are made, marked and locked at the start (`Claim`): a second build to the same
+    destination is refused while this one runs, and only a dead build's leftovers
+    for this destination are ever removed."""
 
     def __init__(self, dest: str | os.PathLike[str]) -> None:
         self.target = Path(dest).absolute()
         self.partial = partial_path(self.target)
-        if self.target.exists() and not _is_empty_dir(self.target):
-            raise SealRefusedError(
-                f"{self.target} exists and is not empty; give a new or empty directory"
-            )
+        owner = self.check(self.target)
         self.target.parent.mkdir(parents=True, exist_ok=True)
-        # what a build killed before its rename left (nothing names either)
-        _remove(self.partial)
+        # what a build killed before its rename left (nothing names either): removed
+        # when its mark proves it a dead build's for this destination, else left alone
+        clear_leftover(self.partial, "backfill", owner, what=self._what)
         prefix = f".{self.target.name}.build-"
         for old in self.target.parent.glob(prefix + "*"):
-            _remove(old)
-        self.scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=self.target.parent))
-        self.index: Index | None = Index(self.scratch)
+            with contextlib.suppress(SealRefusedError):
+                clear_leftover(old, "backfill scratch", owner, what=self._what)
+        # Both claimed now: a second build to the same destination is refused at once.
+        self._partial: Claim | None = Claim(self.partial, "backfill", owner)
+        try:
+            self._scratch: Claim | None = Claim(
+                self.target.parent / f"{prefix}{uuid.uuid4().hex[:12]}", "backfill scratch", owner
+            )
+        except BaseException:
+            self._partial.remove()
+            raise
+        self.scratch = self._scratch.path
+        self.index: Index | None = None
         self.manifest: Manifest | None = None
+        try:
+            self.index = Index(self.scratch)
+        except BaseException:
+            self.abort()
+            raise
+
+    _what = "a backfill --segment to this directory that did not finish"
+
+    @classmethod
+    def check(cls, dest: str | os.PathLike[str]) -> str:
+        """Refuse (`SealRefusedError`) a destination a build cannot use, before any
+        work: not a new or empty directory, or a `.partial` in the way that is not a
+        dead build's for it.  Returns the owner name the build marks its directories
+        with."""
+        target = Path(dest).absolute()
+        if target.exists() and not _is_empty_dir(target):
+            raise SealRefusedError(
+                f"{target} exists and is not empty; give a new or empty directory"
+            )
+        owner = f"segment {target}"
+        clear_leftover(partial_path(target), "backfill", owner, what=cls._what, remove=False)
+        return owner
 
     def _write(self, fn: Any, grow: int) -> Any:
         assert self.index is not None, "the segment was finished or aborted"
@@ -569,7 +873,7 @@ class SegmentBuilder:
         )
         if span is None or params is None:
             raise SealRefusedError(f"nothing to put in the segment at {self.target}: no documents")
-        self.index.copy_to(self.partial)
+        self.index.copy_to(self.partial, besides=(OWNER,))
         self._close_scratch()
         data = self.partial / DATA
         self.manifest = Manifest(
@@ -593,18 +897,25 @@ class SegmentBuilder:
         assert self.manifest is not None, "finish() the segment first"
         os.replace(self.partial, self.target)  # onto a missing or empty directory: atomic
         _fsync(self.target.parent)
+        if self._partial is not None:
+            self._partial.done(self.target)
+            self._partial = None
         return self.manifest
 
     def _close_scratch(self) -> None:
         if self.index is not None:
             self.index.close()
             self.index = None
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self._scratch is not None:
+            self._scratch.remove()
+            self._scratch = None
 
     def abort(self) -> None:
         """Remove everything the build made (the destination itself was never made)."""
         self._close_scratch()
-        _remove(self.partial)
+        if self._partial is not None:
+            self._partial.remove()
+            self._partial = None
 
     def __enter__(self) -> SegmentBuilder:
         return self
@@ -614,13 +925,6 @@ class SegmentBuilder:
             self.abort()
         else:
             self._close_scratch()
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
 
 
 def _chunked(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
@@ -661,7 +965,7 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
     with SealedSegment.open(where) as seg:
         manifest = seg.manifest
         carried = seg.index.read(lambda t: {name: t.meta(name) for name in CARRIED_META})
-    entry = SegmentEntry.of(manifest, where, remote=False)
+    entry = SegmentEntry.of(manifest, where, remote=False, home=index.path)
 
     def run(t: Tables) -> SegmentEntry:
         entries = segments(t)

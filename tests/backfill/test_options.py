@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
+from streamdedup.backfill.job import _write
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
-from streamdedup.errors import ConfigError, InputOutputError
+from streamdedup.errors import ConfigError, InputOutputError, SealRefusedError
 
 
 def job(*argv: str) -> object:
@@ -79,3 +82,46 @@ def test_the_segment_directory_is_new_or_empty(tmp_path: Path) -> None:
         got = job(str(src), "--output", str(tmp_path / "o"), "--segment", str(tmp_path / name))
         assert got.segment == str(tmp_path / name)  # type: ignore[attr-defined]
     assert job(str(src), "--output", str(tmp_path / "o")).segment is None  # type: ignore[attr-defined]
+
+
+def test_a_partial_in_the_way_is_refused_before_spark(tmp_path: Path) -> None:
+    """Issue 35 item 6: `backfill --segment DIR` removed whatever was at DIR.partial
+    (after the whole Spark job).  Refused before Spark starts, and left as it was."""
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"")
+    (tmp_path / "seg.partial").mkdir()
+    (tmp_path / "seg.partial" / "precious.txt").write_text("keep me")
+    with pytest.raises(SealRefusedError, match=r"seg\.partial is in the way"):
+        job(str(src), "--output", str(tmp_path / "o"), "--segment", str(tmp_path / "seg"))
+    assert (tmp_path / "seg.partial" / "precious.txt").read_text() == "keep me"
+
+
+class _Records:
+    """What `_write` reads of an RDD: its records in order, here from a list."""
+
+    def __init__(self, records: list[tuple[int, tuple[bytes, str]]]) -> None:
+        self.records = records
+
+    def toLocalIterator(self) -> list[tuple[int, tuple[bytes, str]]]:  # (Spark's name)
+        return self.records
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_the_verdict_file_follows_the_umask_like_dedup_s(tmp_path: Path, umask: int) -> None:
+    """Issue 35 item 15: the output was written to a `mkstemp` file (mode 0600) and
+    renamed over OUTPUT, so every backfill's verdicts were readable by their owner
+    only.  A new file gets 0666 less the umask, as `dedup`'s does; an existing one
+    keeps its mode."""
+    records = _Records([(0, (b'{"id":1}', "unique"))])
+    old = os.umask(umask)
+    try:
+        _write(records, str(tmp_path / "new.jsonl"), 1)  # type: ignore[arg-type]
+        kept = tmp_path / "kept.jsonl"
+        kept.write_bytes(b"old\n")
+        kept.chmod(0o640)
+        _write(records, str(kept), 1)  # type: ignore[arg-type]
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.jsonl").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640
+    assert kept.read_bytes() == b'{"id":1}\n'

@@ -149,6 +149,38 @@ def test_a_reader_closing_the_pipe_early_is_not_success(tmp_path: Path) -> None:
     assert b"Exception ignored" not in stderr
 
 
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+@pytest.mark.parametrize("batch_size", ["8000", "1000"])
+def test_a_reader_closing_the_pipe_in_the_last_batch_is_not_success(
+    tmp_path: Path, unbuffered: str, batch_size: str
+) -> None:
+    """The unread verdicts are in the last (here the only, or the second of two) batch:
+    its write to the pipe is cut short when the reader goes away, which a raw stdout
+    (PYTHONUNBUFFERED) reported only as a short count -- exit 0 and a summary of every
+    line, issue 35 item 5.  Exit 4, with the number of verdicts delivered."""
+    src = tmp_path / "in.jsonl"
+    corpus(src, 1500)  # about 150 KB of verdicts: more than a pipe holds
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    proc = subprocess.Popen(
+        [*CLI, "dedup", str(src), "--index", str(tmp_path / "idx"), "--batch-size", batch_size],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.read(4096)  # like `| head -c 4096`
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=300) == 4, stderr
+    line = one_error_line(stderr)
+    assert "closed it early" in line, line
+    delivered = int(line.split("early: ")[1].split(" verdicts")[0].replace(",", ""))
+    assert first.count(b"\n") <= delivered < 1500, line
+    assert b"1500 lines" not in stderr  # no summary claiming every line
+
+
 def test_a_failed_start_leaves_no_index_and_the_old_output(tmp_path: Path) -> None:
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     corpus(src, 5)

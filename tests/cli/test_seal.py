@@ -3,9 +3,11 @@ and a seal while `dedup` writes the same index in another process."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -14,7 +16,13 @@ import pytest
 from streamdedup.errors import IndexOpenError
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
-from streamdedup.store.segments import Manifest, SealedSegment, segments
+from streamdedup.store.segments import (
+    Manifest,
+    SealedSegment,
+    SegmentEntry,
+    segments,
+    set_segments,
+)
 from tests.support.cli import corpus, lines, run
 
 
@@ -172,3 +180,94 @@ def test_seal_while_dedup_writes_the_same_index(tmp_path: Path) -> None:
     placed += open_ids
     assert sorted(doc_id for _, doc_id in placed) == sorted(str(d["id"]) for d in docs)
     assert len({d for d, _ in placed}) == n  # one number each
+
+
+def registry(index: Path) -> list[SegmentEntry]:
+    idx = Index(index, readonly=True)
+    try:
+        return idx.read(segments)
+    finally:
+        idx.close()
+
+
+def test_an_index_moved_with_its_segments_inside_keeps_working(tmp_path: Path) -> None:
+    """Issue 35 item 11: segments that `--seal-every` makes inside the index were
+    registered by absolute path only; after `mv idx idx2` every run exited 5 ("no
+    manifest.json").  They move with the index: registered also relative to it, and
+    an entry registered by absolute path only (before that) is found at the same
+    place inside the moved index, by its manifest's id."""
+    docs = corpus(tmp_path / "in.jsonl", 600, seed=7)
+    first, rest = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs[:400]))
+    rest.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs[400:]))
+    one = tmp_path / "one"
+    dedup(tmp_path / "in.jsonl", one, tmp_path / "one.out")  # the reference: one index
+
+    index = tmp_path / "idx"
+    r = run(
+        "dedup", str(first), "--index", str(index), "--output", str(tmp_path / "a.out"),
+        "--seal-every", "100", "--batch-size", "50",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    entries = registry(index)
+    assert len(entries) >= 3
+    assert all(e.inside == f"segments/{e.number:06d}" for e in entries)
+    # one entry as an index sealed before `inside` existed registered it
+    idx = Index(index)
+    legacy = [replace(entries[0], inside=None), *entries[1:]]
+    idx.write(lambda t: set_segments(t, legacy))
+    idx.close()
+
+    moved = tmp_path / "moved" / "idx2"
+    moved.parent.mkdir()
+    index.rename(moved)
+    stats = orjson.loads(run("stats", "--index", str(moved), "--json").stdout)
+    assert all(s["found"] for s in stats["segments"])
+    assert all(s["path"].startswith(str(moved / "segments")) for s in stats["segments"])
+    r = run(
+        "dedup", str(rest), "--index", str(moved), "--output", str(tmp_path / "b.out"),
+        "--seal-every", "100", "--batch-size", "50",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    assert lines(tmp_path / "a.out") + lines(tmp_path / "b.out") == lines(tmp_path / "one.out")
+    # the seals since registered every segment inside the index relative to it again
+    after = registry(moved)
+    assert len(after) > len(entries)
+    assert all(e.inside == f"segments/{e.number:06d}" for e in after)
+    assert all(e.path == str(moved / "segments" / f"{e.number:06d}") for e in after)
+
+
+def test_a_segment_moved_on_its_own_is_repointed(tmp_path: Path) -> None:
+    """A segment outside the index, moved: the run names it missing and says what to
+    do (exit 5); `repoint` registers it at its new place after verifying it there;
+    a segment the index does not register is refused (exit 2), nothing changed."""
+    corpus(tmp_path / "a.jsonl", 200, seed=3)
+    index, seg = tmp_path / "idx", tmp_path / "disk1" / "seg"
+    dedup(tmp_path / "a.jsonl", index, tmp_path / "a.out")
+    assert run("seal", "--index", str(index), str(seg)).returncode == 0
+    new = tmp_path / "disk2" / "seg"
+    new.parent.mkdir()
+    seg.rename(new)
+
+    r = run("dedup", str(tmp_path / "a.jsonl"), "--index", str(index), "--output", os.devnull)
+    assert r.returncode == 5
+    assert "streamdedup repoint --index" in error_line(r.stderr) and str(seg) in error_line(
+        r.stderr
+    )
+
+    other = tmp_path / "other"
+    dedup(tmp_path / "a.jsonl", other, tmp_path / "o.out")
+    assert run("seal", "--index", str(other), str(tmp_path / "foreign")).returncode == 0
+    before = registry(index)
+    r = run("repoint", "--index", str(index), str(new), str(tmp_path / "foreign"))
+    assert r.returncode == 2 and "does not register" in error_line(r.stderr)
+    r = run("repoint", "--index", str(index), str(tmp_path / "nothing"))
+    assert r.returncode == 5
+    assert registry(index) == before
+
+    r = run("repoint", "--index", str(index), str(new))
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().strip() == f"segment 1: {new} (was {seg})"
+    assert [e.path for e in registry(index)] == [str(new)]
+    r = run("dedup", str(tmp_path / "a.jsonl"), "--index", str(index), "--output", os.devnull)
+    assert r.returncode == 0, r.stderr.decode()

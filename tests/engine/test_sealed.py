@@ -5,6 +5,7 @@ whose newest postings were tombstoned, candidates on both sides of a seal."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
 from streamdedup.models import Document
+from streamdedup.store.segments import segments
 from tests.support.docs import hostile_stream
 
 
@@ -101,3 +103,39 @@ def test_batch_size_does_not_change_verdicts(tmp_path: Path) -> None:
     docs = hostile_stream(600, seed=3)
     one_by_one = run(tmp_path / "a", docs, 1, set(), OPTIONS)
     assert run(tmp_path / "b", docs, 100, set(), OPTIONS) == one_by_one
+
+
+def _pages(n: int, tag: str) -> list[Document]:
+    return [
+        Document(i, f"{tag} page {i} " + " ".join(f"w{(i * 13 + j) % 997}" for j in range(30)))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_a_dropped_segment_s_directory_is_removed_when_the_index_made_it(
+    tmp_path: Path, inside: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 35 item 15: a sealed segment all of whose documents expired or were
+    replaced is dropped from the registry, and its directory stayed on disk for
+    ever.  One inside the index directory (`--seal-every`'s) is removed; one
+    elsewhere is left to the operator, with a warning saying it can be deleted."""
+    index = tmp_path / "idx"
+    elsewhere = None if inside else str(tmp_path / "elsewhere")
+    opts = EngineOptions(seal_every=40, segments_dir=elsewhere)
+    first = (index / "segments" if inside else tmp_path / "elsewhere") / "000001"
+    with Deduplicator(index, options=opts) as dd:
+        dd.check_batch(_pages(40, "old"))  # sealed: segment 1
+        assert first.is_dir() and [e.number for e in dd.index.read(segments)] == [1]
+        caplog.set_level(logging.INFO, logger="streamdedup.engine.deduplicator")
+        dd.check_batch(_pages(40, "new"))  # every id again: segment 1 fully masked
+        numbers = [e.number for e in dd.index.read(segments)]
+    assert 1 not in numbers
+    assert first.exists() != inside
+    said = [r for r in caplog.records if "sealed segment 1 dropped" in r.getMessage()]
+    assert len(said) == 1
+    if inside:
+        assert said[0].levelno == logging.INFO and "was removed" in said[0].getMessage()
+    else:
+        assert said[0].levelno == logging.WARNING
+        assert f"nothing reads {first} any more: delete it" in said[0].getMessage()

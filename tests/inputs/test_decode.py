@@ -6,7 +6,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.config import Fields
-from streamdedup.inputs.decode import MAX_ID_CHARS, decode_json, decode_json_lines, decode_message
+from streamdedup.inputs.decode import (
+    MAX_ID_CHARS,
+    decode_json,
+    decode_json_lines,
+    decode_message,
+    json_kind,
+)
 from streamdedup.models import (
     BAD_ID,
     BAD_TEXT,
@@ -162,7 +168,7 @@ def test_integer_ids_beyond_64_bits_say_so() -> None:
         out = decode_json(b'{"id": %d, "text": "x"}' % big, F)
         assert out == Rejected(BAD_ID, f"integer id {big} does not fit in 64 bits")
     out = decode_json(b'{"id": 1e5, "text": "x"}', F)  # a float is still a float
-    assert isinstance(out, Rejected) and "is a float" in out.message
+    assert isinstance(out, Rejected) and "is a number with a fraction" in out.message
     out = decode_json(b'{"id": ' + b"1" * 5000 + b', "text": "x"}', F)
     assert isinstance(out, Rejected) and out.reason == MALFORMED and "digits" in out.message
 
@@ -283,3 +289,24 @@ def test_a_batch_of_lines_decodes_as_each_line_alone(raw: list[bytes], fields: F
     """`decode_json_lines` (the file mode's batch path, with the common case inline)
     gives what `decode_json` gives line by line, verdict-worthy or rejected."""
     assert decode_json_lines(raw, fields) == [decode_json(r, fields) for r in raw]
+
+
+def test_messages_name_kinds_as_json_does() -> None:
+    """Issue 35 item 15: the messages said Python's type names with a fixed article
+    ("is a int", "is a NoneType"); they name JSON's kinds, each with its article."""
+    cases = {
+        b'{"id": null, "text": "x"}': "field 'id' is null, not a string or integer",
+        b'{"id": true, "text": "x"}': "field 'id' is a boolean, not a string or integer",
+        b'{"id": [1], "text": "x"}': "field 'id' is an array, not a string or integer",
+        b'{"id": 1, "text": 5}': "field 'text' is an integer, not a string",
+        b'{"id": 1, "text": {}}': "field 'text' is an object, not a string",
+        b'{"id": 1, "text": null}': "field 'text' is null, not a string",
+        b"[1, 2]": "JSON value is an array, not an object",
+        b"7": "JSON value is an integer, not an object",
+        b"null": "JSON value is null, not an object",
+    }
+    for raw, message in cases.items():
+        out = decode_json(raw, F)
+        assert isinstance(out, Rejected) and out.message == message, (raw, out)
+    assert json_kind(b"\x00") == "binary data" and json_kind({1}) == "a set"
+    assert json_kind(1.5) == "a number with a fraction or exponent"

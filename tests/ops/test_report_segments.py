@@ -9,13 +9,21 @@ from pathlib import Path
 
 import pytest
 
+from streamdedup.config import EngineOptions
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import IndexCorruptError
 from streamdedup.models import Document
-from streamdedup.ops.report import index_stats, render_stats
+from streamdedup.ops.report import (
+    index_stats,
+    inspect_document,
+    missing_text,
+    render_inspect,
+    render_stats,
+)
 from streamdedup.store.index import Index
 from streamdedup.store.segments import seal
 from streamdedup.store.tables import Tables
+from tests.support.docs import edited_stream
 
 
 @pytest.fixture
@@ -72,3 +80,50 @@ def test_check_finds_tombstones_that_do_not_add_up(
     index.close()
     with pytest.raises(IndexCorruptError, match=match):
         index_stats(str(sealed_index), check=True)
+
+
+def test_inspect_sees_sealed_segments_as_dedup_does(tmp_path: Path) -> None:
+    """Issue 35 item 14: `inspect` said "no document with id ..." (exit 1) for every
+    document in a sealed segment, which `stats` counts and `dedup` matches.  Over an
+    index sealed every 60 documents it finds each document where it is stored, with
+    the verdict and neighbours (from every segment) an index never sealed shows; a
+    document the open index masks (replaced) is neither found nor a neighbour."""
+    docs = edited_stream(320, 11, words=(40, 80))
+    one, sealed = tmp_path / "one", tmp_path / "sealed"
+    with Deduplicator(one) as dd:
+        dd.check_batch([Document(d["id"], d["text"]) for d in docs])
+    with Deduplicator(sealed, options=EngineOptions(seal_every=60)) as dd:
+        for k in range(0, 320, 30):
+            dd.check_batch([Document(d["id"], d["text"]) for d in docs[k : k + 30]])
+    stats = index_stats(str(sealed))
+    assert len(stats["segments"]) >= 4 and stats["documents"] == 320
+
+    where = set()
+    for d in docs:
+        got = inspect_document(str(sealed), str(d["id"]))
+        want = inspect_document(str(one), str(d["id"]))
+        assert got["found"] and want["found"], d["id"]
+        where.add(got["segment"])
+        for info in (got, want):
+            del info["segment"]
+            for n in info["neighbours"]:
+                del n["segment"]
+        assert got == want, d["id"]
+    assert None in where and len(where) >= 4  # the open index and several segments
+    assert "stored in   sealed segment" in render_inspect(
+        inspect_document(str(sealed), str(docs[0]["id"]))
+    )
+
+    # an id sent again: its new document, in the open index; the old one masked
+    first = docs[0]
+    with Deduplicator(sealed) as dd:
+        dd.check(first["id"], "something else entirely, nothing like before at all")
+    got = inspect_document(str(sealed), str(first["id"]))
+    assert got["segment"] is None and got["verdict"] == "unique"
+    for d in docs[1:40]:
+        info = inspect_document(str(sealed), str(d["id"]))
+        assert first["id"] not in [n["id"] for n in info["neighbours"]]
+
+    missing = inspect_document(str(sealed), "no such id")
+    assert missing["found"] is False
+    assert missing_text(missing) == "no document with id 'no such id' in the index"

@@ -243,6 +243,56 @@ def test_an_overwritten_file_header_is_reported_as_damage(tmp_path: Path) -> Non
         assert "damaged" in line and "backup" in line
 
 
+def torn_copy(source: Path, dest: Path, keep: float = 0.4) -> None:
+    """`dest`: a copy of the index at `source` whose data.mdb is cut short (a copy or
+    a backup that stopped part-way), its meta pages intact."""
+    dest.mkdir()
+    data = (source / "data.mdb").read_bytes()
+    used = Index(source, readonly=True)
+    try:
+        end = (used.env.info()["last_pgno"] + 1) * 4096
+    finally:
+        used.close()
+    (dest / "data.mdb").write_bytes(data[: int(end * keep)])
+
+
+def test_a_torn_data_file_is_damage_for_every_command(tmp_path: Path) -> None:
+    """Issue 35 item 10: a data file cut short killed every read-only open (stats,
+    stats --check, inspect, restore, backup) with SIGBUS, exit 135 and no message,
+    while dedup (a writer, whose open extends the file) exited 5.  Every command: 5,
+    one line, and the torn file is left as it was."""
+    healthy = tmp_path / "healthy"
+    build_index(healthy, n=1000)
+    torn = tmp_path / "torn"
+    torn_copy(healthy, torn)
+    before = (torn / "data.mdb").read_bytes()
+    src = tmp_path / "more.jsonl"
+    write_corpus(src, 20, seed=9)
+    commands = [
+        ["stats", "--index", str(torn)],
+        ["stats", "--index", str(torn), "--check"],
+        ["inspect", "--index", str(torn), "doc-000001"],
+        ["backup", "--index", str(torn), str(tmp_path / "copy")],
+        ["restore", str(torn), "--index", str(tmp_path / "restored")],
+        ["seal", "--index", str(torn), str(tmp_path / "seg")],
+        ["dedup", str(src), "--index", str(torn), "--output", str(tmp_path / "out")],
+    ]
+    for args in commands:
+        r = run(*args)
+        assert r.returncode == 5, (args, r.returncode, r.stderr.decode()[-2000:])
+        line = one_line_error(r.stderr)
+        assert "damaged" in line and "cut short" in line and str(torn) in line, line
+        assert (torn / "data.mdb").read_bytes() == before, args  # nothing changed it
+    assert not (tmp_path / "restored").exists() and not (tmp_path / "copy").exists()
+    with pytest.raises(IndexCorruptError, match="cut short"):
+        Index(torn, readonly=True)
+    with pytest.raises(IndexCorruptError, match="cut short"):
+        Deduplicator(torn)
+    # the healthy original opens, also while a writer holds it open
+    with Deduplicator(healthy):
+        assert run("stats", "--index", str(healthy)).returncode == 0
+
+
 # ------------------------------------------------------------------ parameters
 
 

@@ -23,6 +23,7 @@ from streamdedup.store.keys import MetaKey
 from streamdedup.store.postings import PARTITIONS
 from streamdedup.store.segments import (
     DATA,
+    Claim,
     SealedSegment,
     SegmentBuilder,
     attach,
@@ -198,10 +199,11 @@ def test_a_segment_built_from_sorted_rows_equals_the_sealed_one(tmp_path: Path) 
 
 def test_a_failed_build_leaves_nothing(tmp_path: Path) -> None:
     dest = tmp_path / "seg"
-    # what a build killed before its rename left: removed by the next build
-    (tmp_path / ".seg.build-killed").mkdir()
+    # what a build killed before its rename left (marked, no lock): removed by the next
+    owner = f"segment {dest}"
+    Claim(tmp_path / ".seg.build-killed", "backfill scratch", owner).release()
     (tmp_path / ".seg.build-killed" / "data.mdb").write_bytes(b"x")
-    partial_path(dest).mkdir()
+    Claim(partial_path(dest), "backfill", owner).release()
     with pytest.raises(ValueError, match="not past the last one"), SegmentBuilder(dest) as b:
         b.put_sorted("ids", [(b"b", b"1"), (b"a", b"2")])  # out of order
     assert list(tmp_path.iterdir()) == []
@@ -212,6 +214,33 @@ def test_a_failed_build_leaves_nothing(tmp_path: Path) -> None:
     (dest / "something").write_bytes(b"x")
     with pytest.raises(SealRefusedError, match="not empty"):
         SegmentBuilder(dest)
+
+
+def test_a_build_removes_only_what_is_provably_its_own(tmp_path: Path) -> None:
+    """Issue 35 item 6: a build removed whatever was at SEGMENT_DIR.partial and every
+    `.SEGMENT_DIR.build-*`.  A `.partial` without a dead build's mark is refused and
+    left as it was; so is one a build at work holds; a scratch-like directory without
+    the mark is left alone."""
+    dest = tmp_path / "seg"
+    partial_path(dest).mkdir()
+    (partial_path(dest) / "precious.txt").write_text("keep me")
+    (tmp_path / ".seg.build-mine").mkdir()
+    (tmp_path / ".seg.build-mine" / "notes").write_text("mine")
+    with pytest.raises(SealRefusedError, match=r"is in the way .* no \.streamdedup-owner mark"):
+        SegmentBuilder(dest)
+    with pytest.raises(SealRefusedError, match="is in the way"):
+        SegmentBuilder.check(dest)
+    assert (partial_path(dest) / "precious.txt").read_text() == "keep me"
+    (partial_path(dest) / "precious.txt").unlink()
+    partial_path(dest).rmdir()
+
+    with SegmentBuilder(dest) as first:  # at work: a second build is refused
+        with pytest.raises(SealRefusedError, match="still at work"):
+            SegmentBuilder(dest)
+        assert first.partial.is_dir()
+        first.abort()
+    assert (tmp_path / ".seg.build-mine" / "notes").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".seg.build-mine"]
 
 
 @given(

@@ -18,12 +18,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import EXIT_INDEX, EXIT_USAGE, SealRefusedError, SegmentError
+from streamdedup.errors import (
+    EXIT_INDEX,
+    EXIT_USAGE,
+    DiskFullError,
+    SealRefusedError,
+    SegmentError,
+)
 from streamdedup.models import Document
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, docno_key, tomb_key, tomb_of
 from streamdedup.store.segments import (
     MANIFEST,
+    Claim,
     Manifest,
     SealedSegment,
     SegmentEntry,
@@ -36,6 +43,7 @@ from streamdedup.store.segments import (
     set_segments,
 )
 from streamdedup.store.tables import DATA_TABLES, TABLES, Tables
+from tests.support.disk import small_tmpfs
 from tests.support.store import dump
 
 DOCS = 300
@@ -141,12 +149,87 @@ def test_seals_number_segments_and_their_ranges_follow_on(
 
 
 def test_a_leftover_partial_is_removed_by_the_next_seal(index: Index, tmp_path: Path) -> None:
+    """What a seal of this index left and then died (its mark, no lock: the lock went
+    with its process) is removed; see also the SIGKILL tests below."""
     dest = tmp_path / "seg"
-    partial_path(dest).mkdir()
+    claim = Claim(partial_path(dest), "seal", f"index {index.path.resolve()}")
     (partial_path(dest) / "data.mdb").write_bytes(b"half a copy")
+    claim.release()  # as its process's death would
     seal(index, dest)
     assert not partial_path(dest).exists()
+    assert sorted(p.name for p in dest.iterdir()) == ["data.mdb", MANIFEST]  # no mark left
     SealedSegment.open(dest).close()
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("a user's directory", "it holds no .streamdedup-owner mark"),
+        ("a file", "not a directory"),
+        ("a symlink", "a symbolic link"),
+        ("another index's seal", "made by seal for index /elsewhere"),
+        ("a backfill's", "made by backfill for segment"),
+        ("a seal at work", "the run that made it is still at work"),
+    ],
+)
+def test_a_partial_not_provably_a_dead_seals_is_refused_and_left_alone(
+    index: Index, tmp_path: Path, case: str, why: str
+) -> None:
+    """Issue 35 item 6: `seal` removed whatever was at SEGMENT_DIR.partial (`rm -rf`),
+    a user's directory too.  Only a dead seal of this index's leftover is removed;
+    anything else is refused, exit 2, byte for byte as it was, the index unchanged."""
+    dest = tmp_path / "seg"
+    partial = partial_path(dest)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    claim = None
+    if case == "a user's directory":
+        partial.mkdir()
+        (partial / "precious.txt").write_text("keep me")
+    elif case == "a file":
+        partial.write_text("keep me")
+    elif case == "a symlink":
+        partial.symlink_to(mine)
+    else:
+        kind, owner = {
+            "another index's seal": ("seal", "index /elsewhere"),
+            "a backfill's": ("backfill", f"segment {dest}"),
+            "a seal at work": ("seal", f"index {index.path.resolve()}"),
+        }[case]
+        claim = Claim(partial, kind, owner)
+        (partial / "precious.txt").write_text("keep me")
+        if case != "a seal at work":
+            claim.release()
+    before = dump(index)
+    try:
+        with pytest.raises(SealRefusedError, match="is in the way") as err:
+            seal(index, dest)
+    finally:
+        if claim is not None:
+            claim.release()
+    assert err.value.exit_status == EXIT_USAGE and why in str(err.value)
+    assert "left as it was" in str(err.value)
+    assert dump(index) == before and index.read(segments) == [] and not dest.exists()
+    assert (mine / "precious.txt").read_text() == "keep me"
+    if case == "a file":
+        assert partial.read_text() == "keep me"
+    else:
+        assert (partial / "precious.txt").read_text() == "keep me"
+
+
+def test_a_seal_onto_a_full_disk_leaves_nothing_behind(index: Index, tmp_path: Path) -> None:
+    """Issue 35 item 15: a seal whose copy ran out of space left SEGMENT_DIR.partial
+    filling the disk.  What it made is removed; the index keeps its documents."""
+    before = dump(index)
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        dest = disk / "seg"
+        with pytest.raises(DiskFullError):
+            seal(index, dest)
+        assert list(disk.iterdir()) == []
+    assert dump(index) == before and index.read(segments) == []
+    seal(index, tmp_path / "seg")  # and a seal elsewhere goes through
+    assert count(index) == 0
 
 
 def changelog_bound(index: Index) -> None:

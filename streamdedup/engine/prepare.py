@@ -238,7 +238,7 @@ class Preparer:
         and signatures are not computed (replays, re-runs, redeliveries)."""
         p = self.params
         if self._shingler is None:
-            self._shingler = Shingler(p.shingle)
+            self._shingler = Shingler(p.shingle, p.hash_key)
         norm: list[str] | None = None  # word shingling reads only the UTF-8 bytes
         if p.shingle.kind == "word":
             raw = [normalise_utf8(d.text) for d in docs]

@@ -34,8 +34,20 @@ class Kernels(Protocol):
     ) -> tuple[bytes, bytes]: ...
 
     def word_shingles(
-        self, data: bytes, is_word: Buffer, doc_ends: Buffer, k: int
+        self,
+        data: bytes,
+        is_word: Buffer,
+        doc_ends: Buffer,
+        k: int,
+        token_base: int,
+        token_start: int,
+        window_base: int,
+        window_start: int,
     ) -> tuple[bytes, bytes] | int: ...
+
+    def window_hashes(
+        self, values: Buffer, lengths: Buffer, k: int, base: int, start: int
+    ) -> bytes: ...
 
     def signatures(
         self, values: Buffer, offsets: Buffer, num_perm: int, probes: Buffer, ranks: Buffer

@@ -11,9 +11,11 @@ Two implementations of one definition:
   lookup table taken from Python's own regex engine for the rest, and most tokens'
   hashes come from one 8-byte read each.  `char` shingling reads code points.
 
-A shingle's hash depends only on the shingle string: for `word:k` it is a polynomial
-over the hashes of the shingle's tokens (a shingle splits back into its tokens on the
-single spaces that joined them); for `char:k` it is a polynomial over code points.
+A shingle's hash depends only on the shingle string and the index's secret key: for
+`word:k` it is a keyed polynomial over the hashes of the shingle's tokens (a shingle
+splits back into its tokens on the single spaces that joined them), each a keyed
+polynomial over the token's UTF-8 bytes read as 4-byte digits; for `char:k` it is a
+keyed polynomial over code points (hashing.py says why keyed, and over which field).
 """
 
 from __future__ import annotations
@@ -30,16 +32,15 @@ import numpy.typing as npt
 from streamdedup.config import ShingleSpec
 from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
-    CHAR_BASE,
-    TOKEN_BASE,
+    P,
     U64,
     PowerTable,
+    ShingleKey,
     finish,
-    finish_np,
-    poly_hash,
+    fmix64_np,
+    mulmod_np,
     range_poly_hashes,
-    salted,
-    salted_np,
+    reduce_np,
 )
 
 _WORD = re.compile(r"\w+")
@@ -94,22 +95,22 @@ def reference_shingles(text: str, spec: ShingleSpec) -> set[str]:
     return {flat[i : i + spec.k] for i in range(len(flat) - spec.k + 1)}
 
 
-def reference_token_hash(token: str) -> int:
-    """A word token's hash: a polynomial over its UTF-8 bytes read as little-endian
-    8-byte chunks, which the batch path reads straight out of the text's bytes."""
+def reference_token_hash(token: str, key: ShingleKey) -> int:
+    """A word token's hash: the keyed polynomial over its UTF-8 bytes read as
+    little-endian 4-byte digits (the last one zero-padded: a `\\w` token holds no zero
+    byte, so the digits and their number give the bytes back), which the batch path
+    reads straight out of the text's bytes."""
     raw = encode(token)
-    chunks = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, len(raw), 8)]
-    return finish(poly_hash(chunks, CHAR_BASE), len(raw))
+    return key.token.of([int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)])
 
 
-def reference_hash(shingle: str, spec: ShingleSpec) -> int:
-    """The 64-bit hash of one shingle string: a polynomial over its code points
-    (`char`) or its tokens' hashes (`word`), salted with its length.  It is left
-    unmixed because the fingerprint's seeded mix (signature.py) follows."""
+def reference_hash(shingle: str, spec: ShingleSpec, key: ShingleKey) -> int:
+    """The 64-bit hash of one shingle string: the keyed polynomial over its code
+    points (`char`) or its tokens' hashes (`word`), spread over 64 bits by `finish`."""
     if spec.kind == "char":
-        return salted(poly_hash([ord(c) for c in shingle], CHAR_BASE), len(shingle))
+        return finish(key.chars.of([ord(c) for c in shingle]))
     tokens = shingle.split(" ")
-    return salted(poly_hash([reference_token_hash(t) for t in tokens], TOKEN_BASE), len(tokens))
+    return finish(key.window.of([reference_token_hash(t, key) for t in tokens]))
 
 
 # --------------------------------------------------------------------------- batch path
@@ -250,7 +251,7 @@ def _window_hashes(
     k: int,
     table: PowerTable,
 ) -> tuple[U64, npt.NDArray[np.int64]]:
-    """Salted polynomial hashes of all the windows `_windows` defines, and
+    """Finished keyed polynomial hashes of all the windows `_windows` defines, and
     per-segment counts.
 
     For small k, every k-window of the whole array is hashed by Horner's rule on
@@ -258,25 +259,24 @@ def _window_hashes(
     a segment end are dropped; segments shorter than k are hashed on their own."""
     if k > HORNER_MAX_K:
         starts, ends, counts = _windows(lengths, k)
-        return salted_np(range_poly_hashes(values, starts, ends, table), ends - starts), counts
+        return fmix64_np(range_poly_hashes(values, starts, ends, table)), counts
     counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
     n_full = max(len(values) - k + 1, 0)
-    full = values[:n_full].astype(np.uint64)
+    digits = values.astype(np.uint64)  # below P: token hashes, or code points
     base = np.uint64(table.base)
+    full = reduce_np(digits[:n_full] + np.uint64(table.poly.start * table.base % P))
     for j in range(1, k):
-        full *= base
-        full += values[j : n_full + j]
+        full = reduce_np(mulmod_np(full, base) + digits[j : n_full + j])
     ends = offsets_of(lengths)[1:]
     crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
-    full_hashes = full[keep]
-    full_hashes += np.uint64(salted(0, k))
+    full_hashes = fmix64_np(full[keep])
     short = (lengths > 0) & (lengths < k)
     if not short.any():
         return full_hashes, counts
     starts = ends[short] - lengths[short]
-    short_hashes = salted_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
+    short_hashes = fmix64_np(range_poly_hashes(values, starts, ends[short], table))
     is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
     is_short[offsets_of(counts)[:-1][short]] = True
     out = np.empty(len(is_short), dtype=np.uint64)
@@ -313,13 +313,19 @@ def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
 
 
 class Shingler:
-    """Batch shingling for one `ShingleSpec`; keeps power tables between batches."""
+    """Batch shingling for one `ShingleSpec` under one index's key (`key`, the
+    stored random bytes: `IndexParams.hash_key`); keeps power tables between
+    batches."""
 
-    def __init__(self, spec: ShingleSpec) -> None:
+    def __init__(self, spec: ShingleSpec, key: bytes) -> None:
         self.spec = spec
-        self._chars = PowerTable(CHAR_BASE)
-        self._tokens = PowerTable(TOKEN_BASE)
+        self.key = ShingleKey.of(key)
+        self._chars = PowerTable(self.key.chars)
+        self._digits = PowerTable(self.key.token)
+        self._tokens = PowerTable(self.key.window)
         self._word = WordTable()
+        t, w = self.key.token, self.key.window
+        self._word_key = (t.base, t.start, w.base, w.start)
 
     def batch(
         self, normalised: Sequence[str] | None, encoded: Sequence[bytes] | None = None
@@ -352,7 +358,10 @@ class Shingler:
         data = _SEPARATOR + encoded
         doc_end = np.array([len(data)], dtype=np.int64)
         while isinstance(
-            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
+            got := native.word_shingles(
+                data, self._word.is_word, doc_end, self.spec.k, *self._word_key
+            ),
+            int,
         ):
             self._word.grow(got)
         return np.frombuffer(got[0], dtype=np.uint64)
@@ -385,7 +394,10 @@ class Shingler:
         data = _SEPARATOR + _SEPARATOR.join(encoded)
         doc_end = _doc_ends(encoded)
         while isinstance(
-            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
+            got := native.word_shingles(
+                data, self._word.is_word, doc_end, self.spec.k, *self._word_key
+            ),
+            int,
         ):
             self._word.grow(got)
         hashes, counts = got
@@ -397,23 +409,40 @@ class Shingler:
     def _token_hashes(
         self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
     ) -> U64:
-        """`reference_token_hash` of every token: most fit in one 8-byte read of
-        the text (an unaligned view of it); longer ones read all their chunks."""
+        """`reference_token_hash` of every token: one or two 4-byte digits for most,
+        from one 8-byte read of the text (an unaligned view of it); longer ones read
+        all their digits."""
         words8: U64 = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-        poly = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
+        chunk = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
+        low, high = chunk & np.uint64(0xFFFFFFFF), chunk >> np.uint64(32)
+        t = self.key.token
+        one = reduce_np(low + np.uint64(t.start * t.base % P))  # start * base + d0
+        two = reduce_np(  # start * base**2 + d0 * base + d1
+            mulmod_np(low, np.uint64(t.base)) + high + np.uint64(t.start * t.base**2 % P)
+        )
+        out = np.where(length <= 4, one, two)
         long = np.flatnonzero(length > 8)
         if len(long):
-            n_chunks = (length[long] + 7) >> 3
-            bounds = offsets_of(n_chunks)
-            within = np.arange(bounds[-1]) - np.repeat(bounds[:-1], n_chunks)
-            chunks = words8[np.repeat(start[long], n_chunks) + 8 * within]
-            chunks[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 8 * (n_chunks - 1)]
-            poly[long] = range_poly_hashes(chunks, bounds[:-1], bounds[1:], self._chars)
-        return finish_np(poly, length)
+            words4 = np.ndarray((len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
+            n_digits = (length[long] + 3) >> 2
+            bounds = offsets_of(n_digits)
+            within = np.arange(bounds[-1]) - np.repeat(bounds[:-1], n_digits)
+            digits = words4[np.repeat(start[long], n_digits) + 4 * within]
+            digits[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 4 * (n_digits - 1)].astype(
+                np.uint32
+            )
+            out[long] = range_poly_hashes(digits, bounds[:-1], bounds[1:], self._digits)
+        return out
 
     def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
         cps = _code_points("".join(flat))
+        native = kernels.native
+        if native is not None:
+            c = self.key.chars
+            hashes = native.window_hashes(cps.astype(np.uint32), lengths, self.spec.k, c.base, c.start)
+            counts = np.where(lengths >= self.spec.k, lengths - self.spec.k + 1, np.minimum(lengths, 1))
+            return ShingleBatch(np.frombuffer(hashes, dtype=np.uint64), offsets_of(counts))
         hashes, counts = _window_hashes(cps, lengths, self.spec.k, self._chars)
         return ShingleBatch(hashes, offsets_of(counts))

@@ -28,12 +28,13 @@ from streamdedup.sketch.signature import fingerprint_sets
 
 SEED = IndexParams().seed
 SPEC = ShingleSpec()  # word:5
+KEY = bytes(range(16))
 
 
 def fingerprints(texts: list[str], spec: ShingleSpec = SPEC) -> list[list[int]]:
     """Each text's fingerprint set, as the index computes it."""
     norm = [normalise(t) for t in texts]
-    batch = Shingler(spec).batch(norm, [encode(t) for t in norm])
+    batch = Shingler(spec, KEY).batch(norm, [encode(t) for t in norm])
     sets = fingerprint_sets(batch, SEED)
     return [sets.of(i).tolist() for i in range(len(texts))]
 

@@ -27,3 +27,21 @@ def dump(source: Path | Index) -> dict[str, list[tuple[bytes, bytes]]]:
     finally:
         if index is not source:
             index.close()
+
+
+def share_key(source: Path, target: Path) -> None:
+    """Make the (new) index at `target` take the parameters of the one at `source`,
+    shingle hash key included: two indexes hash alike, and so can be compared table
+    by table, only under one key (each new index draws its own)."""
+    from streamdedup.store.keys import MetaKey
+
+    src = Index(source, readonly=True)
+    try:
+        params = src.read(lambda t: t.meta(MetaKey.PARAMS))
+    finally:
+        src.close()
+    dst = Index(target)
+    try:
+        dst.write(lambda t: t.set_meta(MetaKey.PARAMS, params))
+    finally:
+        dst.close()

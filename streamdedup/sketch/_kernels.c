@@ -260,31 +260,33 @@ static inline uint32_t decode_utf8(const uint8_t *p, const uint8_t *stop, int *s
 /* Shingle hashes of the documents whose tokens were collected: up to the one that
  * holds byte `pos`.  Called once per document, so it may keep its state in memory. */
 typedef struct {
-    Py_ssize_t k, n_docs, doc, n; /* n: token hashes in th[] of document `doc` */
-    Poly window;
+    Py_ssize_t k, n_docs, doc, n; /* n: token hashes in th[h] of document `doc` */
+    int keys;                     /* how many keyed hashes: 1 or 2 */
+    Poly token[2], window[2];
     const int64_t *end;
-    uint64_t *th, *out;
+    uint64_t *th[2], *out[2];
     int64_t *count;
 } Docs;
 
 static Py_ssize_t close_docs_before(Docs *t, Py_ssize_t pos)
 {
     while (t->doc < t->n_docs && pos >= t->end[t->doc]) {
-        uint64_t *before = t->out;
-        t->out = emit_windows(t->out, &t->window, t->th, t->n, t->k);
-        t->count[t->doc++] = t->out - before;
+        uint64_t *before = t->out[0];
+        for (int h = 0; h < t->keys; h++)
+            t->out[h] = emit_windows(t->out[h], &t->window[h], t->th[h], t->n, t->k);
+        t->count[t->doc++] = t->out[0] - before;
         t->n = 0;
     }
     return t->doc < t->n_docs ? t->end[t->doc] : PY_SSIZE_T_MAX;
 }
 
 PyDoc_STRVAR(word_shingles_doc,
-"word_shingles(data, is_word, doc_ends, k, token_base, token_start, window_base,\n"
-"              window_start) -> (hashes, counts) | int\n\n"
+"word_shingles(data, is_word, doc_ends, k, keys) -> (hashes, [hashes2,] counts) | int\n\n"
 "Shingler._words: the word:k shingle hashes (uint64) of the documents laid end to\n"
-"end in data (UTF-8), under the keyed polynomials (base, start) of the tokens' bytes\n"
-"and of the windows' token hashes, document i ending before doc_ends[i] (int64), and each\n"
-"document's number of shingles (int64).  Tokens are the runs of \\w characters;\n"
+"end in data (UTF-8), document i ending before doc_ends[i] (int64), under one or two\n"
+"keys (`keys`: (token_base, token_start, window_base, window_start) once or twice in\n"
+"one tuple: the keyed polynomials of the tokens' bytes and of the windows' token\n"
+"hashes), and each document's number of shingles (int64).  Tokens are the runs of \\w characters;\n"
 "is_word[cp] (one byte per code point) classifies the non-ASCII ones.  If data\n"
 "holds a code point past the table, returns it instead: grow the table, call again.");
 
@@ -292,24 +294,36 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
 {
     PyObject *data_obj, *table_obj, *ends_obj;
     Py_ssize_t k;
-    unsigned long long tb, ts, wb, ws;
-    if (!PyArg_ParseTuple(args, "OOOnKKKK", &data_obj, &table_obj, &ends_obj, &k, &tb, &ts, &wb,
-                          &ws))
+    unsigned long long kv[8];
+    PyObject *keys_obj;
+    if (!PyArg_ParseTuple(args, "OOOnO!", &data_obj, &table_obj, &ends_obj, &k, &PyTuple_Type,
+                          &keys_obj))
         return NULL;
     if (k < 1) {
         PyErr_SetString(PyExc_ValueError, "k must be at least 1");
         return NULL;
+    }
+    Py_ssize_t n_kv = PyTuple_GET_SIZE(keys_obj);
+    if (n_kv != 4 && n_kv != 8) {
+        PyErr_SetString(PyExc_ValueError, "keys: 4 or 8 integers (one or two keys)");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < n_kv; j++) {
+        kv[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(keys_obj, j));
+        if (kv[j] == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
     }
     Py_buffer views[3];
     if (get_buffers(3, views, (PyObject *[]){data_obj, table_obj, ends_obj},
                     (Py_ssize_t[]){1, 1, 8}, (const char *[]){"data", "is_word", "doc_ends"}) < 0)
         return NULL;
     const Py_buffer data = views[0], table = views[1], ends = views[2];
-    PyObject *result = NULL, *hashes = NULL, *counts = NULL;
-    Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf};
-    Poly token;
-    poly_init(&token, tb, ts);
-    poly_init(&t.window, wb, ws);
+    PyObject *result = NULL, *hashes[2] = {NULL, NULL}, *counts = NULL;
+    Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf, .keys = (int)(n_kv / 4)};
+    for (int h = 0; h < t.keys; h++) {
+        poly_init(&t.token[h], kv[4 * h], kv[4 * h + 1]);
+        poly_init(&t.window[h], kv[4 * h + 2], kv[4 * h + 3]);
+    }
     const uint8_t *text = data.buf, *is_word = table.buf;
     Py_ssize_t len = data.len, n_docs = t.n_docs, table_len = table.len;
     for (Py_ssize_t d = 0; d < n_docs; d++) {
@@ -327,16 +341,20 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
         if (most > widest)
             widest = most;
     }
-    hashes = PyBytes_FromStringAndSize(NULL, bound * 8);
     counts = PyBytes_FromStringAndSize(NULL, n_docs * 8);
-    t.th = PyMem_Malloc((widest + 1) * sizeof(uint64_t));
-    if (!hashes || !counts || !t.th) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (!counts)
         goto done;
+    uint64_t *first[2] = {NULL, NULL};
+    for (int h = 0; h < t.keys; h++) {
+        hashes[h] = PyBytes_FromStringAndSize(NULL, bound * 8);
+        t.th[h] = PyMem_Malloc((widest + 1) * sizeof(uint64_t));
+        if (!hashes[h] || !t.th[h]) {
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            goto done;
+        }
+        first[h] = t.out[h] = (uint64_t *)PyBytes_AS_STRING(hashes[h]);
     }
-    uint64_t *first = (uint64_t *)PyBytes_AS_STRING(hashes);
-    t.out = first;
     t.count = (int64_t *)PyBytes_AS_STRING(counts);
     long missing = -1; /* a code point past the table */
     /* One token, [start, stop): its hash joins its document's (closing the documents
@@ -349,11 +367,15 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
             doc_end = close_docs_before(&t, s_);                                          \
             n = 0;                                                                        \
         }                                                                                 \
-        if (doc_end != PY_SSIZE_T_MAX)                                                    \
-            th[n++] = token_hash(&token, text + s_, e_ - s_, len - s_);                   \
+        if (doc_end != PY_SSIZE_T_MAX) {                                                  \
+            th[n] = token_hash(&t.token[0], text + s_, e_ - s_, len - s_);                \
+            if (th2)                                                                      \
+                th2[n] = token_hash(&t.token[1], text + s_, e_ - s_, len - s_);           \
+            n++;                                                                          \
+        }                                                                                 \
     } while (0)
     Py_BEGIN_ALLOW_THREADS
-    uint64_t *th = t.th;
+    uint64_t *th = t.th[0], *th2 = t.keys == 2 ? t.th[1] : NULL;
     Py_ssize_t n = 0, doc_end = close_docs_before(&t, 0), token_start = -1; /* inside a token: where it began */
     uint64_t carry = 0;         /* is the byte before this block a word byte */
     uint8_t tail[64];
@@ -426,13 +448,17 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
         result = PyLong_FromLong(missing);
         goto done;
     }
-    if (_PyBytes_Resize(&hashes, (t.out - first) * 8) < 0)
-        goto done;
-    result = PyTuple_Pack(2, hashes, counts);
+    for (int h = 0; h < t.keys; h++)
+        if (_PyBytes_Resize(&hashes[h], (t.out[h] - first[h]) * 8) < 0)
+            goto done;
+    result = t.keys == 2 ? PyTuple_Pack(3, hashes[0], hashes[1], counts)
+                         : PyTuple_Pack(2, hashes[0], counts);
 done:
-    Py_XDECREF(hashes);
+    for (int h = 0; h < 2; h++) {
+        Py_XDECREF(hashes[h]);
+        PyMem_Free(t.th[h]);
+    }
     Py_XDECREF(counts);
-    PyMem_Free(t.th);
     release_buffers(3, views);
     return result;
 }

@@ -79,6 +79,10 @@ class ShingleKey:
     window: Poly
     chars: Poly
 
+    def word_values(self) -> tuple[int, int, int, int]:
+        """What `_kernels.word_shingles` takes of a key."""
+        return (self.token.base, self.token.start, self.window.base, self.window.start)
+
     @classmethod
     def of(cls, key: bytes) -> ShingleKey:
         if len(key) != HASH_KEY_BYTES:
@@ -89,6 +93,13 @@ class ShingleKey:
         v = [int.from_bytes(raw[8 * i : 8 * i + 8], "little") % P for i in range(6)]
         bases = [b if b > 1 else b + 2 for b in v[0::2]]
         return cls(*(Poly(b, s) for b, s in zip(bases, v[1::2], strict=True)))
+
+
+# The key of the hash signatures are made of: fixed, so that the candidates LSH finds,
+# and with them every verdict, are the same in every index built with the same
+# parameters and seed.  Collisions under it can be aimed at; they only make candidates,
+# which exact verification, under the index's secret key, then measures.
+PUBLIC_KEY = bytes(HASH_KEY_BYTES)
 
 
 def finish(value: int) -> int:

@@ -39,11 +39,8 @@ class Kernels(Protocol):
         is_word: Buffer,
         doc_ends: Buffer,
         k: int,
-        token_base: int,
-        token_start: int,
-        window_base: int,
-        window_start: int,
-    ) -> tuple[bytes, bytes] | int: ...
+        keys: tuple[int, ...],
+    ) -> tuple[bytes, ...] | int: ...
 
     def window_hashes(
         self, values: Buffer, lengths: Buffer, k: int, base: int, start: int

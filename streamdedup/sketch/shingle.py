@@ -33,7 +33,9 @@ from streamdedup.config import ShingleSpec
 from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
     P,
+    PUBLIC_KEY,
     U64,
+    Poly,
     PowerTable,
     ShingleKey,
     finish,
@@ -192,10 +194,20 @@ class ShingleBatch:
     """Shingle hashes of n documents: document i owns hashes[offsets[i]:offsets[i+1]].
 
     Hashes are not deduplicated; a repeated shingle appears once per occurrence.
+    `hashes` are under the public key (what signatures are made of); `exact`, when
+    asked for, the same shingles in the same order under the index's secret key
+    (what exact verification measures): `exact_batch`.
     """
 
     hashes: U64
     offsets: npt.NDArray[np.int64]
+    exact: U64 | None = None
+
+    def exact_batch(self) -> ShingleBatch:
+        """The secretly keyed hashes, as a batch of their own."""
+        if self.exact is None:
+            raise ValueError("this batch was shingled without its exact hashes")
+        return ShingleBatch(self.exact, self.offsets)
 
     @property
     def counts(self) -> npt.NDArray[np.int64]:
@@ -208,7 +220,11 @@ class ShingleBatch:
     def concat(cls, parts: Sequence[ShingleBatch]) -> ShingleBatch:
         if len(parts) == 1:
             return parts[0]
-        return cls(*join_ragged([p.hashes for p in parts], [p.offsets for p in parts]))
+        hashes, offsets = join_ragged([p.hashes for p in parts], [p.offsets for p in parts])
+        exact = [p.exact for p in parts]
+        if any(e is None for e in exact):
+            return cls(hashes, offsets)
+        return cls(hashes, offsets, np.concatenate(exact))
 
 
 def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -226,6 +242,12 @@ def join_ragged(
     return np.concatenate(values), offsets_of(counts)
 
 
+def _window_counts(lengths: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.int64]:
+    """How many k-windows each segment has: a segment shorter than k has one, the
+    whole segment; an empty one has none."""
+    return np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+
+
 def _windows(
     lengths: npt.NDArray[np.int64], k: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -234,7 +256,7 @@ def _windows(
     A segment shorter than k has one window, the whole segment; an empty one has none.
     Returns per-window (start, end) positions and the per-segment window counts.
     """
-    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+    counts = _window_counts(lengths, k)
     seg = np.repeat(np.arange(len(lengths)), counts)
     within = np.arange(len(seg)) - offsets_of(counts)[seg]
     starts = offsets_of(lengths)[seg] + within
@@ -260,7 +282,7 @@ def _window_hashes(
     if k > HORNER_MAX_K:
         starts, ends, counts = _windows(lengths, k)
         return fmix64_np(range_poly_hashes(values, starts, ends, table)), counts
-    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+    counts = _window_counts(lengths, k)
     n_full = max(len(values) - k + 1, 0)
     digits = values.astype(np.uint64)  # below P: token hashes, or code points
     base = np.uint64(table.base)
@@ -313,26 +335,33 @@ def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
 
 
 class Shingler:
-    """Batch shingling for one `ShingleSpec` under one index's key (`key`, the
-    stored random bytes: `IndexParams.hash_key`); keeps power tables between
-    batches."""
+    """Batch shingling for one `ShingleSpec`; keeps power tables between batches.
+
+    Each shingle is hashed under two keys (hashing.py): the public one, for
+    signatures, so that which candidates LSH finds -- and so every verdict -- depends
+    on the stored parameters and `seed` alone, never on a secret; and the index's
+    secret `key` (`IndexParams.hash_key`), for the sets exact verification measures,
+    so that nobody who cannot read the key can make two different shingles count as
+    one.  A collision under the public key only makes a candidate."""
 
     def __init__(self, spec: ShingleSpec, key: bytes) -> None:
         self.spec = spec
+        self.public = ShingleKey.of(PUBLIC_KEY)
         self.key = ShingleKey.of(key)
-        self._chars = PowerTable(self.key.chars)
-        self._digits = PowerTable(self.key.token)
-        self._tokens = PowerTable(self.key.window)
+        self._tables: dict[Poly, PowerTable] = {}
         self._word = WordTable()
-        t, w = self.key.token, self.key.window
-        self._word_key = (t.base, t.start, w.base, w.start)
 
     def batch(
-        self, normalised: Sequence[str] | None, encoded: Sequence[bytes] | None = None
+        self,
+        normalised: Sequence[str] | None,
+        encoded: Sequence[bytes] | None = None,
+        *,
+        exact: bool = False,
     ) -> ShingleBatch:
         """Shingle hashes for already-`normalise`d texts; `encoded`, their `encode`d
         bytes (`normalise_utf8`), if the caller has them already: word shingling reads
-        only those, so it needs no `normalised`."""
+        only those, so it needs no `normalised`.  `exact`: the secretly keyed hashes
+        too, in the same pass."""
         if self.spec.kind == "char":
             if normalised is None:
                 raise ValueError("char shingling reads the normalised texts")
@@ -342,72 +371,90 @@ class Shingler:
         else:
             units = [encode(t) for t in normalised or ()]
         lengths = [len(u) for u in units]
+        keys = (self.public, self.key) if exact else (self.public,)
         return ShingleBatch.concat(
-            [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
+            [self._one(units[c], keys) for c in split_by_length(lengths, CHUNK_CHARS)]
         )
 
     def one(self, normalised: str | None, encoded: bytes) -> U64:
-        """The shingle hashes of one document (as `batch` would give them): what exact
-        verification asks of a stored text, one candidate at a time.  With word
-        shingles and the compiled kernels, one kernel call: `batch`'s own work around
-        it (splitting, joining, offsets) cost more than the shingling of a one-line
-        document, about 45 us a call."""
+        """The secretly keyed shingle hashes of one document (`batch(...).exact`):
+        what exact verification asks of a stored text, one candidate at a time.  With
+        word shingles and the compiled kernels, one kernel call: `batch`'s own work
+        around it (splitting, joining, offsets) cost more than the shingling of a
+        one-line document, about 45 us a call."""
         native = kernels.native
         if self.spec.kind != "word" or native is None:
-            return self.batch(None if normalised is None else [normalised], [encoded]).hashes
+            units = [encoded] if self.spec.kind == "word" else [normalised or ""]
+            return self._one(units, (self.key,)).hashes
         data = _SEPARATOR + encoded
         doc_end = np.array([len(data)], dtype=np.int64)
-        while isinstance(
-            got := native.word_shingles(
-                data, self._word.is_word, doc_end, self.spec.k, *self._word_key
-            ),
-            int,
-        ):
-            self._word.grow(got)
+        got = self._words_native(native, data, doc_end, (self.key,))
         return np.frombuffer(got[0], dtype=np.uint64)
 
-    def _one(self, units: Sequence[str] | Sequence[bytes]) -> ShingleBatch:
-        if self.spec.kind == "char":
-            return self._chars_batch(units)  # type: ignore[arg-type]
-        return self._words(units)  # type: ignore[arg-type]
+    def _table(self, poly: Poly) -> PowerTable:
+        table = self._tables.get(poly)
+        if table is None:
+            table = self._tables[poly] = PowerTable(poly)
+        return table
 
-    def _words(self, encoded: Sequence[bytes]) -> ShingleBatch:
+    def _one(
+        self, units: Sequence[str] | Sequence[bytes], keys: tuple[ShingleKey, ...]
+    ) -> ShingleBatch:
+        if self.spec.kind == "char":
+            return self._chars_batch(units, keys)  # type: ignore[arg-type]
+        return self._words(units, keys)  # type: ignore[arg-type]
+
+    def _words(self, encoded: Sequence[bytes], keys: tuple[ShingleKey, ...]) -> ShingleBatch:
         if kernels.native is not None:
-            return self._words_compiled(encoded, kernels.native)
+            return self._words_compiled(encoded, kernels.native, keys)
         # documents between NUL separators (not \w, so no token spans two of them),
         # one before the first so that every token start is a rising edge
         data = _SEPARATOR + _SEPARATOR.join([*encoded, _PAD])
         is_word = self._word.classify(data)
         bounds = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1  # token start, end, ...
         tok_start, tok_end = bounds[0::2], bounds[1::2]
-        tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start)
         doc_end = _doc_ends(encoded)
         # count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
-        hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
-        return ShingleBatch(hashes, offsets_of(counts))
+        out = []
+        for key in keys:
+            tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start, key.token)
+            hashes, counts = _window_hashes(
+                tok_hash, tok_count, self.spec.k, self._table(key.window)
+            )
+            out.append(hashes)
+        return ShingleBatch(out[0], offsets_of(counts), out[1] if len(out) > 1 else None)
 
-    def _words_compiled(self, encoded: Sequence[bytes], native: kernels.Kernels) -> ShingleBatch:
-        """`_words` in one pass of `_kernels.word_shingles`, which classifies bytes
-        itself (ASCII by their value, the rest by `WordTable.is_word`, grown here
-        when it meets a code point past the table's end)."""
-        data = _SEPARATOR + _SEPARATOR.join(encoded)
-        doc_end = _doc_ends(encoded)
+    def _words_native(
+        self,
+        native: kernels.Kernels,
+        data: bytes,
+        doc_end: npt.NDArray[np.int64],
+        keys: tuple[ShingleKey, ...],
+    ) -> tuple[bytes, ...]:
+        """`_kernels.word_shingles`, which classifies bytes itself (ASCII by their
+        value, the rest by `WordTable.is_word`, grown here when it meets a code point
+        past the table's end)."""
+        flat = tuple(v for key in keys for v in key.word_values())
         while isinstance(
-            got := native.word_shingles(
-                data, self._word.is_word, doc_end, self.spec.k, *self._word_key
-            ),
+            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k, flat),
             int,
         ):
             self._word.grow(got)
-        hashes, counts = got
-        return ShingleBatch(
-            np.frombuffer(hashes, dtype=np.uint64),
-            offsets_of(np.frombuffer(counts, dtype=np.int64)),
-        )
+        return got
+
+    def _words_compiled(
+        self, encoded: Sequence[bytes], native: kernels.Kernels, keys: tuple[ShingleKey, ...]
+    ) -> ShingleBatch:
+        """`_words` in one pass of `_kernels.word_shingles` (under every key at once)."""
+        data = _SEPARATOR + _SEPARATOR.join(encoded)
+        got = self._words_native(native, data, _doc_ends(encoded), keys)
+        hashes = [np.frombuffer(h, dtype=np.uint64) for h in got[:-1]]
+        counts = np.frombuffer(got[-1], dtype=np.int64)
+        return ShingleBatch(hashes[0], offsets_of(counts), hashes[1] if len(hashes) > 1 else None)
 
     def _token_hashes(
-        self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+        self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64], t: Poly
     ) -> U64:
         """`reference_token_hash` of every token: one or two 4-byte digits for most,
         from one 8-byte read of the text (an unaligned view of it); longer ones read
@@ -415,7 +462,6 @@ class Shingler:
         words8: U64 = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
         chunk = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
         low, high = chunk & np.uint64(0xFFFFFFFF), chunk >> np.uint64(32)
-        t = self.key.token
         one = reduce_np(low + np.uint64(t.start * t.base % P))  # start * base + d0
         two = reduce_np(  # start * base**2 + d0 * base + d1
             mulmod_np(low, np.uint64(t.base)) + high + np.uint64(t.start * t.base**2 % P)
@@ -431,18 +477,22 @@ class Shingler:
             digits[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 4 * (n_digits - 1)].astype(
                 np.uint32
             )
-            out[long] = range_poly_hashes(digits, bounds[:-1], bounds[1:], self._digits)
+            out[long] = range_poly_hashes(digits, bounds[:-1], bounds[1:], self._table(t))
         return out
 
-    def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
+    def _chars_batch(self, texts: Sequence[str], keys: tuple[ShingleKey, ...]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
         cps = _code_points("".join(flat))
         native = kernels.native
-        if native is not None:
-            c = self.key.chars
-            hashes = native.window_hashes(cps.astype(np.uint32), lengths, self.spec.k, c.base, c.start)
-            counts = np.where(lengths >= self.spec.k, lengths - self.spec.k + 1, np.minimum(lengths, 1))
-            return ShingleBatch(np.frombuffer(hashes, dtype=np.uint64), offsets_of(counts))
-        hashes, counts = _window_hashes(cps, lengths, self.spec.k, self._chars)
-        return ShingleBatch(hashes, offsets_of(counts))
+        k = self.spec.k
+        out = []
+        for key in keys:
+            c = key.chars
+            if native is not None:
+                got = native.window_hashes(cps.astype(np.uint32), lengths, k, c.base, c.start)
+                out.append(np.frombuffer(got, dtype=np.uint64))
+            else:
+                out.append(_window_hashes(cps, lengths, k, self._table(c))[0])
+        counts = _window_counts(lengths, k)
+        return ShingleBatch(out[0], offsets_of(counts), out[1] if len(out) > 1 else None)

@@ -67,16 +67,19 @@ keys = st.binary(min_size=16, max_size=16)
 
 def _check(batch_texts: list[str], spec: ShingleSpec, key: bytes = KEY) -> None:
     shingler = Shingler(spec, key)
-    results = [shingler.batch([normalise(t) for t in batch_texts])]
+    results = [shingler.batch([normalise(t) for t in batch_texts], exact=True)]
     if spec.kind == "word":  # the engine's path: UTF-8 bytes only
-        results.append(Shingler(spec, key).batch(None, [normalise_utf8(t) for t in batch_texts]))
+        encoded = [normalise_utf8(t) for t in batch_texts]
+        results.append(Shingler(spec, key).batch(None, encoded, exact=True))
     for result in results:
         assert len(result.offsets) == len(batch_texts) + 1
         for i, text in enumerate(batch_texts):
             strings = reference_shingles(text, spec)
-            expected = {reference_hash(s, spec, shingler.key) for s in strings}
-            assert len(expected) == len(strings)  # no 64-bit collisions in practice
-            assert set(result.of(i).tolist()) == expected
+            public = {reference_hash(s, spec, shingler.public) for s in strings}
+            secret = {reference_hash(s, spec, shingler.key) for s in strings}
+            assert len(public) == len(secret) == len(strings)  # no collisions in practice
+            assert set(result.of(i).tolist()) == public
+            assert set(result.exact_batch().of(i).tolist()) == secret
 
 
 @given(texts)
@@ -107,7 +110,7 @@ def test_one_document_equals_reference(text: str, spec: ShingleSpec, key: bytes)
     got = shingler.one(norm, normalise_utf8(text))
     expected = {reference_hash(s, spec, shingler.key) for s in reference_shingles(text, spec)}
     assert set(got.tolist()) == expected
-    assert got.tolist() == shingler.batch([norm], [encode(norm)]).hashes.tolist()
+    assert got.tolist() == shingler.batch([norm], [encode(norm)], exact=True).exact.tolist()
 
 
 def test_ascii_and_unicode_documents_in_one_batch() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamdedup.config import public_params
 from streamdedup.store.index import Index
 
 
@@ -18,8 +19,10 @@ def dump(source: Path | Index) -> dict[str, list[tuple[bytes, bytes]]]:
             for name in ("ids", "docs", "sigs", "texts", "content", "copies", "expiry"):
                 out[name] = list(t.items(name))
             out["postings"] = t.postings.live()  # the runs' shapes depend on the history
+            # each index draws its own secret hash key; what it holds must not depend on it
             out["meta"] = [
-                (name, t.meta(name)) for name in ("next_docno", "counts", "clock", "params")
+                (name, _public(t.meta(name)))
+                for name in ("next_docno", "counts", "clock", "params")
             ]
             return out
 
@@ -29,19 +32,6 @@ def dump(source: Path | Index) -> dict[str, list[tuple[bytes, bytes]]]:
             index.close()
 
 
-def share_key(source: Path, target: Path) -> None:
-    """Make the (new) index at `target` take the parameters of the one at `source`,
-    shingle hash key included: two indexes hash alike, and so can be compared table
-    by table, only under one key (each new index draws its own)."""
-    from streamdedup.store.keys import MetaKey
 
-    src = Index(source, readonly=True)
-    try:
-        params = src.read(lambda t: t.meta(MetaKey.PARAMS))
-    finally:
-        src.close()
-    dst = Index(target)
-    try:
-        dst.write(lambda t: t.set_meta(MetaKey.PARAMS, params))
-    finally:
-        dst.close()
+def _public(value: object) -> object:
+    return public_params(value) if isinstance(value, dict) else value

@@ -246,8 +246,7 @@ def check_params(segment: SealedSegment, params: IndexParams) -> None:
     differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
     if differ:
         shown = ", ".join(
-            "hash_key: another index's (the segment was sealed from or built for another "
-            "index)"
+            "hash_key: another index's (the segment was sealed from or built for another index)"
             if k == "hash_key"
             else f"{k}: segment {theirs.get(k)!r}, index {mine.get(k)!r}"
             for k in differ

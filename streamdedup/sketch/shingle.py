@@ -32,9 +32,9 @@ import numpy.typing as npt
 from streamdedup.config import ShingleSpec
 from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
-    P,
     PUBLIC_KEY,
     U64,
+    P,
     Poly,
     PowerTable,
     ShingleKey,
@@ -221,8 +221,8 @@ class ShingleBatch:
         if len(parts) == 1:
             return parts[0]
         hashes, offsets = join_ragged([p.hashes for p in parts], [p.offsets for p in parts])
-        exact = [p.exact for p in parts]
-        if any(e is None for e in exact):
+        exact = [p.exact for p in parts if p.exact is not None]
+        if len(exact) < len(parts):
             return cls(hashes, offsets)
         return cls(hashes, offsets, np.concatenate(exact))
 

@@ -313,5 +313,7 @@ def test_engineered_token_collisions_are_not_duplicates(tmp_path) -> None:
     by_id = {v.id: v for v in verdicts}
     assert by_id["b"].verdict == "unique" and by_id["b"].similarity is None
     assert by_id["d"].duplicate_of == "c"
-    assert by_id["d"].similarity == pytest.approx(reference_jaccard(docs[3].text, docs[2].text), abs=1e-4)
+    assert by_id["d"].similarity == pytest.approx(
+        reference_jaccard(docs[3].text, docs[2].text), abs=1e-4
+    )
     assert by_id["d"].similarity < 1.0

@@ -329,7 +329,9 @@ def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -
         p = dd.preparer.prepare([Document(f"d{k}", t) for k, t in enumerate(texts)])
         sets = [summarise(np.unique(own_hashes(p, k))) for k in range(6)]
         room = max(map(summary_values, sets))  # one set at a time
-        memory = BatchMemory(Shingler(dd.params.shingle, dd.params.hash_key), exact_values=room, orphan_rows=2)
+        memory = BatchMemory(
+            Shingler(dd.params.shingle, dd.params.hash_key), exact_values=room, orphan_rows=2
+        )
         memory.clear(100)
 
         def keep(d: int) -> None:

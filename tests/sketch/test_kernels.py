@@ -105,7 +105,9 @@ def test_a_code_point_past_the_table_asks_for_it() -> None:
     assert compiled is not None
     table = WordTable()
     data = b"\x00ab \xf0\x9d\x94\x98x"  # U+1D518, a letter, past the first table block
-    assert compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1, WORD_KEY) == 0x1D518
+    assert (
+        compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1, WORD_KEY) == 0x1D518
+    )
     table.grow(0x1D518)
     got = compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1, WORD_KEY)
     assert not isinstance(got, int)

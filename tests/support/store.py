@@ -32,6 +32,5 @@ def dump(source: Path | Index) -> dict[str, list[tuple[bytes, bytes]]]:
             index.close()
 
 
-
 def _public(value: object) -> object:
     return public_params(value) if isinstance(value, dict) else value

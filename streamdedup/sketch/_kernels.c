@@ -18,6 +18,7 @@
 #endif
 
 #define P61 0x1FFFFFFFFFFFFFFFULL /* 2**61 - 1: the field of the keyed shingle hash */
+#define SPREAD 0x9E3779B97F4A7C15ULL /* hashing.finish: a field value spread over 64 bits */
 #define FINGERPRINT_BITS 24
 #define EMPTY_BIN 0xFFFF0000U
 
@@ -134,10 +135,22 @@ static inline uint64_t mulmod61(uint64_t a, uint64_t b)
     return reduce61(((uint64_t)m & P61) + (uint64_t)(m >> 61));
 }
 
+/* x folded once: below 2**61 + 8 for any x, and = x mod P61 (the lazy half of reduce61). */
+static inline uint64_t fold61(uint64_t x) { return (x & P61) + (x >> 61); }
+
+/* a * b folded once, = a * b mod P61: below 2**61 + 2**62 for a < 2**62 and b < P61,
+ * at most 2 * P61 for a, b < P61 (the high part is then below 2**61). */
+static inline uint64_t mulfold61(uint64_t a, uint64_t b)
+{
+    __uint128_t m = (__uint128_t)a * b;
+    return ((uint64_t)m & P61) + (uint64_t)(m >> 61);
+}
+
 /* One keyed polynomial (hashing.Poly): its base, start, and start * base**j for the
- * few lengths the common cases need. */
+ * few lengths the common cases need; for windows of k digits, base**k and
+ * start * base**k (`poly_window`). */
 typedef struct {
-    uint64_t base, start, head[9];
+    uint64_t base, start, head[9], rk, headk;
 } Poly;
 
 static void poly_init(Poly *q, uint64_t base, uint64_t start)
@@ -147,6 +160,14 @@ static void poly_init(Poly *q, uint64_t base, uint64_t start)
     q->head[0] = q->start;
     for (int j = 1; j < 9; j++)
         q->head[j] = mulmod61(q->head[j - 1], q->base);
+}
+
+static void poly_window(Poly *q, Py_ssize_t k)
+{
+    q->rk = 1;
+    for (Py_ssize_t j = 0; j < k; j++)
+        q->rk = mulmod61(q->rk, q->base);
+    q->headk = mulmod61(q->start, q->rk);
 }
 
 /* Hash of one token: shingle.reference_token_hash, the keyed polynomial over its
@@ -165,7 +186,7 @@ static inline uint64_t token_hash(const Poly *q, const uint8_t *p, Py_ssize_t n,
         uint64_t low = v & 0xFFFFFFFFULL, high = v >> 32;
         if (n <= 4)
             return reduce61(q->head[1] + low);
-        return reduce61(q->head[2] + mulmod61(low, q->base) + high);
+        return reduce61(q->head[2] + mulfold61(low, q->base) + high); /* < 2**63 */
     }
     uint64_t acc = q->start;
     Py_ssize_t i = 0;
@@ -180,33 +201,44 @@ static inline uint64_t token_hash(const Poly *q, const uint8_t *p, Py_ssize_t n,
 }
 
 /* The finished hashes of the windows of one run of n digits below P61
- * (shingle._window_hashes): every k consecutive ones, or all n if n < k. */
-static uint64_t *emit_windows(uint64_t *out, const Poly *q, const uint64_t *th, Py_ssize_t n,
-                              Py_ssize_t k)
+ * (shingle._window_hashes): every k consecutive ones, or all n if n < k; under nk
+ * keys (1 or 2, q[h] `poly_window`ed for k) at once, digits th[h], into out[h].
+ * Sliding on, a window's digits part (its hash less start * base**k) becomes
+ * body * base + th[j] - th[j-k] * base**k: the one product that depends on the
+ * window before is folded lazily, so each step waits on one multiply and two adds;
+ * the two keys' chains run side by side. */
+static void emit_windows(uint64_t **out, const Poly *q, uint64_t *const *th, int nk, Py_ssize_t n,
+                         Py_ssize_t k)
 {
     if (n == 0)
-        return out;
+        return;
     Py_ssize_t w = n < k ? n : k;
-    uint64_t acc = q->start;
-    for (Py_ssize_t j = 0; j < w; j++)
-        acc = reduce61(mulmod61(acc, q->base) + th[j]);
-    *out++ = fmix64(acc);
+    uint64_t body[2] = {0, 0};
+    for (int h = 0; h < nk; h++) {
+        uint64_t acc = q[h].start;
+        for (Py_ssize_t j = 0; j < w; j++)
+            acc = reduce61(mulmod61(acc, q[h].base) + th[h][j]);
+        *out[h]++ = acc * SPREAD;
+        body[h] = reduce61(acc + P61 - q[h].headk);
+    }
     if (n <= k)
-        return out;
-    /* acc - start * base**k is the digits' part; the leaving digit weighs base**(k-1) */
-    uint64_t top = 1, head = q->start;
-    for (Py_ssize_t j = 0; j < k; j++) {
-        head = mulmod61(head, q->base);
-        if (j)
-            top = mulmod61(top, q->base);
+        return;
+#define SLIDE(h)                                                                          \
+    do {                                                                                  \
+        uint64_t d_ = th[h][j] + 2 * P61 - mulfold61(th[h][j - k], q[h].rk);              \
+        body[h] = fold61(mulfold61(body[h], q[h].base) + d_);                             \
+        *out[h]++ = reduce61(body[h] + q[h].headk) * SPREAD;                              \
+    } while (0)
+    if (nk == 2) {
+        for (Py_ssize_t j = k; j < n; j++) {
+            SLIDE(0);
+            SLIDE(1);
+        }
+    } else {
+        for (Py_ssize_t j = k; j < n; j++)
+            SLIDE(0);
     }
-    uint64_t body = reduce61(acc + P61 - head);
-    for (Py_ssize_t j = k; j < n; j++) {
-        body = reduce61(body + P61 - mulmod61(th[j - k], top));
-        body = reduce61(mulmod61(body, q->base) + th[j]);
-        *out++ = fmix64(reduce61(body + head));
-    }
-    return out;
+#undef SLIDE
 }
 
 /* Bit j of the result: is byte j of the 64 at p an ASCII \w ([0-9A-Za-z_]; a test
@@ -272,8 +304,7 @@ static Py_ssize_t close_docs_before(Docs *t, Py_ssize_t pos)
 {
     while (t->doc < t->n_docs && pos >= t->end[t->doc]) {
         uint64_t *before = t->out[0];
-        for (int h = 0; h < t->keys; h++)
-            t->out[h] = emit_windows(t->out[h], &t->window[h], t->th[h], t->n, t->k);
+        emit_windows(t->out, t->window, t->th, t->keys, t->n, t->k);
         t->count[t->doc++] = t->out[0] - before;
         t->n = 0;
     }
@@ -323,6 +354,7 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
     for (int h = 0; h < t.keys; h++) {
         poly_init(&t.token[h], kv[4 * h], kv[4 * h + 1]);
         poly_init(&t.window[h], kv[4 * h + 2], kv[4 * h + 3]);
+        poly_window(&t.window[h], k);
     }
     const uint8_t *text = data.buf, *is_word = table.buf;
     Py_ssize_t len = data.len, n_docs = t.n_docs, table_len = table.len;
@@ -508,11 +540,14 @@ static PyObject *window_hashes(PyObject *self, PyObject *args)
     }
     Poly q;
     poly_init(&q, base, start);
+    poly_window(&q, k);
     for (Py_ssize_t j = 0; j < total; j++)
         digits[j] = values[j];
     uint64_t *o = (uint64_t *)PyBytes_AS_STRING(out);
-    for (Py_ssize_t i = 0, at = 0; i < n_runs; at += lengths[i], i++)
-        o = emit_windows(o, &q, digits + at, lengths[i], k);
+    for (Py_ssize_t i = 0, at = 0; i < n_runs; at += lengths[i], i++) {
+        uint64_t *th = digits + at;
+        emit_windows(&o, &q, &th, 1, lengths[i], k);
+    }
     PyMem_Free(digits);
 done:
     release_buffers(2, views);

@@ -39,7 +39,7 @@ from streamdedup.sketch.hashing import (
     PowerTable,
     ShingleKey,
     finish,
-    fmix64_np,
+    finish_np,
     mulmod_np,
     range_poly_hashes,
     reduce_np,
@@ -281,7 +281,7 @@ def _window_hashes(
     a segment end are dropped; segments shorter than k are hashed on their own."""
     if k > HORNER_MAX_K:
         starts, ends, counts = _windows(lengths, k)
-        return fmix64_np(range_poly_hashes(values, starts, ends, table)), counts
+        return finish_np(range_poly_hashes(values, starts, ends, table)), counts
     counts = _window_counts(lengths, k)
     n_full = max(len(values) - k + 1, 0)
     digits = values.astype(np.uint64)  # below P: token hashes, or code points
@@ -293,12 +293,12 @@ def _window_hashes(
     crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
-    full_hashes = fmix64_np(full[keep])
+    full_hashes = finish_np(full[keep])
     short = (lengths > 0) & (lengths < k)
     if not short.any():
         return full_hashes, counts
     starts = ends[short] - lengths[short]
-    short_hashes = fmix64_np(range_poly_hashes(values, starts, ends[short], table))
+    short_hashes = finish_np(range_poly_hashes(values, starts, ends[short], table))
     is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
     is_short[offsets_of(counts)[:-1][short]] = True
     out = np.empty(len(is_short), dtype=np.uint64)

@@ -45,7 +45,7 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=None)
     args = ap.parse_args()
     params = IndexParams()
-    shingler = Shingler(params.shingle)
+    shingler = Shingler(params.shingle, params.hash_key)
     sizes = {"fp24": 0, "fp32": 0, "hash64": 0, "text": 0}
     collided = {24: 0, 32: 0}
     docs = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,7 +75,21 @@ class Fields:
 # 7: no fingerprint sets (`sets`): exact verification reads only the stored texts
 # (3,455 -> 2,337 bytes a page of the crawl-like benchmark; format 6 would find no
 # sets in a format-7 index and reject every candidate, hence the bump).
-INDEX_FORMAT = 7
+# 8: shingle hashes keyed by a random per-index key (`hash_key`), over the field of
+# 2**61 - 1: an unkeyed polynomial mod 2**64 let anyone build colliding shingles.
+INDEX_FORMAT = 8
+HASH_KEY_BYTES = 16  # 128 random bits, from which sketch/hashing.py derives the hash
+
+
+def public_params(rec: Mapping[str, object]) -> dict[str, object]:
+    """A stored parameter record fit to print or log: the secret shingle hash key
+    left out (whoever reads it could aim at hash collisions)."""
+    return {k: v for k, v in rec.items() if k != "hash_key"}
+
+
+def new_hash_key() -> bytes:
+    """A fresh secret key for a new index's shingle hash (from the OS's CSPRNG)."""
+    return os.urandom(HASH_KEY_BYTES)
 
 
 # The rules an index's parameters obey, each checked in one place (the CLI checks them
@@ -99,7 +115,12 @@ def check_threshold(threshold: float | None) -> None:
 
 @dataclass(frozen=True)
 class IndexParams:
-    """What an index is built with.  Stored in the index; a reopen must agree."""
+    """What an index is built with.  Stored in the index; a reopen must agree.
+
+    `hash_key` keys the shingle hash (sketch/hashing.py): random for every new index
+    (so every `IndexParams()` gets its own), then carried wherever the index's hashes
+    go -- its sealed segments' manifests, its changelog, a backfill's segment -- and
+    never printed (`public_record`)."""
 
     threshold: float = 0.8
     num_perm: int = 128
@@ -108,6 +129,7 @@ class IndexParams:
     rows: int = 7
     verify: Verify = "exact"
     seed: int = 1
+    hash_key: bytes = field(default_factory=new_hash_key, repr=False)
 
     def to_record(self) -> dict[str, object]:
         return {
@@ -118,8 +140,13 @@ class IndexParams:
             "rows": self.rows,
             "verify": self.verify,
             "seed": self.seed,
+            "hash_key": self.hash_key.hex(),
             "format": INDEX_FORMAT,
         }
+
+    def public_record(self) -> dict[str, object]:
+        """`to_record` without the secret key: what `stats` and logs may show."""
+        return public_params(self.to_record())
 
     @classmethod
     def from_record(cls, rec: dict[str, object]) -> IndexParams:
@@ -133,6 +160,15 @@ class IndexParams:
         verify = str(rec["verify"])
         if verify not in ("exact", "signature"):
             raise ConfigError(f"unknown verify mode {verify!r} stored in index")
+        try:
+            key = bytes.fromhex(str(rec["hash_key"]))
+        except (KeyError, ValueError):
+            key = b""
+        if len(key) != HASH_KEY_BYTES:
+            raise IndexOpenError(
+                f"the stored parameters lack a valid shingle hash key ({HASH_KEY_BYTES} "
+                "bytes as hex): the index's parameter record is damaged"
+            )
         return cls(
             threshold=float(rec["threshold"]),  # type: ignore[arg-type]
             num_perm=int(rec["num_perm"]),  # type: ignore[call-overload]
@@ -141,6 +177,7 @@ class IndexParams:
             rows=int(rec["rows"]),  # type: ignore[call-overload]
             verify="exact" if verify == "exact" else "signature",
             seed=int(rec["seed"]),  # type: ignore[call-overload]
+            hash_key=key,
         )
 
 

@@ -184,7 +184,7 @@ def _decide_exact(
             own_text = text
         else:
             texts[pos] = text
-    shingler = Shingler(params.shingle)
+    shingler = Shingler(params.shingle, params.hash_key)
     return d, rules.choose(
         candidates,
         params.threshold,

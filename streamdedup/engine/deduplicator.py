@@ -346,7 +346,7 @@ class Deduplicator:
         self._batch = Counters()
         self._expiry = _Expiry(None, 0)
         # this batch's indexed documents, and its candidates' exact sets (verify.py)
-        self._memory = BatchMemory(Shingler(self.params.shingle))
+        self._memory = BatchMemory(Shingler(self.params.shingle, self.params.hash_key))
         # The changes of the last applied batch, for a changelog (the worker reads them
         # after `apply`: `changes`); rebuilt on every run of the transaction.  Those of
         # the documents stored in bulk are made only if read (`_Stored`).

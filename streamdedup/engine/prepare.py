@@ -238,7 +238,7 @@ class Preparer:
         and signatures are not computed (replays, re-runs, redeliveries)."""
         p = self.params
         if self._shingler is None:
-            self._shingler = Shingler(p.shingle)
+            self._shingler = Shingler(p.shingle, p.hash_key)
         norm: list[str] | None = None  # word shingling reads only the UTF-8 bytes
         if p.shingle.kind == "word":
             raw = [normalise_utf8(d.text) for d in docs]
@@ -261,14 +261,16 @@ class Preparer:
         # Sub-batches small enough for their arrays to stay in the CPU cache: numpy
         # passes over arrays of a whole batch run at memory speed, several times slower.
         for part in split_by_length([len(r) for r in raw], SUB_BATCH_CHARS):
-            batch = self._shingler.batch(None if norm is None else norm[part], raw[part])
+            batch = self._shingler.batch(
+                None if norm is None else norm[part], raw[part], exact=exact
+            )
             got = sketch(batch, p.num_perm, p.seed, p.bands, p.rows)
             shingles += batch.counts.tolist()
             sig_parts.append(got.sigs)
             key_parts.append(got.keys)
             if exact:
                 starts.append(part.start)
-                hash_parts.append(batch)
+                hash_parts.append(batch.exact_batch())
         sigs = np.concatenate(sig_parts)
         band_keys = np.frombuffer(b"".join(key_parts), dtype="V8").reshape(-1, p.bands)
         return Prepared(

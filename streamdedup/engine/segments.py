@@ -245,7 +245,12 @@ def check_params(segment: SealedSegment, params: IndexParams) -> None:
     mine = params.to_record()
     differ = sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k))
     if differ:
-        shown = ", ".join(f"{k}: segment {theirs.get(k)!r}, index {mine.get(k)!r}" for k in differ)
+        shown = ", ".join(
+            "hash_key: another index's (the segment was sealed from or built for another index)"
+            if k == "hash_key"
+            else f"{k}: segment {theirs.get(k)!r}, index {mine.get(k)!r}"
+            for k in differ
+        )
         raise SegmentError(
             f"the sealed segment at {segment.path} was built with other index parameters "
             f"({shown}); it cannot answer for this index"

@@ -208,7 +208,7 @@ def index_stats(path: str, check: bool = False) -> dict[str, Any]:
             clusters = counts.get("unique", 0) - counts.get("empty", 0)
             return {
                 "path": path,
-                "parameters": params.to_record(),
+                "parameters": params.public_record(),
                 "documents": docs,
                 "open_documents": open_docs,
                 "indexed": t.count("sigs"),
@@ -497,7 +497,7 @@ def _neighbours(
     others = np.stack([np.frombuffer(s, dtype="<u2") for _, _, s in rows])
     est = estimate_jaccard(mine, others)
     order = np.argsort(-est, kind="stable")[:limit]
-    shingler = Shingler(params.shingle)
+    shingler = Shingler(params.shingle, params.hash_key)
     own_set = (
         own.index.read(lambda t: _exact_set(t, shingler, docno))
         if params.verify == "exact"

@@ -17,9 +17,8 @@
 #include <emmintrin.h>
 #endif
 
-#define CHAR_BASE 0x100000001B3ULL
-#define TOKEN_BASE 0x9E3779B97F4A7C15ULL
-#define LENGTH_SALT 0xC2B2AE3D27D4EB4FULL
+#define P61 0x1FFFFFFFFFFFFFFFULL /* 2**61 - 1: the field of the keyed shingle hash */
+#define SPREAD 0x9E3779B97F4A7C15ULL /* hashing.finish: a field value spread over 64 bits */
 #define FINGERPRINT_BITS 24
 #define EMPTY_BIN 0xFFFF0000U
 
@@ -46,6 +45,15 @@ static inline uint64_t le64(uint64_t v)
 {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     return __builtin_bswap64(v);
+#else
+    return v;
+#endif
+}
+
+static inline uint32_t le32(uint32_t v)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return __builtin_bswap32(v);
 #else
     return v;
 #endif
@@ -113,56 +121,124 @@ static int offsets_ok(const int64_t *offsets, Py_ssize_t n_docs, Py_ssize_t n_va
 
 /* ------------------------------------------------------------------ shingling */
 
-/* Hash of one token: shingle.reference_token_hash.  `room` bytes may be read
- * from p on, at least n: with 8 of them, one unaligned read and a mask. */
-static inline uint64_t token_hash(const uint8_t *p, Py_ssize_t n, Py_ssize_t room)
+/* x mod P61 for x < 2**64, and a * b mod P61 for a, b < P61 (hashing.py's
+ * reduce_np and mulmod_np): 2**61 = 1 mod P61, so the bits above 61 add back in. */
+static inline uint64_t reduce61(uint64_t x)
 {
-    uint64_t acc = 0;
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        acc = acc * CHAR_BASE + le64(v);
-    }
-    if (i < n) {
-        uint64_t v;
-        if (room - i >= 8) {
-            memcpy(&v, p + i, 8);
-            v = le64(v) & ((1ULL << (8 * (n - i))) - 1);
-        } else {
-            v = load_le(p + i, n - i);
-        }
-        acc = acc * CHAR_BASE + v;
-    }
-    return fmix64(acc + (uint64_t)n * LENGTH_SALT);
+    x = (x & P61) + (x >> 61);
+    return x >= P61 ? x - P61 : x;
 }
 
-/* The shingle hashes of one document's token hashes (shingle._window_hashes). */
-static uint64_t *emit_windows(uint64_t *out, const uint64_t *th, Py_ssize_t n, Py_ssize_t k)
+static inline uint64_t mulmod61(uint64_t a, uint64_t b)
+{
+    __uint128_t m = (__uint128_t)a * b;
+    return reduce61(((uint64_t)m & P61) + (uint64_t)(m >> 61));
+}
+
+/* x folded once: below 2**61 + 8 for any x, and = x mod P61 (the lazy half of reduce61). */
+static inline uint64_t fold61(uint64_t x) { return (x & P61) + (x >> 61); }
+
+/* a * b folded once, = a * b mod P61: below 2**61 + 2**62 for a < 2**62 and b < P61,
+ * at most 2 * P61 for a, b < P61 (the high part is then below 2**61). */
+static inline uint64_t mulfold61(uint64_t a, uint64_t b)
+{
+    __uint128_t m = (__uint128_t)a * b;
+    return ((uint64_t)m & P61) + (uint64_t)(m >> 61);
+}
+
+/* One keyed polynomial (hashing.Poly): its base, start, and start * base**j for the
+ * few lengths the common cases need; for windows of k digits, base**k and
+ * start * base**k (`poly_window`). */
+typedef struct {
+    uint64_t base, start, head[9], rk, headk;
+} Poly;
+
+static void poly_init(Poly *q, uint64_t base, uint64_t start)
+{
+    q->base = base % P61;
+    q->start = start % P61;
+    q->head[0] = q->start;
+    for (int j = 1; j < 9; j++)
+        q->head[j] = mulmod61(q->head[j - 1], q->base);
+}
+
+static void poly_window(Poly *q, Py_ssize_t k)
+{
+    q->rk = 1;
+    for (Py_ssize_t j = 0; j < k; j++)
+        q->rk = mulmod61(q->rk, q->base);
+    q->headk = mulmod61(q->start, q->rk);
+}
+
+/* Hash of one token: shingle.reference_token_hash, the keyed polynomial over its
+ * bytes as 4-byte little-endian digits.  `room` bytes may be read from p on, at
+ * least n: with 8 of them, a token of up to 8 bytes is one unaligned read. */
+static inline uint64_t token_hash(const Poly *q, const uint8_t *p, Py_ssize_t n, Py_ssize_t room)
+{
+    if (n <= 8) {
+        uint64_t v;
+        if (room >= 8) {
+            memcpy(&v, p, 8);
+            v = le64(v) & (n == 8 ? ~0ULL : ((1ULL << (8 * n)) - 1));
+        } else {
+            v = load_le(p, n);
+        }
+        uint64_t low = v & 0xFFFFFFFFULL, high = v >> 32;
+        if (n <= 4)
+            return reduce61(q->head[1] + low);
+        return reduce61(q->head[2] + mulfold61(low, q->base) + high); /* < 2**63 */
+    }
+    uint64_t acc = q->start;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        uint32_t d;
+        memcpy(&d, p + i, 4);
+        acc = reduce61(mulmod61(acc, q->base) + le32(d));
+    }
+    if (i < n) /* the last digit, zero-padded (the caller's room covers 8 bytes on) */
+        acc = reduce61(mulmod61(acc, q->base) + load_le(p + i, n - i));
+    return acc;
+}
+
+/* The finished hashes of the windows of one run of n digits below P61
+ * (shingle._window_hashes): every k consecutive ones, or all n if n < k; under nk
+ * keys (1 or 2, q[h] `poly_window`ed for k) at once, digits th[h], into out[h].
+ * Sliding on, a window's digits part (its hash less start * base**k) becomes
+ * body * base + th[j] - th[j-k] * base**k: the one product that depends on the
+ * window before is folded lazily, so each step waits on one multiply and two adds;
+ * the two keys' chains run side by side. */
+static void emit_windows(uint64_t **out, const Poly *q, uint64_t *const *th, int nk, Py_ssize_t n,
+                         Py_ssize_t k)
 {
     if (n == 0)
-        return out;
-    if (n < k) {
-        uint64_t acc = 0;
-        for (Py_ssize_t j = 0; j < n; j++)
-            acc = acc * TOKEN_BASE + th[j];
-        *out++ = acc + (uint64_t)n * LENGTH_SALT;
-        return out;
+        return;
+    Py_ssize_t w = n < k ? n : k;
+    uint64_t body[2] = {0, 0};
+    for (int h = 0; h < nk; h++) {
+        uint64_t acc = q[h].start;
+        for (Py_ssize_t j = 0; j < w; j++)
+            acc = reduce61(mulmod61(acc, q[h].base) + th[h][j]);
+        *out[h]++ = acc * SPREAD;
+        body[h] = reduce61(acc + P61 - q[h].headk);
     }
-    uint64_t top = 1; /* TOKEN_BASE ** (k - 1): what the leaving token weighs */
-    uint64_t acc = 0;
-    for (Py_ssize_t j = 0; j < k; j++) {
-        acc = acc * TOKEN_BASE + th[j];
-        if (j)
-            top *= TOKEN_BASE;
+    if (n <= k)
+        return;
+#define SLIDE(h)                                                                          \
+    do {                                                                                  \
+        uint64_t d_ = th[h][j] + 2 * P61 - mulfold61(th[h][j - k], q[h].rk);              \
+        body[h] = fold61(mulfold61(body[h], q[h].base) + d_);                             \
+        *out[h]++ = reduce61(body[h] + q[h].headk) * SPREAD;                              \
+    } while (0)
+    if (nk == 2) {
+        for (Py_ssize_t j = k; j < n; j++) {
+            SLIDE(0);
+            SLIDE(1);
+        }
+    } else {
+        for (Py_ssize_t j = k; j < n; j++)
+            SLIDE(0);
     }
-    uint64_t salt = (uint64_t)k * LENGTH_SALT;
-    *out++ = acc + salt;
-    for (Py_ssize_t j = k; j < n; j++) {
-        acc = (acc - th[j - k] * top) * TOKEN_BASE + th[j];
-        *out++ = acc + salt;
-    }
-    return out;
+#undef SLIDE
 }
 
 /* Bit j of the result: is byte j of the 64 at p an ASCII \w ([0-9A-Za-z_]; a test
@@ -216,28 +292,32 @@ static inline uint32_t decode_utf8(const uint8_t *p, const uint8_t *stop, int *s
 /* Shingle hashes of the documents whose tokens were collected: up to the one that
  * holds byte `pos`.  Called once per document, so it may keep its state in memory. */
 typedef struct {
-    Py_ssize_t k, n_docs, doc, n; /* n: token hashes in th[] of document `doc` */
+    Py_ssize_t k, n_docs, doc, n; /* n: token hashes in th[h] of document `doc` */
+    int keys;                     /* how many keyed hashes: 1 or 2 */
+    Poly token[2], window[2];
     const int64_t *end;
-    uint64_t *th, *out;
+    uint64_t *th[2], *out[2];
     int64_t *count;
 } Docs;
 
 static Py_ssize_t close_docs_before(Docs *t, Py_ssize_t pos)
 {
     while (t->doc < t->n_docs && pos >= t->end[t->doc]) {
-        uint64_t *before = t->out;
-        t->out = emit_windows(t->out, t->th, t->n, t->k);
-        t->count[t->doc++] = t->out - before;
+        uint64_t *before = t->out[0];
+        emit_windows(t->out, t->window, t->th, t->keys, t->n, t->k);
+        t->count[t->doc++] = t->out[0] - before;
         t->n = 0;
     }
     return t->doc < t->n_docs ? t->end[t->doc] : PY_SSIZE_T_MAX;
 }
 
 PyDoc_STRVAR(word_shingles_doc,
-"word_shingles(data, is_word, doc_ends, k) -> (hashes, counts) | int\n\n"
+"word_shingles(data, is_word, doc_ends, k, keys) -> (hashes, [hashes2,] counts) | int\n\n"
 "Shingler._words: the word:k shingle hashes (uint64) of the documents laid end to\n"
-"end in data (UTF-8), document i ending before doc_ends[i] (int64), and each\n"
-"document's number of shingles (int64).  Tokens are the runs of \\w characters;\n"
+"end in data (UTF-8), document i ending before doc_ends[i] (int64), under one or two\n"
+"keys (`keys`: (token_base, token_start, window_base, window_start) once or twice in\n"
+"one tuple: the keyed polynomials of the tokens' bytes and of the windows' token\n"
+"hashes), and each document's number of shingles (int64).  Tokens are the runs of \\w characters;\n"
 "is_word[cp] (one byte per code point) classifies the non-ASCII ones.  If data\n"
 "holds a code point past the table, returns it instead: grow the table, call again.");
 
@@ -245,19 +325,37 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
 {
     PyObject *data_obj, *table_obj, *ends_obj;
     Py_ssize_t k;
-    if (!PyArg_ParseTuple(args, "OOOn", &data_obj, &table_obj, &ends_obj, &k))
+    unsigned long long kv[8];
+    PyObject *keys_obj;
+    if (!PyArg_ParseTuple(args, "OOOnO!", &data_obj, &table_obj, &ends_obj, &k, &PyTuple_Type,
+                          &keys_obj))
         return NULL;
     if (k < 1) {
         PyErr_SetString(PyExc_ValueError, "k must be at least 1");
         return NULL;
+    }
+    Py_ssize_t n_kv = PyTuple_GET_SIZE(keys_obj);
+    if (n_kv != 4 && n_kv != 8) {
+        PyErr_SetString(PyExc_ValueError, "keys: 4 or 8 integers (one or two keys)");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < n_kv; j++) {
+        kv[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(keys_obj, j));
+        if (kv[j] == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
     }
     Py_buffer views[3];
     if (get_buffers(3, views, (PyObject *[]){data_obj, table_obj, ends_obj},
                     (Py_ssize_t[]){1, 1, 8}, (const char *[]){"data", "is_word", "doc_ends"}) < 0)
         return NULL;
     const Py_buffer data = views[0], table = views[1], ends = views[2];
-    PyObject *result = NULL, *hashes = NULL, *counts = NULL;
-    Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf};
+    PyObject *result = NULL, *hashes[2] = {NULL, NULL}, *counts = NULL;
+    Docs t = {.k = k, .n_docs = ends.len / 8, .end = ends.buf, .keys = (int)(n_kv / 4)};
+    for (int h = 0; h < t.keys; h++) {
+        poly_init(&t.token[h], kv[4 * h], kv[4 * h + 1]);
+        poly_init(&t.window[h], kv[4 * h + 2], kv[4 * h + 3]);
+        poly_window(&t.window[h], k);
+    }
     const uint8_t *text = data.buf, *is_word = table.buf;
     Py_ssize_t len = data.len, n_docs = t.n_docs, table_len = table.len;
     for (Py_ssize_t d = 0; d < n_docs; d++) {
@@ -275,16 +373,20 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
         if (most > widest)
             widest = most;
     }
-    hashes = PyBytes_FromStringAndSize(NULL, bound * 8);
     counts = PyBytes_FromStringAndSize(NULL, n_docs * 8);
-    t.th = PyMem_Malloc((widest + 1) * sizeof(uint64_t));
-    if (!hashes || !counts || !t.th) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (!counts)
         goto done;
+    uint64_t *first[2] = {NULL, NULL};
+    for (int h = 0; h < t.keys; h++) {
+        hashes[h] = PyBytes_FromStringAndSize(NULL, bound * 8);
+        t.th[h] = PyMem_Malloc((widest + 1) * sizeof(uint64_t));
+        if (!hashes[h] || !t.th[h]) {
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            goto done;
+        }
+        first[h] = t.out[h] = (uint64_t *)PyBytes_AS_STRING(hashes[h]);
     }
-    uint64_t *first = (uint64_t *)PyBytes_AS_STRING(hashes);
-    t.out = first;
     t.count = (int64_t *)PyBytes_AS_STRING(counts);
     long missing = -1; /* a code point past the table */
     /* One token, [start, stop): its hash joins its document's (closing the documents
@@ -297,11 +399,15 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
             doc_end = close_docs_before(&t, s_);                                          \
             n = 0;                                                                        \
         }                                                                                 \
-        if (doc_end != PY_SSIZE_T_MAX)                                                    \
-            th[n++] = token_hash(text + s_, e_ - s_, len - s_);                           \
+        if (doc_end != PY_SSIZE_T_MAX) {                                                  \
+            th[n] = token_hash(&t.token[0], text + s_, e_ - s_, len - s_);                \
+            if (th2)                                                                      \
+                th2[n] = token_hash(&t.token[1], text + s_, e_ - s_, len - s_);           \
+            n++;                                                                          \
+        }                                                                                 \
     } while (0)
     Py_BEGIN_ALLOW_THREADS
-    uint64_t *th = t.th;
+    uint64_t *th = t.th[0], *th2 = t.keys == 2 ? t.th[1] : NULL;
     Py_ssize_t n = 0, doc_end = close_docs_before(&t, 0), token_start = -1; /* inside a token: where it began */
     uint64_t carry = 0;         /* is the byte before this block a word byte */
     uint8_t tail[64];
@@ -374,15 +480,78 @@ static PyObject *word_shingles(PyObject *self, PyObject *args)
         result = PyLong_FromLong(missing);
         goto done;
     }
-    if (_PyBytes_Resize(&hashes, (t.out - first) * 8) < 0)
-        goto done;
-    result = PyTuple_Pack(2, hashes, counts);
+    for (int h = 0; h < t.keys; h++)
+        if (_PyBytes_Resize(&hashes[h], (t.out[h] - first[h]) * 8) < 0)
+            goto done;
+    result = t.keys == 2 ? PyTuple_Pack(3, hashes[0], hashes[1], counts)
+                         : PyTuple_Pack(2, hashes[0], counts);
 done:
-    Py_XDECREF(hashes);
+    for (int h = 0; h < 2; h++) {
+        Py_XDECREF(hashes[h]);
+        PyMem_Free(t.th[h]);
+    }
     Py_XDECREF(counts);
-    PyMem_Free(t.th);
     release_buffers(3, views);
     return result;
+}
+
+PyDoc_STRVAR(window_hashes_doc,
+"window_hashes(values, lengths, k, base, start) -> bytes\n\n"
+"Shingler._chars_batch (shingle._window_hashes): the finished hashes (uint64) of the\n"
+"k-windows of runs laid end to end in values (uint32, each below 2**61 - 1), run i\n"
+"holding lengths[i] (int64) of them, under the keyed polynomial (base, start): a run\n"
+"shorter than k has one window, the whole run; an empty one none.");
+
+static PyObject *window_hashes(PyObject *self, PyObject *args)
+{
+    PyObject *values_obj, *lengths_obj;
+    Py_ssize_t k;
+    unsigned long long base, start;
+    if (!PyArg_ParseTuple(args, "OOnKK", &values_obj, &lengths_obj, &k, &base, &start))
+        return NULL;
+    if (k < 1) {
+        PyErr_SetString(PyExc_ValueError, "k must be at least 1");
+        return NULL;
+    }
+    Py_buffer views[2];
+    if (get_buffers(2, views, (PyObject *[]){values_obj, lengths_obj}, (Py_ssize_t[]){4, 8},
+                    (const char *[]){"values", "lengths"}) < 0)
+        return NULL;
+    const uint32_t *values = views[0].buf;
+    const int64_t *lengths = views[1].buf;
+    Py_ssize_t n_values = views[0].len / 4, n_runs = views[1].len / 8, total = 0, windows = 0;
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < n_runs; i++) {
+        if (lengths[i] < 0 || lengths[i] > n_values - total) {
+            PyErr_SetString(PyExc_ValueError, "lengths must add up to within values");
+            goto done;
+        }
+        total += lengths[i];
+        windows += lengths[i] >= k ? lengths[i] - k + 1 : lengths[i] > 0;
+    }
+    out = PyBytes_FromStringAndSize(NULL, windows * 8);
+    uint64_t *digits = PyMem_Malloc((size_t)(total ? total : 1) * 8);
+    if (out == NULL || digits == NULL) {
+        Py_CLEAR(out);
+        PyMem_Free(digits);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    Poly q;
+    poly_init(&q, base, start);
+    poly_window(&q, k);
+    for (Py_ssize_t j = 0; j < total; j++)
+        digits[j] = values[j];
+    uint64_t *o = (uint64_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0, at = 0; i < n_runs; at += lengths[i], i++) {
+        uint64_t *th = digits + at;
+        emit_windows(&o, &q, &th, 1, lengths[i], k);
+    }
+    PyMem_Free(digits);
+done:
+    release_buffers(2, views);
+    return out;
 }
 
 /* ----------------------------------------------------------------- signatures */
@@ -2357,6 +2526,7 @@ done:
 static PyMethodDef methods[] = {
     {"sketch", sketch, METH_VARARGS, sketch_doc}, /* prepare (s27) */
     {"word_shingles", word_shingles, METH_VARARGS, word_shingles_doc},
+    {"window_hashes", window_hashes, METH_VARARGS, window_hashes_doc},
     {"signatures", signatures, METH_VARARGS, signatures_doc},
     {"jaccard", jaccard, METH_VARARGS, jaccard_doc},
     {"kafka_partitions", kafka_partitions, METH_VARARGS, kafka_partitions_doc},

@@ -1,25 +1,34 @@
 """64-bit hashing primitives shared by shingling, signatures and banding.
 
+Shingle hashes are keyed: a polynomial over the prime field F_P, P = 2**61 - 1, whose
+base and start value are drawn from a random key kept with the index (`ShingleKey`).
+An unkeyed polynomial modulo 2**64 (what this module used to compute) lets anyone
+build two different strings with the same hash (Thue-Morse sequences do it for every
+odd base), and so two documents with nothing in common that verify as copies.  Over a
+prime field with a secret base, two different strings of at most L digits collide for
+at most L + 1 of the P**2 (base, start) keys: whoever cannot read the key cannot aim
+at a collision (docs/architecture.md, "Exact verification", states the bound).
+
 Every hash here is defined twice: on Python ints (the readable reference, used by
-tests and by one-off work) and on numpy uint64 arrays (the batch path).  Both use
-modulo-2**64 arithmetic so they agree bit for bit; numpy integer arithmetic wraps.
+tests and by one-off work) and on numpy uint64 arrays (the batch path), which agree
+bit for bit.  The compiled kernels (`_kernels.c`) compute the same values.
 """
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from streamdedup.config import HASH_KEY_BYTES
+
 U64 = npt.NDArray[np.uint64]
 
 MASK64 = (1 << 64) - 1
-
-# Odd multipliers (odd => invertible modulo 2**64, which the prefix-sum trick needs).
-CHAR_BASE = 0x100000001B3  # FNV-64 prime
-TOKEN_BASE = 0x9E3779B97F4A7C15  # golden-ratio constant
-LENGTH_SALT = 0xC2B2AE3D27D4EB4F
+P = (1 << 61) - 1  # a Mersenne prime: a product reduces with a shift, a mask and an add
 
 
 def fmix64(x: int) -> int:
@@ -43,44 +52,126 @@ def fmix64_np(x: U64) -> U64:
     return x
 
 
-def poly_hash(values: list[int], base: int) -> int:
-    """sum(v_j * base**(m-1-j)) mod 2**64 -- the reference for `range_poly_hashes`."""
-    acc = 0
-    for v in values:
-        acc = (acc * base + v) & MASK64
-    return acc
+@dataclass(frozen=True)
+class Poly:
+    """One keyed polynomial hash over F_P: a string of digits d_0 .. d_{m-1} (each
+    below 2**32, or below P) hashes to start * base**m + sum d_j * base**(m-1-j).
+    The start term carries the length, so a string and the same string with leading
+    zero digits differ."""
+
+    base: int
+    start: int
+
+    def of(self, digits: list[int]) -> int:
+        acc = self.start
+        for d in digits:
+            acc = (acc * self.base + d) % P
+        return acc
 
 
-def salted(poly: int, length: int) -> int:
-    """A polynomial value with its length folded in, so that prefixes differ.  Not
-    yet mixed: whoever uses it as a hash mixes it (`finish`, or the fingerprint's
-    seeded mix, which is a bijection and so keeps every distinction)."""
-    return (poly + length * LENGTH_SALT) & MASK64
+@dataclass(frozen=True)
+class ShingleKey:
+    """The secret values of an index's shingle hash, derived from its stored random
+    key: one polynomial over a word token's 4-byte digits, one over a shingle's
+    token hashes, one over a character shingle's code points."""
+
+    token: Poly
+    window: Poly
+    chars: Poly
+
+    def word_values(self) -> tuple[int, int, int, int]:
+        """What `_kernels.word_shingles` takes of a key."""
+        return (self.token.base, self.token.start, self.window.base, self.window.start)
+
+    @classmethod
+    def of(cls, key: bytes) -> ShingleKey:
+        if len(key) != HASH_KEY_BYTES:
+            raise ValueError(f"a shingle key has {HASH_KEY_BYTES} bytes, not {len(key)}")
+        raw = hashlib.blake2b(key, digest_size=48, person=b"streamdedup-shk1").digest()
+        # 64 random bits reduced mod P (bias below 2**-58); a base of 0 or 1 would
+        # make the polynomial ignore the order of its digits, so those two are moved
+        v = [int.from_bytes(raw[8 * i : 8 * i + 8], "little") % P for i in range(6)]
+        bases = [b if b > 1 else b + 2 for b in v[0::2]]
+        return cls(*(Poly(b, s) for b, s in zip(bases, v[1::2], strict=True)))
 
 
-def salted_np(poly: U64, length: npt.NDArray[np.int64]) -> U64:
-    return poly + length.astype(np.uint64) * np.uint64(LENGTH_SALT)
+# The key of the hash signatures are made of: fixed, so that the candidates LSH finds,
+# and with them every verdict, are the same in every index built with the same
+# parameters and seed.  Collisions under it can be aimed at; they only make candidates,
+# which exact verification, under the index's secret key, then measures.
+PUBLIC_KEY = bytes(HASH_KEY_BYTES)
 
 
-def finish(poly: int, length: int) -> int:
-    """A well-mixed hash of a polynomial value and its length."""
-    return fmix64(salted(poly, length))
+SPREAD = 0x9E3779B97F4A7C15  # odd: multiplying by it modulo 2**64 is a bijection
 
 
-def finish_np(poly: U64, length: npt.NDArray[np.int64]) -> U64:
-    return fmix64_np(salted_np(poly, length))
+def finish(value: int) -> int:
+    """A field value spread over all 64 bits by one odd multiplier (a bijection, so no
+    two values meet): exact-set summaries deal hashes by their top bits, which a value
+    below 2**61 would leave empty.  The value is already a keyed hash; this only
+    moves it, so one multiply does (Knuth's multiplicative hashing)."""
+    return (value * SPREAD) & MASK64
+
+
+def finish_np(values: U64) -> U64:
+    """Vectorised `finish`."""
+    return values * np.uint64(SPREAD)
+
+
+# ------------------------------------------------------------------ F_P on numpy arrays
+
+_P = np.uint64(P)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_LOW29 = np.uint64((1 << 29) - 1)
+
+
+def reduce_np(x: U64) -> U64:
+    """x mod P for x < 2**64 (in place when it can)."""
+    x = (x & _P) + (x >> np.uint64(61))
+    x -= _P * (x >= _P)
+    return x
+
+
+def mulmod_np(a: U64 | np.uint64, b: U64 | np.uint64) -> U64:
+    """a * b mod P for values below P, in 64-bit pieces: with a = a1 * 2**32 + a0 and
+    b alike, a * b = a1 b1 2**64 + (a1 b0 + a0 b1) 2**32 + a0 b0, and 2**61 = 1 mod P."""
+    a0, a1 = a & _LOW32, a >> np.uint64(32)
+    b0, b1 = b & _LOW32, b >> np.uint64(32)
+    mid = a1 * b0 + a0 * b1  # < 2**62
+    low = a0 * b0  # < 2**64
+    out = (a1 * b1) << np.uint64(3)  # 2**64 = 8 mod P; < 2**61
+    out += (mid >> np.uint64(29)) + ((mid & _LOW29) << np.uint64(32))
+    out += (low & _P) + (low >> np.uint64(61))
+    return reduce_np(np.asarray(out, dtype=np.uint64))
+
+
+def cumsum_mod(x: U64) -> U64:
+    """Running sums mod P of values below P, vectorised: sums of 4 fit in 64 bits, so
+    each run of 4 is summed at once and the runs' totals recursively."""
+    n = len(x)
+    if n <= 4:
+        out = np.cumsum(x, dtype=np.uint64)
+        return reduce_np(out) if n else out
+    pad = (-n) % 4
+    blocks = np.concatenate([x, np.zeros(pad, dtype=np.uint64)]).reshape(-1, 4)
+    within = reduce_np(np.cumsum(blocks, axis=1, dtype=np.uint64))
+    before = np.zeros(len(blocks), dtype=np.uint64)
+    before[1:] = cumsum_mod(within[:-1, 3].copy())
+    within += before[:, None]
+    return reduce_np(within).ravel()[:n]
 
 
 class PowerTable:
-    """Cached powers base**i and base**-i modulo 2**64, grown on demand.
+    """Cached powers base**i and base**-i mod P of one `Poly`, grown on demand.
 
     Kept up to `keep` entries between calls so that one outsized document does not pin
     a huge table in memory for the life of a worker.
     """
 
-    def __init__(self, base: int, keep: int = 1 << 22) -> None:
-        self.base = base
-        self.inverse = pow(base, -1, 1 << 64)
+    def __init__(self, poly: Poly, keep: int = 1 << 22) -> None:
+        self.poly = poly
+        self.base = poly.base
+        self.inverse = pow(poly.base, -1, P)
         self.keep = keep
         self.pw: U64 = np.ones(1, dtype=np.uint64)
         self.ipw: U64 = np.ones(1, dtype=np.uint64)
@@ -97,14 +188,14 @@ class PowerTable:
 
 
 def _powers(base: int, n: int) -> U64:
-    """base**i for i < n by doubling: each step multiplies the known prefix by one
-    power (a vectorised multiply, ten times faster than a running product)."""
+    """base**i mod P for i < n by doubling: each step multiplies the known prefix by
+    one power (a vectorised multiply, far faster than a running product)."""
     out = np.empty(n, dtype=np.uint64)
     out[0] = 1
     m = 1
     while m < n:
         step = min(m, n - m)
-        np.multiply(out[:step], np.uint64(pow(base, m, 1 << 64)), out=out[m : m + step])
+        out[m : m + step] = mulmod_np(out[:step], np.uint64(pow(base, m, P)))
         m += step
     return out
 
@@ -115,15 +206,20 @@ def range_poly_hashes(
     ends: npt.NDArray[np.int64],
     table: PowerTable,
 ) -> U64:
-    """Polynomial hash of values[s:e] for every (s, e) pair, without a Python loop.
+    """`table.poly.of(values[s:e])` for every (s, e) pair (s < e), without a Python loop.
 
-    With G = prefix sums of v_j * base**-j, the hash of [s, e) is
+    With G = running sums of v_j * base**-j, the sum over [s, e) is
     (G[e] - G[s]) * base**(e-1) = sum v_j * base**(e-1-j): two passes over `values`
-    for any number of ranges.
+    for any number of ranges; the start term is start * base**(e-s).
     """
     if len(starts) == 0:
         return np.zeros(0, dtype=np.uint64)
-    pw, ipw = table.get(len(values))
-    prefix = np.zeros(len(values) + 1, dtype=np.uint64)
-    np.cumsum(np.multiply(values, ipw[: len(values)], dtype=np.uint64), out=prefix[1:])
-    return (prefix[ends] - prefix[starts]) * pw[ends - 1]
+    pw, ipw = table.get(len(values) + 1)
+    n = len(values)
+    prefix = np.zeros(n + 1, dtype=np.uint64)
+    digits = reduce_np(values.astype(np.uint64))
+    prefix[1:] = cumsum_mod(mulmod_np(digits, ipw[:n]))
+    span = reduce_np(prefix[ends] + _P - prefix[starts])
+    body = mulmod_np(span, pw[ends - 1])
+    head = mulmod_np(np.uint64(table.poly.start), pw[ends - starts])
+    return reduce_np(body + head)

@@ -34,8 +34,17 @@ class Kernels(Protocol):
     ) -> tuple[bytes, bytes]: ...
 
     def word_shingles(
-        self, data: bytes, is_word: Buffer, doc_ends: Buffer, k: int
-    ) -> tuple[bytes, bytes] | int: ...
+        self,
+        data: bytes,
+        is_word: Buffer,
+        doc_ends: Buffer,
+        k: int,
+        keys: tuple[int, ...],
+    ) -> tuple[bytes, ...] | int: ...
+
+    def window_hashes(
+        self, values: Buffer, lengths: Buffer, k: int, base: int, start: int
+    ) -> bytes: ...
 
     def signatures(
         self, values: Buffer, offsets: Buffer, num_perm: int, probes: Buffer, ranks: Buffer

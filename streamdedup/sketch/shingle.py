@@ -11,9 +11,11 @@ Two implementations of one definition:
   lookup table taken from Python's own regex engine for the rest, and most tokens'
   hashes come from one 8-byte read each.  `char` shingling reads code points.
 
-A shingle's hash depends only on the shingle string: for `word:k` it is a polynomial
-over the hashes of the shingle's tokens (a shingle splits back into its tokens on the
-single spaces that joined them); for `char:k` it is a polynomial over code points.
+A shingle's hash depends only on the shingle string and the index's secret key: for
+`word:k` it is a keyed polynomial over the hashes of the shingle's tokens (a shingle
+splits back into its tokens on the single spaces that joined them), each a keyed
+polynomial over the token's UTF-8 bytes read as 4-byte digits; for `char:k` it is a
+keyed polynomial over code points (hashing.py says why keyed, and over which field).
 """
 
 from __future__ import annotations
@@ -30,16 +32,17 @@ import numpy.typing as npt
 from streamdedup.config import ShingleSpec
 from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
-    CHAR_BASE,
-    TOKEN_BASE,
+    PUBLIC_KEY,
     U64,
+    P,
+    Poly,
     PowerTable,
+    ShingleKey,
     finish,
     finish_np,
-    poly_hash,
+    mulmod_np,
     range_poly_hashes,
-    salted,
-    salted_np,
+    reduce_np,
 )
 
 _WORD = re.compile(r"\w+")
@@ -94,22 +97,22 @@ def reference_shingles(text: str, spec: ShingleSpec) -> set[str]:
     return {flat[i : i + spec.k] for i in range(len(flat) - spec.k + 1)}
 
 
-def reference_token_hash(token: str) -> int:
-    """A word token's hash: a polynomial over its UTF-8 bytes read as little-endian
-    8-byte chunks, which the batch path reads straight out of the text's bytes."""
+def reference_token_hash(token: str, key: ShingleKey) -> int:
+    """A word token's hash: the keyed polynomial over its UTF-8 bytes read as
+    little-endian 4-byte digits (the last one zero-padded: a `\\w` token holds no zero
+    byte, so the digits and their number give the bytes back), which the batch path
+    reads straight out of the text's bytes."""
     raw = encode(token)
-    chunks = [int.from_bytes(raw[i : i + 8], "little") for i in range(0, len(raw), 8)]
-    return finish(poly_hash(chunks, CHAR_BASE), len(raw))
+    return key.token.of([int.from_bytes(raw[i : i + 4], "little") for i in range(0, len(raw), 4)])
 
 
-def reference_hash(shingle: str, spec: ShingleSpec) -> int:
-    """The 64-bit hash of one shingle string: a polynomial over its code points
-    (`char`) or its tokens' hashes (`word`), salted with its length.  It is left
-    unmixed because the fingerprint's seeded mix (signature.py) follows."""
+def reference_hash(shingle: str, spec: ShingleSpec, key: ShingleKey) -> int:
+    """The 64-bit hash of one shingle string: the keyed polynomial over its code
+    points (`char`) or its tokens' hashes (`word`), spread over 64 bits by `finish`."""
     if spec.kind == "char":
-        return salted(poly_hash([ord(c) for c in shingle], CHAR_BASE), len(shingle))
+        return finish(key.chars.of([ord(c) for c in shingle]))
     tokens = shingle.split(" ")
-    return salted(poly_hash([reference_token_hash(t) for t in tokens], TOKEN_BASE), len(tokens))
+    return finish(key.window.of([reference_token_hash(t, key) for t in tokens]))
 
 
 # --------------------------------------------------------------------------- batch path
@@ -191,10 +194,20 @@ class ShingleBatch:
     """Shingle hashes of n documents: document i owns hashes[offsets[i]:offsets[i+1]].
 
     Hashes are not deduplicated; a repeated shingle appears once per occurrence.
+    `hashes` are under the public key (what signatures are made of); `exact`, when
+    asked for, the same shingles in the same order under the index's secret key
+    (what exact verification measures): `exact_batch`.
     """
 
     hashes: U64
     offsets: npt.NDArray[np.int64]
+    exact: U64 | None = None
+
+    def exact_batch(self) -> ShingleBatch:
+        """The secretly keyed hashes, as a batch of their own."""
+        if self.exact is None:
+            raise ValueError("this batch was shingled without its exact hashes")
+        return ShingleBatch(self.exact, self.offsets)
 
     @property
     def counts(self) -> npt.NDArray[np.int64]:
@@ -207,7 +220,11 @@ class ShingleBatch:
     def concat(cls, parts: Sequence[ShingleBatch]) -> ShingleBatch:
         if len(parts) == 1:
             return parts[0]
-        return cls(*join_ragged([p.hashes for p in parts], [p.offsets for p in parts]))
+        hashes, offsets = join_ragged([p.hashes for p in parts], [p.offsets for p in parts])
+        exact = [p.exact for p in parts if p.exact is not None]
+        if len(exact) < len(parts):
+            return cls(hashes, offsets)
+        return cls(hashes, offsets, np.concatenate(exact))
 
 
 def offsets_of(counts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -225,6 +242,12 @@ def join_ragged(
     return np.concatenate(values), offsets_of(counts)
 
 
+def _window_counts(lengths: npt.NDArray[np.int64], k: int) -> npt.NDArray[np.int64]:
+    """How many k-windows each segment has: a segment shorter than k has one, the
+    whole segment; an empty one has none."""
+    return np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+
+
 def _windows(
     lengths: npt.NDArray[np.int64], k: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -233,7 +256,7 @@ def _windows(
     A segment shorter than k has one window, the whole segment; an empty one has none.
     Returns per-window (start, end) positions and the per-segment window counts.
     """
-    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+    counts = _window_counts(lengths, k)
     seg = np.repeat(np.arange(len(lengths)), counts)
     within = np.arange(len(seg)) - offsets_of(counts)[seg]
     starts = offsets_of(lengths)[seg] + within
@@ -250,7 +273,7 @@ def _window_hashes(
     k: int,
     table: PowerTable,
 ) -> tuple[U64, npt.NDArray[np.int64]]:
-    """Salted polynomial hashes of all the windows `_windows` defines, and
+    """Finished keyed polynomial hashes of all the windows `_windows` defines, and
     per-segment counts.
 
     For small k, every k-window of the whole array is hashed by Horner's rule on
@@ -258,25 +281,24 @@ def _window_hashes(
     a segment end are dropped; segments shorter than k are hashed on their own."""
     if k > HORNER_MAX_K:
         starts, ends, counts = _windows(lengths, k)
-        return salted_np(range_poly_hashes(values, starts, ends, table), ends - starts), counts
-    counts = np.where(lengths >= k, lengths - k + 1, np.minimum(lengths, 1))
+        return finish_np(range_poly_hashes(values, starts, ends, table)), counts
+    counts = _window_counts(lengths, k)
     n_full = max(len(values) - k + 1, 0)
-    full = values[:n_full].astype(np.uint64)
+    digits = values.astype(np.uint64)  # below P: token hashes, or code points
     base = np.uint64(table.base)
+    full = reduce_np(digits[:n_full] + np.uint64(table.poly.start * table.base % P))
     for j in range(1, k):
-        full *= base
-        full += values[j : n_full + j]
+        full = reduce_np(mulmod_np(full, base) + digits[j : n_full + j])
     ends = offsets_of(lengths)[1:]
     crossing = (ends[:, None] - np.arange(1, k)).ravel()  # windows past a segment end
     keep = np.ones(n_full, dtype=np.bool_)
     keep[crossing[(crossing >= 0) & (crossing < n_full)]] = False
-    full_hashes = full[keep]
-    full_hashes += np.uint64(salted(0, k))
+    full_hashes = finish_np(full[keep])
     short = (lengths > 0) & (lengths < k)
     if not short.any():
         return full_hashes, counts
     starts = ends[short] - lengths[short]
-    short_hashes = salted_np(range_poly_hashes(values, starts, ends[short], table), lengths[short])
+    short_hashes = finish_np(range_poly_hashes(values, starts, ends[short], table))
     is_short = np.zeros(int(counts.sum()), dtype=np.bool_)
     is_short[offsets_of(counts)[:-1][short]] = True
     out = np.empty(len(is_short), dtype=np.uint64)
@@ -313,20 +335,33 @@ def split_by_length(lengths: Sequence[int], budget: int) -> list[slice]:
 
 
 class Shingler:
-    """Batch shingling for one `ShingleSpec`; keeps power tables between batches."""
+    """Batch shingling for one `ShingleSpec`; keeps power tables between batches.
 
-    def __init__(self, spec: ShingleSpec) -> None:
+    Each shingle is hashed under two keys (hashing.py): the public one, for
+    signatures, so that which candidates LSH finds -- and so every verdict -- depends
+    on the stored parameters and `seed` alone, never on a secret; and the index's
+    secret `key` (`IndexParams.hash_key`), for the sets exact verification measures,
+    so that nobody who cannot read the key can make two different shingles count as
+    one.  A collision under the public key only makes a candidate."""
+
+    def __init__(self, spec: ShingleSpec, key: bytes) -> None:
         self.spec = spec
-        self._chars = PowerTable(CHAR_BASE)
-        self._tokens = PowerTable(TOKEN_BASE)
+        self.public = ShingleKey.of(PUBLIC_KEY)
+        self.key = ShingleKey.of(key)
+        self._tables: dict[Poly, PowerTable] = {}
         self._word = WordTable()
 
     def batch(
-        self, normalised: Sequence[str] | None, encoded: Sequence[bytes] | None = None
+        self,
+        normalised: Sequence[str] | None,
+        encoded: Sequence[bytes] | None = None,
+        *,
+        exact: bool = False,
     ) -> ShingleBatch:
         """Shingle hashes for already-`normalise`d texts; `encoded`, their `encode`d
         bytes (`normalise_utf8`), if the caller has them already: word shingling reads
-        only those, so it needs no `normalised`."""
+        only those, so it needs no `normalised`.  `exact`: the secretly keyed hashes
+        too, in the same pass."""
         if self.spec.kind == "char":
             if normalised is None:
                 raise ValueError("char shingling reads the normalised texts")
@@ -336,84 +371,128 @@ class Shingler:
         else:
             units = [encode(t) for t in normalised or ()]
         lengths = [len(u) for u in units]
+        keys = (self.public, self.key) if exact else (self.public,)
         return ShingleBatch.concat(
-            [self._one(units[c]) for c in split_by_length(lengths, CHUNK_CHARS)]
+            [self._one(units[c], keys) for c in split_by_length(lengths, CHUNK_CHARS)]
         )
 
     def one(self, normalised: str | None, encoded: bytes) -> U64:
-        """The shingle hashes of one document (as `batch` would give them): what exact
-        verification asks of a stored text, one candidate at a time.  With word
-        shingles and the compiled kernels, one kernel call: `batch`'s own work around
-        it (splitting, joining, offsets) cost more than the shingling of a one-line
-        document, about 45 us a call."""
+        """The secretly keyed shingle hashes of one document (`batch(...).exact`):
+        what exact verification asks of a stored text, one candidate at a time.  With
+        word shingles and the compiled kernels, one kernel call: `batch`'s own work
+        around it (splitting, joining, offsets) cost more than the shingling of a
+        one-line document, about 45 us a call."""
         native = kernels.native
         if self.spec.kind != "word" or native is None:
-            return self.batch(None if normalised is None else [normalised], [encoded]).hashes
+            units = [encoded] if self.spec.kind == "word" else [normalised or ""]
+            return self._one(units, (self.key,)).hashes
         data = _SEPARATOR + encoded
         doc_end = np.array([len(data)], dtype=np.int64)
-        while isinstance(
-            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
-        ):
-            self._word.grow(got)
+        got = self._words_native(native, data, doc_end, (self.key,))
         return np.frombuffer(got[0], dtype=np.uint64)
 
-    def _one(self, units: Sequence[str] | Sequence[bytes]) -> ShingleBatch:
-        if self.spec.kind == "char":
-            return self._chars_batch(units)  # type: ignore[arg-type]
-        return self._words(units)  # type: ignore[arg-type]
+    def _table(self, poly: Poly) -> PowerTable:
+        table = self._tables.get(poly)
+        if table is None:
+            table = self._tables[poly] = PowerTable(poly)
+        return table
 
-    def _words(self, encoded: Sequence[bytes]) -> ShingleBatch:
+    def _one(
+        self, units: Sequence[str] | Sequence[bytes], keys: tuple[ShingleKey, ...]
+    ) -> ShingleBatch:
+        if self.spec.kind == "char":
+            return self._chars_batch(units, keys)  # type: ignore[arg-type]
+        return self._words(units, keys)  # type: ignore[arg-type]
+
+    def _words(self, encoded: Sequence[bytes], keys: tuple[ShingleKey, ...]) -> ShingleBatch:
         if kernels.native is not None:
-            return self._words_compiled(encoded, kernels.native)
+            return self._words_compiled(encoded, kernels.native, keys)
         # documents between NUL separators (not \w, so no token spans two of them),
         # one before the first so that every token start is a rising edge
         data = _SEPARATOR + _SEPARATOR.join([*encoded, _PAD])
         is_word = self._word.classify(data)
         bounds = np.flatnonzero(is_word[1:] != is_word[:-1]) + 1  # token start, end, ...
         tok_start, tok_end = bounds[0::2], bounds[1::2]
-        tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start)
         doc_end = _doc_ends(encoded)
         # count token starts before each document's end
         tok_count = np.diff(np.searchsorted(tok_start, doc_end), prepend=0).astype(np.int64)
-        hashes, counts = _window_hashes(tok_hash, tok_count, self.spec.k, self._tokens)
-        return ShingleBatch(hashes, offsets_of(counts))
+        out = []
+        for key in keys:
+            tok_hash = self._token_hashes(data, tok_start, tok_end - tok_start, key.token)
+            hashes, counts = _window_hashes(
+                tok_hash, tok_count, self.spec.k, self._table(key.window)
+            )
+            out.append(hashes)
+        return ShingleBatch(out[0], offsets_of(counts), out[1] if len(out) > 1 else None)
 
-    def _words_compiled(self, encoded: Sequence[bytes], native: kernels.Kernels) -> ShingleBatch:
-        """`_words` in one pass of `_kernels.word_shingles`, which classifies bytes
-        itself (ASCII by their value, the rest by `WordTable.is_word`, grown here
-        when it meets a code point past the table's end)."""
-        data = _SEPARATOR + _SEPARATOR.join(encoded)
-        doc_end = _doc_ends(encoded)
+    def _words_native(
+        self,
+        native: kernels.Kernels,
+        data: bytes,
+        doc_end: npt.NDArray[np.int64],
+        keys: tuple[ShingleKey, ...],
+    ) -> tuple[bytes, ...]:
+        """`_kernels.word_shingles`, which classifies bytes itself (ASCII by their
+        value, the rest by `WordTable.is_word`, grown here when it meets a code point
+        past the table's end)."""
+        flat = tuple(v for key in keys for v in key.word_values())
         while isinstance(
-            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k), int
+            got := native.word_shingles(data, self._word.is_word, doc_end, self.spec.k, flat),
+            int,
         ):
             self._word.grow(got)
-        hashes, counts = got
-        return ShingleBatch(
-            np.frombuffer(hashes, dtype=np.uint64),
-            offsets_of(np.frombuffer(counts, dtype=np.int64)),
-        )
+        return got
+
+    def _words_compiled(
+        self, encoded: Sequence[bytes], native: kernels.Kernels, keys: tuple[ShingleKey, ...]
+    ) -> ShingleBatch:
+        """`_words` in one pass of `_kernels.word_shingles` (under every key at once)."""
+        data = _SEPARATOR + _SEPARATOR.join(encoded)
+        got = self._words_native(native, data, _doc_ends(encoded), keys)
+        hashes = [np.frombuffer(h, dtype=np.uint64) for h in got[:-1]]
+        counts = np.frombuffer(got[-1], dtype=np.int64)
+        return ShingleBatch(hashes[0], offsets_of(counts), hashes[1] if len(hashes) > 1 else None)
 
     def _token_hashes(
-        self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64]
+        self, data: bytes, start: npt.NDArray[np.int64], length: npt.NDArray[np.int64], t: Poly
     ) -> U64:
-        """`reference_token_hash` of every token: most fit in one 8-byte read of
-        the text (an unaligned view of it); longer ones read all their chunks."""
+        """`reference_token_hash` of every token: one or two 4-byte digits for most,
+        from one 8-byte read of the text (an unaligned view of it); longer ones read
+        all their digits."""
         words8: U64 = np.ndarray((len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
-        poly = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
+        chunk = words8[start] & _BYTE_MASKS[np.minimum(length, 8)]
+        low, high = chunk & np.uint64(0xFFFFFFFF), chunk >> np.uint64(32)
+        one = reduce_np(low + np.uint64(t.start * t.base % P))  # start * base + d0
+        two = reduce_np(  # start * base**2 + d0 * base + d1
+            mulmod_np(low, np.uint64(t.base)) + high + np.uint64(t.start * t.base**2 % P)
+        )
+        out = np.where(length <= 4, one, two)
         long = np.flatnonzero(length > 8)
         if len(long):
-            n_chunks = (length[long] + 7) >> 3
-            bounds = offsets_of(n_chunks)
-            within = np.arange(bounds[-1]) - np.repeat(bounds[:-1], n_chunks)
-            chunks = words8[np.repeat(start[long], n_chunks) + 8 * within]
-            chunks[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 8 * (n_chunks - 1)]
-            poly[long] = range_poly_hashes(chunks, bounds[:-1], bounds[1:], self._chars)
-        return finish_np(poly, length)
+            words4 = np.ndarray((len(data) - 3,), dtype="<u4", buffer=data, strides=(1,))
+            n_digits = (length[long] + 3) >> 2
+            bounds = offsets_of(n_digits)
+            within = np.arange(bounds[-1]) - np.repeat(bounds[:-1], n_digits)
+            digits = words4[np.repeat(start[long], n_digits) + 4 * within]
+            digits[bounds[1:] - 1] &= _BYTE_MASKS[length[long] - 4 * (n_digits - 1)].astype(
+                np.uint32
+            )
+            out[long] = range_poly_hashes(digits, bounds[:-1], bounds[1:], self._table(t))
+        return out
 
-    def _chars_batch(self, texts: Sequence[str]) -> ShingleBatch:
+    def _chars_batch(self, texts: Sequence[str], keys: tuple[ShingleKey, ...]) -> ShingleBatch:
         flat = [" ".join(t.split()) for t in texts]
         lengths = np.fromiter(map(len, flat), np.int64, len(flat))
         cps = _code_points("".join(flat))
-        hashes, counts = _window_hashes(cps, lengths, self.spec.k, self._chars)
-        return ShingleBatch(hashes, offsets_of(counts))
+        native = kernels.native
+        k = self.spec.k
+        out = []
+        for key in keys:
+            c = key.chars
+            if native is not None:
+                got = native.window_hashes(cps.astype(np.uint32), lengths, k, c.base, c.start)
+                out.append(np.frombuffer(got, dtype=np.uint64))
+            else:
+                out.append(_window_hashes(cps, lengths, k, self._table(c))[0])
+        counts = _window_counts(lengths, k)
+        return ShingleBatch(out[0], offsets_of(counts), out[1] if len(out) > 1 else None)

@@ -56,6 +56,7 @@ import msgpack
 import orjson
 
 from streamdedup import failpoints
+from streamdedup.config import public_params
 from streamdedup.errors import (
     ConfigError,
     IndexOpenError,
@@ -357,8 +358,8 @@ class SealedSegment:
             index.close()
             raise SegmentError(
                 f"the segment at {where} does not match its manifest: its data holds "
-                f"{held[1]:,} documents with parameters {held[0]}, the manifest says "
-                f"{manifest.documents:,} with {dict(manifest.params)} (a manifest of another "
+                f"{held[1]:,} documents with parameters {_shown(held[0])}, the manifest says "
+                f"{manifest.documents:,} with {_shown(manifest.params)} (a manifest of another "
                 "segment?)"
             )
         return cls(where, manifest, index)
@@ -981,8 +982,9 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
         stored = t.meta(MetaKey.PARAMS)
         if stored is not None and stored != manifest.params:
             raise ConfigError(
-                f"the index at {index.path} was created with parameters {stored}, the base "
-                f"segment {where} has {manifest.params}; give a new index directory",
+                f"the index at {index.path} was created with parameters {_shown(stored)}, the "
+                f"base segment {where} has {_shown(manifest.params)}; give a new index "
+                "directory",
                 params=("base_segment",),
             )
         for name, value in carried.items():
@@ -993,3 +995,8 @@ def attach(index: Index, segment_dir: str | os.PathLike[str]) -> SegmentEntry:
         return entry
 
     return index.write(run)
+
+
+def _shown(params: object) -> object:
+    """A parameter record for a message: without the secret shingle hash key."""
+    return public_params(params) if isinstance(params, Mapping) else params

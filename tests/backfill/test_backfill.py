@@ -169,7 +169,7 @@ def test_a_chain_has_its_first_document_as_cluster(spark: Any, tmp_path: Path) -
     for k in (120, 150, 180):
         c[k] = f"y{k}"
     texts = {"A": " ".join(words), "B": " ".join(b), "C": " ".join(c)}
-    sh = Shingler(ShingleSpec())
+    sh = Shingler(ShingleSpec(), bytes(16))
     sets = {k: sh.batch(None, [v.encode()]).hashes for k, v in texts.items()}
 
     def jac(x: str, y: str) -> float:

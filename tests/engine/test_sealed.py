@@ -139,3 +139,26 @@ def test_a_dropped_segment_s_directory_is_removed_when_the_index_made_it(
     else:
         assert said[0].levelno == logging.WARNING
         assert f"nothing reads {first} any more: delete it" in said[0].getMessage()
+
+
+def test_the_secret_hash_key_goes_with_the_index_and_nowhere_else(tmp_path: Path) -> None:
+    """Each new index draws its own shingle hash key, keeps it on reopen, hands it to
+    its sealed segments and to an index started from one of them, and `stats` does not
+    show it (issue 35, item 1)."""
+    import orjson
+
+    from streamdedup.ops.report import index_stats
+
+    with Deduplicator(tmp_path / "a") as a, Deduplicator(tmp_path / "b") as b:
+        assert a.params.hash_key != b.params.hash_key
+        key = a.params.hash_key
+        a.check("x", "one two three four five six seven")
+        manifest = a.seal(tmp_path / "seg")
+    assert manifest.params["hash_key"] == key.hex()
+    with Deduplicator(tmp_path / "a") as again:
+        assert again.params.hash_key == key
+    with Deduplicator(tmp_path / "c", base_segment=tmp_path / "seg") as c:
+        assert c.params.hash_key == key
+        assert c.check("y", "one two three four five six seven").duplicate_of == "x"
+    shown = orjson.dumps(index_stats(str(tmp_path / "a")))
+    assert key.hex().encode() not in shown and b'"hash_key"' not in shown

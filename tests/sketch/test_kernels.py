@@ -37,6 +37,9 @@ from streamdedup.sketch.signature import (
 from streamdedup.store.index import Index
 from tests.support.kernels import compiled, needs_compiled, numpy_code
 
+KEY = bytes(range(16))
+WORD_KEY = (3, 5, 7, 11)  # token base and start, window base and start: one key
+
 
 def test_the_kernels_are_built_where_required() -> None:
     """CI sets STREAMDEDUP_REQUIRE_KERNELS=1: there a failed build fails the run."""
@@ -66,9 +69,22 @@ texts = st.lists(
 def test_word_shingles_equal_numpy(docs: list[str], k: int) -> None:
     encoded = [normalise_utf8(t) for t in docs]
     spec = ShingleSpec("word", k)
-    got = Shingler(spec).batch(None, encoded)
+    got = Shingler(spec, KEY).batch(None, encoded)
     with numpy_code():
-        want = Shingler(spec).batch(None, encoded)
+        want = Shingler(spec, KEY).batch(None, encoded)
+    assert np.array_equal(got.offsets, want.offsets)
+    assert np.array_equal(got.hashes, want.hashes)
+
+
+@needs_compiled
+@settings(max_examples=80)
+@given(st.lists(st.text(max_size=80), min_size=1, max_size=8), st.sampled_from([1, 3, 5, 9, 20]))
+@example(["", "a", "\x00\x00b", "\U0010ffff" * 30], 3)  # empty, zero code points, the top
+def test_char_windows_equal_numpy(docs: list[str], k: int) -> None:
+    spec = ShingleSpec("char", k)
+    got = Shingler(spec, KEY).batch(docs)
+    with numpy_code():
+        want = Shingler(spec, KEY).batch(docs)
     assert np.array_equal(got.offsets, want.offsets)
     assert np.array_equal(got.hashes, want.hashes)
 
@@ -79,7 +95,7 @@ def test_ascii_word_class_is_re_word() -> None:
     table = WordTable().is_word
     assert compiled is not None
     for c in range(128):
-        got = compiled.word_shingles(b"\x00" + bytes([c]), table, np.array([2]), 1)
+        got = compiled.word_shingles(b"\x00" + bytes([c]), table, np.array([2]), 1, WORD_KEY)
         assert not isinstance(got, int)
         assert (len(got[0]) == 8) == bool(re.fullmatch(r"\w", chr(c))), hex(c)
 
@@ -89,9 +105,11 @@ def test_a_code_point_past_the_table_asks_for_it() -> None:
     assert compiled is not None
     table = WordTable()
     data = b"\x00ab \xf0\x9d\x94\x98x"  # U+1D518, a letter, past the first table block
-    assert compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1) == 0x1D518
+    assert (
+        compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1, WORD_KEY) == 0x1D518
+    )
     table.grow(0x1D518)
-    got = compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1)
+    got = compiled.word_shingles(data, table.is_word, np.array([len(data)]), 1, WORD_KEY)
     assert not isinstance(got, int)
     assert np.frombuffer(got[1], dtype=np.int64).tolist() == [2]  # "ab", "\U0001d518x"
 
@@ -101,7 +119,7 @@ def test_bytes_past_unicode_are_not_word_characters() -> None:
     """No encoder writes them, but the kernel must not ask for a table past U+10FFFF."""
     assert compiled is not None
     data = b"\x00ab\xf7\xbf\xbf\xbfcd"  # a 4-byte form of 0x1FFFFF
-    got = compiled.word_shingles(data, WordTable().is_word, np.array([len(data)]), 1)
+    got = compiled.word_shingles(data, WordTable().is_word, np.array([len(data)]), 1, WORD_KEY)
     assert not isinstance(got, int)
     assert np.frombuffer(got[1], dtype=np.int64).tolist() == [2]  # "ab", "cd"
 
@@ -111,13 +129,13 @@ def test_word_shingles_refuse_inconsistent_arguments() -> None:
     assert compiled is not None
     table = WordTable().is_word
     with pytest.raises(ValueError, match="doc_ends"):
-        compiled.word_shingles(b"\x00ab", table, np.array([3, 2]), 1)
+        compiled.word_shingles(b"\x00ab", table, np.array([3, 2]), 1, WORD_KEY)
     with pytest.raises(ValueError, match="doc_ends"):
-        compiled.word_shingles(b"\x00ab", table, np.array([9]), 1)
+        compiled.word_shingles(b"\x00ab", table, np.array([9]), 1, WORD_KEY)
     with pytest.raises(ValueError, match="k must"):
-        compiled.word_shingles(b"\x00ab", table, np.array([3]), 0)
+        compiled.word_shingles(b"\x00ab", table, np.array([3]), 0, WORD_KEY)
     with pytest.raises(ValueError, match="8-byte"):
-        compiled.word_shingles(b"\x00ab", table, b"\x03\x00", 1)
+        compiled.word_shingles(b"\x00ab", table, b"\x03\x00", 1, WORD_KEY)
 
 
 # ------------------------------------------------------- signatures and sets

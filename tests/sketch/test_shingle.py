@@ -61,17 +61,25 @@ specs = st.sampled_from(
 )
 
 
-def _check(batch_texts: list[str], spec: ShingleSpec) -> None:
-    results = [Shingler(spec).batch([normalise(t) for t in batch_texts])]
+KEY = bytes(range(16))
+keys = st.binary(min_size=16, max_size=16)
+
+
+def _check(batch_texts: list[str], spec: ShingleSpec, key: bytes = KEY) -> None:
+    shingler = Shingler(spec, key)
+    results = [shingler.batch([normalise(t) for t in batch_texts], exact=True)]
     if spec.kind == "word":  # the engine's path: UTF-8 bytes only
-        results.append(Shingler(spec).batch(None, [normalise_utf8(t) for t in batch_texts]))
+        encoded = [normalise_utf8(t) for t in batch_texts]
+        results.append(Shingler(spec, key).batch(None, encoded, exact=True))
     for result in results:
         assert len(result.offsets) == len(batch_texts) + 1
         for i, text in enumerate(batch_texts):
             strings = reference_shingles(text, spec)
-            expected = {reference_hash(s, spec) for s in strings}
-            assert len(expected) == len(strings)  # no 64-bit collisions in practice
-            assert set(result.of(i).tolist()) == expected
+            public = {reference_hash(s, spec, shingler.public) for s in strings}
+            secret = {reference_hash(s, spec, shingler.key) for s in strings}
+            assert len(public) == len(secret) == len(strings)  # no collisions in practice
+            assert set(result.of(i).tolist()) == public
+            assert set(result.exact_batch().of(i).tolist()) == secret
 
 
 @given(texts)
@@ -82,26 +90,27 @@ def test_normalise_utf8_is_encode_of_normalise(text: str) -> None:
     assert normalise_utf8(text) == encode(normalise(text))
 
 
-@given(st.lists(texts, min_size=1, max_size=8), specs)
-@example(ADVERSARIAL, ShingleSpec("word", 5))
-@example(ADVERSARIAL, ShingleSpec("char", 5))
-@example(["", " ", "a", "a b", "\u00a0"], ShingleSpec("word", 2))
-def test_batch_equals_reference(batch_texts: list[str], spec: ShingleSpec) -> None:
-    _check(batch_texts, spec)
+@given(st.lists(texts, min_size=1, max_size=8), specs, keys)
+@example(ADVERSARIAL, ShingleSpec("word", 5), KEY)
+@example(ADVERSARIAL, ShingleSpec("char", 5), KEY)
+@example(["", " ", "a", "a b", "\u00a0"], ShingleSpec("word", 2), KEY)
+@example(["a" * 4, "b" * 5, "c" * 8, "d" * 9, "e" * 4000], ShingleSpec("word", 1), KEY)
+def test_batch_equals_reference(batch_texts: list[str], spec: ShingleSpec, key: bytes) -> None:
+    _check(batch_texts, spec, key)
 
 
-@given(texts, specs)
-@example("".join(ADVERSARIAL), ShingleSpec("word", 5))
-@example("", ShingleSpec("word", 5))
-def test_one_document_equals_reference(text: str, spec: ShingleSpec) -> None:
+@given(texts, specs, keys)
+@example("".join(ADVERSARIAL), ShingleSpec("word", 5), KEY)
+@example("", ShingleSpec("word", 5), KEY)
+def test_one_document_equals_reference(text: str, spec: ShingleSpec, key: bytes) -> None:
     """`Shingler.one`, the single-document path exact verification takes, gives the
     reference shingle set too (and the batch's hashes, in the batch's order)."""
-    shingler = Shingler(spec)
+    shingler = Shingler(spec, key)
     norm = normalise(text)
     got = shingler.one(norm, normalise_utf8(text))
-    expected = {reference_hash(s, spec) for s in reference_shingles(text, spec)}
+    expected = {reference_hash(s, spec, shingler.key) for s in reference_shingles(text, spec)}
     assert set(got.tolist()) == expected
-    assert got.tolist() == shingler.batch([norm], [encode(norm)]).hashes.tolist()
+    assert got.tolist() == shingler.batch([norm], [encode(norm)], exact=True).exact.tolist()
 
 
 def test_ascii_and_unicode_documents_in_one_batch() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgpack
 
+from streamdedup.config import public_params
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.segments import SealedSegment
 from streamdedup.store.tables import TABLES, Tables
@@ -19,8 +20,14 @@ from streamdedup.store.tables import TABLES, Tables
 #  - meta `counts`: a stream keeps a tally at 0 once its last document went; compared
 #    without zero tallies;
 #  - the manifest's id, created, bytes and checksum (a new segment, another file
-#    layout); the rest of the manifest must agree.
-LEGITIMATE = ("postings runs and dead array", "zero tallies in meta counts")
+#    layout); the rest of the manifest must agree;
+#  - the secret shingle hash key in the parameters (meta and manifest): each index
+#    draws its own, and nothing else stored depends on it.
+LEGITIMATE = (
+    "postings runs and dead array",
+    "zero tallies in meta counts",
+    "the parameters' hash_key",
+)
 MANIFEST_FREE = ("id", "created", "bytes", "checksum")
 
 
@@ -31,6 +38,8 @@ def _tables(t: Tables) -> dict[str, Any]:
             out[name] = t.postings.live()
         elif name == "meta":
             meta = {k.decode(): msgpack.unpackb(v) for k, v in t.items("meta")}
+            if MetaKey.PARAMS in meta:
+                meta[MetaKey.PARAMS] = public_params(meta[MetaKey.PARAMS])
             if MetaKey.COUNTS in meta:
                 meta[MetaKey.COUNTS] = {k: v for k, v in meta[MetaKey.COUNTS].items() if v}
             out[name] = meta
@@ -45,6 +54,7 @@ def segment_tables(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     with SealedSegment.open(path) as seg:
         tables = seg.index.read(_tables)
         manifest = {k: v for k, v in seg.manifest.to_record().items() if k not in MANIFEST_FREE}
+        manifest["params"] = public_params(manifest["params"])
     return tables, manifest
 
 

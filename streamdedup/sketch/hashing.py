@@ -1,13 +1,15 @@
 """64-bit hashing primitives shared by shingling, signatures and banding.
 
 Shingle hashes are keyed: a polynomial over the prime field F_P, P = 2**61 - 1, whose
-base and start value are drawn from a random key kept with the index (`ShingleKey`).
-An unkeyed polynomial modulo 2**64 (what this module used to compute) lets anyone
-build two different strings with the same hash (Thue-Morse sequences do it for every
-odd base), and so two documents with nothing in common that verify as copies.  Over a
-prime field with a secret base, two different strings of at most L digits collide for
-at most L + 1 of the P**2 (base, start) keys: whoever cannot read the key cannot aim
-at a collision (docs/architecture.md, "Exact verification", states the bound).
+base and start value are derived from a key (`ShingleKey`).  An unkeyed polynomial
+modulo 2**64 (what this module used to compute) lets anyone build two different strings
+with the same hash (Thue-Morse sequences do it for every odd base), and so two documents
+with nothing in common that verify as copies.  Over a prime field, two different
+strings of at most L digits collide under at most a fraction (L + 1) / P of the
+(base, start) keys, so whoever cannot read a random key cannot aim at a collision
+(docs/architecture.md, "Exact verification is exact", states the bound).  Exact
+verification hashes under the index's random secret key; signatures under the fixed
+`PUBLIC_KEY`, so that verdicts do not depend on the secret.
 
 Every hash here is defined twice: on Python ints (the readable reference, used by
 tests and by one-off work) and on numpy uint64 arrays (the batch path), which agree

@@ -335,6 +335,15 @@ WINDOW = OptionGroup(
             "1h",
             metavar="DURATION",
         ),
+        Opt(
+            "clock-window",
+            "stream time is the newest time a majority of the last N message timestamps "
+            "have reached (a few messages ahead of the rest move nothing; it trails an "
+            "ordered stream by N/2 messages); 1: the newest timestamp",
+            int,
+            31,
+            metavar="N",
+        ),
     ),
 )
 SEGMENTS = OptionGroup(

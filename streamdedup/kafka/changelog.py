@@ -23,6 +23,7 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
+from streamdedup.engine.clock import StreamClock
 from streamdedup.errors import IndexOpenError
 from streamdedup.models import Change, Record, Verdict
 from streamdedup.sketch.signature import band_keys
@@ -189,7 +190,9 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
     which document owns each content: the one indexed (with a signature), else the
     oldest; the others are its copies."""
     counts: dict[str, int] = {}
-    clock = 0
+    # stream time from the stored timestamps in document order, as the engine moved it
+    # (engine/clock.py); documents already expired or replaced are not in it
+    stream = StreamClock()
     n = 0
     t.clear_content()
     unindexed: list[tuple[bytes, int]] = []
@@ -203,13 +206,14 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
         for kind in v.kinds():
             counts[kind] = counts.get(kind, 0) + 1
         if rec.timestamp_ms is not None:
-            clock = max(clock, rec.timestamp_ms)
+            stream.advance(rec.timestamp_ms)
         n += 1
     for content, docno in unindexed:
         t.register_content(content, docno)
     t.set_meta(MetaKey.NEXT_DOCNO, max_docno + 1)
     t.set_meta(MetaKey.COUNTS, counts)
-    t.set_meta(MetaKey.CLOCK, clock)
+    t.set_meta(MetaKey.CLOCK, stream.clock)
+    t.set_meta(MetaKey.RECENT, list(stream.recent))
     for prefix in (MetaKey.APPLIED, MetaKey.PUBLISHED):
         t.set_meta(prefix + ns, {str(p): o for p, o in offsets.items()})
     return n

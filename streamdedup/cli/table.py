@@ -768,6 +768,22 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
 }
 
 
+# Keys of a config file that a command refuses although other commands take them: a
+# user who wrote them expects them to apply, and this command cannot honour them
+# (`options.resolve`).  Left to the other commands, they were silently ignored.
+_NO_WINDOW = (
+    "documents read from files carry no timestamps, so nothing would ever expire and "
+    "the time window would be silently ignored. A time window needs message timestamps: "
+    "send the documents to Kafka (`streamdedup produce FILE --timestamp-field NAME`) "
+    "and check them with `worker` or `replay --ttl`; or move the key into the [worker] "
+    "and [replay] tables of the config file."
+)
+INAPPLICABLE: dict[str, dict[str, str]] = {
+    "dedup": {"ttl": _NO_WINDOW},
+    "backfill": {"ttl": _NO_WINDOW},
+}
+
+
 # Each command's positional arguments (dest, metavar, help), added before its options;
 # a metavar ending in "..." takes one or more values (a list).
 ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {

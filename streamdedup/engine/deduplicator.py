@@ -646,7 +646,9 @@ class Deduplicator:
         # topics is unaffected.
         now = time.time_ns() // 1_000_000
         ahead = None if skew is None else now + skew
-        if ahead is not None and clock > ahead:  # moved by an outlier before the bound
+        repaired = ahead is not None and clock > ahead
+        if repaired:  # moved by an outlier before the bound
+            assert ahead is not None
             clock = stream.clock = t.newest_timestamp(ahead)
             stream.forget_after(ahead)
         position = 0
@@ -697,7 +699,7 @@ class Deduplicator:
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
         t.set_meta(MetaKey.COUNTS, self._counts)
         t.set_meta(MetaKey.CLOCK, clock)
-        if self._timed:
+        if self._timed or repaired:
             t.set_meta(MetaKey.RECENT, list(stream.recent))
         b = self._batch
         if b.bucket_capped or b.exact_capped:  # kept for `stats`

@@ -465,6 +465,28 @@ def test_a_clock_moved_by_an_outlier_before_the_bound_is_repaired(tmp_path) -> N
     assert clock == now + 149 - (quorum(31) - 1)  # the 2100 timestamp was forgotten too
 
 
+def test_a_window_of_timestamps_moved_by_outliers_before_the_bound_is_repaired(tmp_path) -> None:
+    """As above, with a majority of the window dated 2100 (no bound, so trusted): the
+    repair forgets those recent timestamps too, also when the first batch after it
+    carries no timestamps, so the next timed batch does not take the clock back to
+    2100."""
+    rnd = random.Random(28)
+    now = int(time.time() * 1000)
+    unbounded = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    with Deduplicator(tmp_path / "i", options=unbounded) as dd:
+        future = [Document(f"f{j}", " ".join(words(rnd, 60)), YEAR_2100) for j in range(quorum(31))]
+        dd.check_batch(future)
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == YEAR_2100
+    texts = [" ".join(words(rnd, 60)) for _ in range(50)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check("untimed", " ".join(words(rnd, 60)))
+        dd.check_batch([Document(f"c{j}", t, now + j) for j, t in enumerate(texts)])
+        copies = dd.check_batch([Document(f"d{j}", t, now + 100 + j) for j, t in enumerate(texts)])
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
+    assert all(v.exact and v.duplicate_of == f"c{j}" for j, v in enumerate(copies))
+    assert clock == now + 149 - (quorum(31) - 1)
+
+
 MINUTE = 60_000
 
 

@@ -126,3 +126,33 @@ def test_a_restored_index_has_an_id_of_its_own_and_knows_its_ancestors() -> None
     twice = restored_identity(once)
     assert twice is not None and twice["restored_from"] == [once["id"], "a"]
     assert restored_identity(None) is None  # never bound: its first worker gives the id
+
+
+def test_offsets_committed_from_an_ancestor_are_the_restored_index_s_own(tmp_path: Path) -> None:
+    """A restored index has an id of its own: offsets its ancestor committed (on a
+    partition the backup had not reached) are its history, not a second index's;
+    those of any other index still stop the worker (on brokers that keep offsets'
+    metadata)."""
+    from types import SimpleNamespace
+
+    from kafka import TopicPartition
+
+    from streamdedup.errors import UnsafeToContinueError
+    from streamdedup.kafka.ledger import Progress
+    from streamdedup.kafka.membership import offsets_metadata
+    from streamdedup.kafka.positions import PositionCheck
+
+    class Consumer:
+        def __init__(self, committer: str) -> None:
+            self.committer = committer
+
+        def committed(self, tp: Any, metadata: bool = False) -> Any:
+            return SimpleNamespace(offset=10, metadata=offsets_metadata(self.committer))
+
+    cfg = SimpleNamespace(group_id="g", input_topic="t")
+    check = PositionCheck(cfg, SimpleNamespace(path=tmp_path), Progress("g", "t"), by_group=True)
+    check.ancestors = frozenset({"old"})
+    fresh = [TopicPartition("t", 1)]
+    check._check_committer(Consumer("old"), fresh, {}, "new")
+    with pytest.raises(UnsafeToContinueError, match="committed by a worker on another index"):
+        check._check_committer(Consumer("stranger"), fresh, {}, "new")

@@ -196,17 +196,21 @@ class EngineOptions:
     # "process": a commit survives the process (kill -9, OOM) at once; the OS writes
     # it to disk soon after.  "full": fsync on every commit, survives power loss too.
     durability: Literal["process", "full"] = "process"
-    # Time window: documents whose timestamp is older than the newest timestamp seen
-    # minus ttl_ms are forgotten (None: keep everything).  Documents without a
+    # Time window: documents whose timestamp is older than the stream time minus ttl_ms
+    # are forgotten (None: keep everything).  Documents without a
     # timestamp never expire.
     ttl_ms: int | None = None
     max_expire_per_batch: int = 20_000
-    # Stream time (the newest timestamp seen) moves only with timestamps at most this
+    # Stream time (see clock_window) moves only with timestamps at most this
     # far ahead of the wall clock (None: no bound).  A message further ahead is an
     # outlier: it is stored as of the current stream time and moves nothing, so one
     # bad producer clock cannot expire the whole window.  Timestamps of 0 or below
     # count as none (Kafka's "no timestamp" is -1).
     max_clock_skew_ms: int | None = 3_600_000
+    # Stream time is the newest time a majority of the last `clock_window` trusted
+    # timestamps have reached, so a few messages ahead of the rest (inside the skew
+    # bound) move nothing (engine/clock.py); 1: the newest timestamp.
+    clock_window: int = 31
     # Sealed segments: after a batch leaves at least this many documents in the open
     # segment, they are sealed into a new segment (None: only `streamdedup seal`),
     # under `segments_dir` (None: INDEX/segments).

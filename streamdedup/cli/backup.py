@@ -1,11 +1,16 @@
 """`streamdedup backup` and `streamdedup restore`: a consistent copy of an index (also
 while a worker writes to it), and a backup put in place as a worker's index; both
-report the copy's documents, bytes and time, as text or JSON on stdout."""
+report the copy's documents, bytes and time, as text or JSON on stdout.
+
+A restored copy is a new index: it gets an id of its own (`restored_identity`), so a
+worker on it is never taken for a worker on the index it was copied from, which may
+still be running (kafka/membership.py)."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,7 +49,27 @@ def cmd_restore(args: argparse.Namespace, values: dict[str, Any]) -> int:
         dest = source.copy_to(target)
     finally:
         source.close()
+    _new_identity(dest)
     return _report_copy(values, "restore", dest, time.monotonic() - started)
+
+
+def _new_identity(path: Path) -> None:
+    """Give the restored index at `path` an id of its own, descending from the backup's."""
+    from streamdedup.kafka.membership import restored_identity
+    from streamdedup.store.index import Index
+    from streamdedup.store.keys import MetaKey
+    from streamdedup.store.tables import Tables
+
+    def renew(t: Tables) -> None:
+        new = restored_identity(t.meta(MetaKey.IDENTITY))
+        if new is not None:
+            t.set_meta(MetaKey.IDENTITY, new)
+
+    index = Index(path)
+    try:
+        index.write(renew)
+    finally:
+        index.close()
 
 
 def _report_copy(values: dict[str, Any], what: str, dest: Any, seconds: float) -> int:

@@ -26,7 +26,7 @@ from typing import Any
 from streamdedup import __version__
 from streamdedup.cli.console import say
 from streamdedup.cli.options import add_options, load_toml, resolve
-from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES
+from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES, INAPPLICABLE
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, StreamDedupError
 from streamdedup.sketch import kernels
 
@@ -96,6 +96,7 @@ def parse(argv: Sequence[str] | None) -> tuple[str, argparse.Namespace, dict[str
         args.command,
         config,
         commands={name: groups for name, (_, groups) in COMMANDS.items()},
+        inapplicable=INAPPLICABLE.get(args.command),
     )
     return args.command, args, values
 

@@ -130,13 +130,17 @@ def resolve(
     config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     commands: Mapping[str, Sequence[OptionGroup]] | None = None,
+    inapplicable: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The final value of every option, and which ones were set explicitly.
 
     TOML keys may sit at the top level or in a table named after the command (which
     wins); dashes and underscores are interchangeable.  A top-level key that belongs
     to another command (one file for worker and replay) is left to it; a key no
-    command knows is an error.
+    command knows is an error.  So is a key in `inapplicable` (option name without
+    dashes -> why), wherever it sits: a setting this command cannot honour although
+    a user would expect it to (`ttl` for `dedup`), which leaving to the other
+    commands would silently ignore.
     """
     environ = os.environ if environ is None else environ
     opts = {o.dest: o for g in groups for o in g.options}
@@ -152,6 +156,10 @@ def resolve(
         ):
             for key, value in scope.items():
                 dest = key.replace("-", "_")
+                if inapplicable and dest in inapplicable and dest not in opts:
+                    raise ConfigError(
+                        f"config file: {key!r} does not apply to '{command}': {inapplicable[dest]}"
+                    )
                 if dest in opts:
                     from_file[dest] = value
                 elif dest not in shared and dest != "config":

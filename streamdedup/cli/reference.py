@@ -8,7 +8,7 @@ compares the file with this rendering).
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt
-from streamdedup.cli.table import COMMANDS, EXAMPLES
+from streamdedup.cli.table import COMMANDS, EXAMPLES, INAPPLICABLE
 
 
 def _default(opt: Opt) -> str:
@@ -39,7 +39,14 @@ def render() -> str:
         "(`num-perm = 256` or `num_perm = 256`), at the top level (shared by all "
         "commands) or in a table named after the command (`[worker]`), which wins. "
         "Repeatable options take a list in TOML and a comma-separated list in the "
-        "environment. Switches take `true`/`false` (or 1/0, yes/no) in the environment.",
+        "environment. Switches take `true`/`false` (or 1/0, yes/no) in the environment. "
+        "A top-level key that only other commands take is left to them, except one a "
+        "command cannot honour although a user would expect it to, which it refuses "
+        "(exit 2) wherever it sits: "
+        + "; ".join(
+            f"`{key}` for `{command}`" for command, keys in INAPPLICABLE.items() for key in keys
+        )
+        + " (files carry no timestamps: nothing would expire).",
         "",
     ]
     for name, (help_text, groups) in COMMANDS.items():

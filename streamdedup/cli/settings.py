@@ -37,7 +37,13 @@ from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
 
 # the engine options that bound work per batch: 0 or less would stall or skip it
-POSITIVE_OPTIONS = ("max_bucket_candidates", "max_exact_checks", "batch_size", "seal_every")
+POSITIVE_OPTIONS = (
+    "max_bucket_candidates",
+    "max_exact_checks",
+    "batch_size",
+    "seal_every",
+    "clock_window",
+)
 
 
 def require_index(values: dict[str, Any]) -> str:
@@ -123,6 +129,7 @@ def engine_settings(values: dict[str, Any]) -> EngineSettings:
         ttl_ms=parse_duration_ms(values["ttl"]) if values.get("ttl") else None,
         max_expire_per_batch=values.get("max_expire_per_batch", 20_000),
         max_clock_skew_ms=clock_skew_ms(values.get("max_clock_skew")),
+        clock_window=values.get("clock_window") or EngineOptions.clock_window,
         seal_every=values.get("seal_every"),
         segments_dir=values.get("segments_dir"),
     )

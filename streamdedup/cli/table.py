@@ -343,6 +343,15 @@ WINDOW = OptionGroup(
             "1h",
             metavar="DURATION",
         ),
+        Opt(
+            "clock-window",
+            "stream time is the newest time a majority of the last N message timestamps "
+            "have reached (a few messages ahead of the rest move nothing; it trails an "
+            "ordered stream by N/2 messages); 1: the newest timestamp",
+            int,
+            31,
+            metavar="N",
+        ),
     ),
 )
 SEGMENTS = OptionGroup(
@@ -782,6 +791,22 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
             INPUT,
         ),
     ),
+}
+
+
+# Keys of a config file that a command refuses although other commands take them: a
+# user who wrote them expects them to apply, and this command cannot honour them
+# (`options.resolve`).  Left to the other commands, they were silently ignored.
+_NO_WINDOW = (
+    "documents read from files carry no timestamps, so nothing would ever expire and "
+    "the time window would be silently ignored. A time window needs message timestamps: "
+    "send the documents to Kafka (`streamdedup produce FILE --timestamp-field NAME`) "
+    "and check them with `worker` or `replay --ttl`; or move the key into the [worker] "
+    "and [replay] tables of the config file."
+)
+INAPPLICABLE: dict[str, dict[str, str]] = {
+    "dedup": {"ttl": _NO_WINDOW},
+    "backfill": {"ttl": _NO_WINDOW},
 }
 
 

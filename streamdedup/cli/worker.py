@@ -15,7 +15,7 @@ from typing import Any
 
 from streamdedup.cli.segment_server import remote_for
 from streamdedup.cli.settings import require_index
-from streamdedup.config import WorkerConfig, connection_settings
+from streamdedup.config import EngineOptions, WorkerConfig, connection_settings
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, SegmentWaitInterrupted
 from streamdedup.kafka.ledger import Progress
@@ -34,9 +34,15 @@ from streamdedup.ops.metrics import Metrics
 log = logging.getLogger("streamdedup.kafka.worker")
 
 
-def restore_if_empty(cfg: WorkerConfig, index_path: str, metrics: Metrics | None = None) -> None:
+def restore_if_empty(
+    cfg: WorkerConfig,
+    index_path: str,
+    metrics: Metrics | None = None,
+    clock_window: int = EngineOptions.clock_window,
+) -> None:
     """With a changelog: an empty or missing index is rebuilt from it before the
-    worker consumes (the pod lost its disk, or this is a new machine)."""
+    worker consumes (the pod lost its disk, or this is a new machine); its stream time
+    by the worker's `--clock-window`."""
     from kafka import KafkaConsumer, TopicPartition
 
     from streamdedup.kafka.changelog import index_is_empty, restore
@@ -73,7 +79,15 @@ def restore_if_empty(cfg: WorkerConfig, index_path: str, metrics: Metrics | None
                     log.info("restoring: %d of about %d changelog records", done, total)
 
             ns = Progress(cfg.group_id, cfg.input_topic).ns
-            stats = restore(index, consumer, cfg.changelog_topic, committed, ns, report)
+            stats = restore(
+                index,
+                consumer,
+                cfg.changelog_topic,
+                committed,
+                ns,
+                report,
+                clock_window=clock_window,
+            )
             log.info(
                 "restored %d documents from %d changelog records in %.1fs; resuming at %s",
                 stats.documents,
@@ -132,7 +146,8 @@ def run_from_options(values: dict[str, Any], open_engine: Callable[..., Deduplic
         options = group_timeouts(probe.embedded, cfg.consumer_options)
         cfg = dataclasses.replace(cfg, consumer_options=options)
         if cfg.changelog_topic:
-            restore_if_empty(cfg, require_index(values), metrics)
+            window = values.get("clock_window") or EngineOptions.clock_window
+            restore_if_empty(cfg, require_index(values), metrics, window)
         # a stop ends a wait for a remote sealed segment (a dead one would hold it)
         remote = remote_for(values, metrics=None if metrics is None else metrics.segments)
         assert remote is not None  # the worker requires --bootstrap-servers

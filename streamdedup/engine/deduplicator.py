@@ -44,6 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
+from streamdedup.engine.clock import StreamClock
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, pick, stored_band_keys
 from streamdedup.engine.sealed import Sealed, Sent, Store, View
@@ -314,6 +315,8 @@ class Deduplicator:
         batch, as the worker does -- so that a restore from the changelog is never
         silently incomplete.  Reading such an index needs no name."""
         self.options = options or EngineOptions()
+        if self.options.clock_window < 1:
+            raise ConfigError("`clock_window` must be at least 1", params=("clock_window",))
         self.changelog = changelog
         self.index = Index(path, map_size=self.options.map_size, durability=self.options.durability)
         # the explicit detection options, checked against a base segment and the index
@@ -361,6 +364,7 @@ class Deduplicator:
         # The last applied batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._ts: int | None = None  # the stored timestamp of the document being checked
+        self._timed = False  # the batch being applied carries timestamps (`_stamps`)
         self._rows: list[bytes] = []  # the band keys of the part being checked, joined
         self._remote = remote
         self._seen_segments: list[int] = []
@@ -652,15 +656,20 @@ class Deduplicator:
         self.touched = []
         self._memory.clear(next_docno)
         clock = int(t.meta(MetaKey.CLOCK) or 0)
+        stream = StreamClock(clock, t.meta(MetaKey.RECENT) or (), self.options.clock_window)
         ttl = self.options.ttl_ms
         skew = self.options.max_clock_skew_ms
-        # Stream time follows the timestamps, but only those at most `skew` ahead of
-        # the wall clock: one message dated 2100 must not expire the whole window.  The
-        # bound is on the future side only, so a replay of old topics is unaffected.
+        # Stream time follows the bulk of the timestamps (engine/clock.py), and only
+        # those at most `skew` ahead of the wall clock: a message dated 2100 is not
+        # counted at all.  The bound is on the future side only, so a replay of old
+        # topics is unaffected.
         now = time.time_ns() // 1_000_000
         ahead = None if skew is None else now + skew
-        if ahead is not None and clock > ahead:  # moved by an outlier before the bound
-            clock = t.newest_timestamp(ahead)
+        repaired = ahead is not None and clock > ahead
+        if repaired:  # moved by an outlier before the bound
+            assert ahead is not None
+            clock = stream.clock = t.newest_timestamp(ahead)
+            stream.forget_after(ahead)
         position = 0
         # only a window needs the oldest document (with sealed segments, asking for it
         # is a round trip)
@@ -672,7 +681,7 @@ class Deduplicator:
         # each document's band keys joined: its row of the batch's read-ahead
         rows = [p.band_rows for p in parts]
         t.batch_postings(self._searching(t, parts, rows), self.options.max_bucket_candidates)
-        stamps, clocks = self._stamps(parts, clock, ahead, now)
+        stamps, clocks = self._stamps(parts, stream, ahead, now)
         # Most documents of a stream are decided here at once and stored after the
         # loop, in bulk (`_store_bulk`); the loop only numbers them.
         bulk = (
@@ -709,6 +718,8 @@ class Deduplicator:
         t.set_meta(MetaKey.NEXT_DOCNO, next_docno)
         t.set_meta(MetaKey.COUNTS, self._counts)
         t.set_meta(MetaKey.CLOCK, clock)
+        if self._timed or repaired:
+            t.set_meta(MetaKey.RECENT, list(stream.recent))
         b = self._batch
         if b.bucket_capped or b.exact_capped:  # kept for `stats`
             caps = dict(t.meta(MetaKey.CAPS) or {})
@@ -752,15 +763,17 @@ class Deduplicator:
         return next_docno
 
     def _stamps(
-        self, parts: list[Prepared], clock: int, ahead: int | None, now: int
+        self, parts: list[Prepared], stream: StreamClock, ahead: int | None, now: int
     ) -> tuple[list[int | None], list[int]]:
         """Each document's timestamp as stored, and the stream clock once it is read,
         in batch order (they follow from the timestamps alone, not from any verdict);
-        the clock outliers go to `outliers`."""
+        the clock outliers go to `outliers`.  `stream` takes the trusted timestamps."""
         self.outliers = []
         n = sum(len(p.docs) for p in parts)
+        clock = stream.clock
         # file mode (a timestamp <= 0 counts as none, as below)
-        if not any(map(_TIMESTAMP, _chained([p.docs for p in parts]))):
+        self._timed = any(map(_TIMESTAMP, _chained([p.docs for p in parts])))
+        if not self._timed:
             return [None] * n, [clock] * n
         stamps: list[int | None] = []
         clocks: list[int] = []
@@ -776,8 +789,8 @@ class Deduplicator:
                     self.outliers.append((position, ts))
                     self._batch.clock_outliers += 1
                     ts = clock or now
-                elif ts is not None and ts > clock:
-                    clock = ts
+                elif ts is not None:
+                    clock = stream.advance(ts)
                 stamps.append(ts)
                 clocks.append(clock)
                 position += 1

@@ -22,7 +22,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from streamdedup.config import IndexParams
+from streamdedup.config import EngineOptions, IndexParams
+from streamdedup.engine.clock import StreamClock
 from streamdedup.errors import IndexOpenError
 from streamdedup.models import Change, Record, Verdict
 from streamdedup.sketch.signature import band_keys
@@ -141,9 +142,11 @@ class Restorer:
         ns: str,
         source: str = "the changelog",
         progress: Callable[[], None] | None = None,
+        clock_window: int = EngineOptions.clock_window,
     ) -> RestoreStats:
         """Once every record is added: fill the band buckets, recompute what the engine
-        keeps in `meta`, and record `committed` (the consumer group's offsets) as the
+        keeps in `meta` (stream time by the rule of the engine that goes on, with its
+        `clock_window`), and record `committed` (the consumer group's offsets) as the
         position of consumer `ns` ("group/topic").  `source` names the changelog in
         errors."""
         if self.params is None:
@@ -151,7 +154,9 @@ class Restorer:
                 raise IndexOpenError(f"changelog {source} holds no index parameters")
         else:
             _fill_postings(self.index, self.params, progress)
-        self.stats.documents = self.index.write(lambda t: _finish(t, self.max_docno, committed, ns))
+        self.stats.documents = self.index.write(
+            lambda t: _finish(t, self.max_docno, committed, ns, clock_window)
+        )
         return self.stats
 
 
@@ -184,12 +189,14 @@ def _posting_chunk(
     return docnos[-1]
 
 
-def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
+def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str, clock_window: int) -> int:
     """Recompute what the engine keeps in `meta` from the restored documents, and
     which document owns each content: the one indexed (with a signature), else the
     oldest; the others are its copies."""
     counts: dict[str, int] = {}
-    clock = 0
+    # stream time from the stored timestamps in document order, as the engine moved it
+    # (engine/clock.py); documents already expired or replaced are not in it
+    stream = StreamClock(window=clock_window)
     n = 0
     t.clear_content()
     unindexed: list[tuple[bytes, int]] = []
@@ -203,13 +210,14 @@ def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str) -> int:
         for kind in v.kinds():
             counts[kind] = counts.get(kind, 0) + 1
         if rec.timestamp_ms is not None:
-            clock = max(clock, rec.timestamp_ms)
+            stream.advance(rec.timestamp_ms)
         n += 1
     for content, docno in unindexed:
         t.register_content(content, docno)
     t.set_meta(MetaKey.NEXT_DOCNO, max_docno + 1)
     t.set_meta(MetaKey.COUNTS, counts)
-    t.set_meta(MetaKey.CLOCK, clock)
+    t.set_meta(MetaKey.CLOCK, stream.clock)
+    t.set_meta(MetaKey.RECENT, list(stream.recent))
     for prefix in (MetaKey.APPLIED, MetaKey.PUBLISHED):
         t.set_meta(prefix + ns, {str(p): o for p, o in offsets.items()})
     return n
@@ -223,6 +231,7 @@ def restore(
     ns: str,
     progress: Callable[[int, int], None] | None = None,
     batch_size: int = 5000,
+    clock_window: int = EngineOptions.clock_window,
 ) -> RestoreStats:
     """Rebuild `index` (empty) from the changelog topic read to its current end.
 
@@ -262,6 +271,7 @@ def restore(
         ns,
         source=changelog_topic,
         progress=None if progress is None else lambda: progress(stats.records, total),
+        clock_window=clock_window,
     )
     stats.seconds = time.monotonic() - started
     consumer.unsubscribe()

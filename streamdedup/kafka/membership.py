@@ -6,15 +6,23 @@ one index directory).  A member started on another index would be handed some of
 partitions, and duplicates across the two halves would never be found.
 
 Each index gets a random id the first time a worker binds it to its group (kept in the
-index, so processes sharing the directory share it; a backup keeps it), with the time
-of that binding.  Workers join the group with `IndexAssignor`, which puts both in the
-member metadata of the JoinGroup request.  The group's leader, whichever member it is,
-sees every member's: if they name more than one index, the index the leader last
-saw serving the group keeps it (a newcomer cannot displace a running worker; the
-leader is normally the group's oldest member), else the index bound to the group
-earliest; the members on any other index are assigned no partitions and an error in
-their assignment's user data.  They stop (`UnsafeToContinueError`, exit 7) before they
-process anything.  Indexes bound before ids existed count as bound at time 0.
+index, so processes sharing the directory share it), with the time of that binding.
+A backup keeps the id, and a restore gives the copy an id of its own (remembering the
+ids it descends from, `restored_from`, for the committed offsets' check).  The id says
+which index; it cannot say which copy: a backup, a restore of an older version, or a
+directory copied by hand may carry the id of an index that still runs.  So each member
+also names where its index lives (`location`: this host, and the directory's device
+and inode), and one index served from two places counts as two.
+
+Workers join the group with `IndexAssignor`, which puts the id, the binding's time and
+the location in the member metadata of the JoinGroup request.  The group's leader,
+whichever member it is, sees every member's: if they name more than one index (or one
+id in more than one place), the one the leader last saw serving the group keeps it (a
+newcomer cannot displace a running worker; the leader is normally the group's oldest
+member), else the index bound to the group earliest; the members on any other index or
+copy are assigned no partitions and an error in their assignment's user data.  They
+stop (`UnsafeToContinueError`, exit 7) before they process anything.  Indexes bound
+before ids existed count as bound at time 0.
 
 A member alone in the group cannot be compared with anyone; the worker's second check
 is the committed offsets' metadata (`offsets_metadata`, see `PositionCheck` in kafka/positions.py).
@@ -26,6 +34,7 @@ import logging
 import socket
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -56,6 +65,30 @@ def identity(t: Tables, fresh: bool) -> dict[str, Any]:
     return have
 
 
+def restored_identity(have: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The identity of a restored copy of an index whose identity is `have`: a new id,
+    bound now, descending from `have`'s id and its ancestors.  A copy that kept the id
+    would be taken for the index itself wherever the two are compared.  None: the
+    index was never bound to a group (its first worker gives it an id)."""
+    if have is None:
+        return None
+    ancestors = [str(have["id"]), *map(str, have.get("restored_from") or [])]
+    return {"id": uuid.uuid4().hex, "bound_at": time.time(), "restored_from": ancestors}
+
+
+def location(path: Path) -> str:
+    """Where an index directory lives: this machine (its boot id, shared by the
+    containers of one host; its hostname where there is none) and the directory's
+    device and inode.  Processes on one directory (also through a symlink or a bind
+    mount) agree on it; a copy of the directory, here or on another host, does not."""
+    try:
+        machine = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        machine = socket.gethostname()
+    st = path.stat()
+    return f"{machine}/{st.st_dev}/{st.st_ino}"
+
+
 def offsets_metadata(index_id: str | None) -> str:
     return "" if index_id is None else OFFSETS_PREFIX + index_id
 
@@ -76,14 +109,35 @@ def describe(member: dict[str, Any]) -> str:
 
 
 def refusal_message(group: str, mine: dict[str, Any], kept: dict[str, Any]) -> str:
+    if mine.get("index") == kept.get("index"):
+        other = (
+            f"a copy of it in another place (a backup, or a directory copied by hand), "
+            f"{describe(mine)}. Two copies of an index in one group would each hold half "
+            "of what follows"
+        )
+    else:
+        other = (
+            f"another one, {describe(mine)}. Two indexes in one group would split the "
+            "input partitions between them"
+        )
     return (
         f"consumer group {group!r} is served by {describe(kept)}; this worker runs on "
-        f"another one, {describe(mine)}. Two indexes in one group would split the input "
-        "partitions between them, and duplicates across the two halves would never be "
-        "found. Nothing was processed. Run every worker of the group on the same --index "
-        "directory (processes on one host), or give this index its own --group-id (it "
-        "then reads the whole topic)."
+        f"{other}, and duplicates across the two halves would never be found. Nothing "
+        "was processed. Run every worker of the group on the same --index directory "
+        "(processes on one host), or give this index its own --group-id (it then reads "
+        "the whole topic)."
     )
+
+
+def _seniority(member: dict[str, Any]) -> tuple[float, str, str]:
+    """Bound to the group earliest first; ties (copies of one index) broken the same
+    way by every leader."""
+    return float(member.get("bound_at", 0)), str(member["index"]), str(member.get("location"))
+
+
+def _instance(member: dict[str, Any]) -> tuple[str, str | None]:
+    """One index in one place: its id and its `location`."""
+    return str(member["index"]), member.get("location")
 
 
 def _decode(data: bytes | None) -> dict[str, Any] | None:
@@ -95,23 +149,26 @@ def _decode(data: bytes | None) -> dict[str, Any] | None:
 
 
 class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """Range assignment among the members on the group's index; none for the others.
-    kafka-python calls `assign` and `on_assignment` on its I/O thread: `refusal` is only
-    set there, and the worker's loop reads it after each poll."""
+    """Range assignment among the members on the group's index (that id, in that
+    place); none for the others.  kafka-python calls `assign` and `on_assignment` on
+    its I/O thread: `refusal` is only set there, and the worker's loop reads it after
+    each poll."""
 
     name = "streamdedup-index"
     version = 0
 
-    def __init__(self, group: str, index_id: str, bound_at: float, path: str) -> None:
+    def __init__(self, group: str, index_id: str, bound_at: float, path: Path) -> None:
         self.group = group
         self.mine = {
             "index": index_id,
             "bound_at": bound_at,
-            "path": path,
+            "path": str(path.resolve()),
             "host": socket.gethostname(),
+            "location": location(path),
         }
         self.refusal: str | None = None
-        self.serving: str | None = None  # the index last seen holding the group
+        # the index (id and location) last seen holding the group
+        self.serving: tuple[str, str | None] | None = None
 
     def metadata(self, topics: Any) -> Any:
         return ConsumerProtocolSubscription(self.version, list(topics), orjson.dumps(self.mine))
@@ -121,20 +178,22 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         known = [i for i in info.values() if i is not None and "index" in i]
         if not known:  # no member says (none of ours): nothing to compare
             return dict(RangePartitionAssignor.assign(cluster, members))
-        serving = [i for i in known if i["index"] == self.serving]
-        kept = (
-            serving[0]
-            if serving
-            else min(known, key=lambda i: (float(i.get("bound_at", 0)), str(i["index"])))
-        )
-        ours = [m for m in members if (info[m.member_id] or {}).get("index") == kept["index"]]
+        serving = [i for i in known if _instance(i) == self.serving]
+        kept = serving[0] if serving else min(known, key=_seniority)
+        place = _instance(kept)
+        ours = [
+            m
+            for m in members
+            if (i := info[m.member_id]) is not None and "index" in i and _instance(i) == place
+        ]
         out: dict[str, Any] = dict(RangePartitionAssignor.assign(cluster, ours))
         for m in members:
             if m.member_id in out:
                 continue
             other = info[m.member_id] or {}
             log.error(
-                "a member of consumer group %r runs on another index: refused. %s",
+                "a member of consumer group %r runs on another index, or on a copy of this one "
+                "in another place: refused. %s",
                 self.group,
                 refusal_message(self.group, other, kept),
             )
@@ -148,7 +207,7 @@ class IndexAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         if info is not None and info.get("refused"):
             self.refusal = refusal_message(self.group, self.mine, info.get("kept") or {})
         else:
-            self.serving = str(self.mine["index"])
+            self.serving = _instance(self.mine)
 
 
 class JoinWatch:

@@ -43,6 +43,9 @@ class PositionCheck:
         self.by_group = by_group
         self.checked: set[int] = set()
         self.silent_until: dict[int, int] = {}
+        # the ids of the indexes this one was restored from (`membership.restored_identity`):
+        # offsets they committed are this index's own history, not another index's
+        self.ancestors: frozenset[str] = frozenset()
 
     def check(
         self,
@@ -135,7 +138,8 @@ class PositionCheck:
         by a worker on another index: this one is a second index in the group, alone in
         it for now (the join-time check needs two members to compare).  Refuse before
         processing anything.  An index restored from the changelog has the offsets as
-        its progress, so it is not refused.  Brokers that do not keep offsets' metadata
+        its progress, so it is not refused; nor are offsets committed from an index this
+        one was restored from (`ancestors`).  Brokers that do not keep offsets' metadata
         (the embedded Tansu 0.6) leave only a warning here."""
         from kafka.errors import KafkaError
 
@@ -158,7 +162,7 @@ class PositionCheck:
             other = index_of_offsets(getattr(committed, "metadata", None))
             if other is None:
                 unknown[tp.partition] = committed.offset
-            elif other != index_id:
+            elif other != index_id and other not in self.ancestors:
                 raise UnsafeToContinueError(
                     f"consumer group {self.cfg.group_id!r} has offsets on partition "
                     f"{tp.partition} of {self.cfg.input_topic!r} committed by a worker on "

@@ -187,8 +187,9 @@ class Worker:
             self.cfg.group_id,
             self.index_id,
             float(ident["bound_at"]),
-            str(self.dd.index.path.resolve()),
+            self.dd.index.path,
         )
+        self.positions.ancestors = frozenset(map(str, ident.get("restored_from") or ()))
         if have is not None and have != want:
             raise ConfigError(
                 f"index {self.dd.index.path} belongs to consumer group {have['group_id']!r} "

@@ -26,7 +26,8 @@ class MetaKey:
     PARAMS: Final = "params"  # the index parameters (`IndexParams.to_record`)
     NEXT_DOCNO: Final = "next_docno"  # the number the next document gets
     COUNTS: Final = "counts"  # verdict tallies of the documents indexed
-    CLOCK: Final = "clock"  # stream time: the newest trusted timestamp (ms)
+    CLOCK: Final = "clock"  # stream time (ms): see engine/clock.py
+    RECENT: Final = "recent"  # the last trusted timestamps, oldest first (engine/clock.py)
     CAPS: Final = "caps"  # documents whose search a cap cut short: {"bucket": n, "exact": n}
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
     # the store's (store.segments)

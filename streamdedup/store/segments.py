@@ -769,7 +769,14 @@ BUILD_ROWS = 50_000  # rows per write transaction of a segment built from sorted
 # The `meta` entries an index keeps of a sealed segment's documents: copied by
 # `attach` from a segment into the new index that starts from it, as `seal` leaves
 # them in the open index it empties.
-CARRIED_META = (MetaKey.PARAMS, MetaKey.NEXT_DOCNO, MetaKey.COUNTS, MetaKey.CLOCK, MetaKey.CAPS)
+CARRIED_META = (
+    MetaKey.PARAMS,
+    MetaKey.NEXT_DOCNO,
+    MetaKey.COUNTS,
+    MetaKey.CLOCK,
+    MetaKey.RECENT,
+    MetaKey.CAPS,
+)
 
 
 class SegmentBuilder:

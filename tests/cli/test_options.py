@@ -88,3 +88,34 @@ def test_max_clock_skew_reaches_the_engine(tmp_path, monkeypatch) -> None:
     _, _, values = parse(["dedup", "-", "--output", "-", "--index", str(tmp_path / "j")])
     with open_engine(values) as dd:
         assert dd.options.max_clock_skew_ms == 3_600_000
+
+
+@pytest.mark.parametrize("command", ["dedup", "backfill"])
+@pytest.mark.parametrize("toml", ['ttl = "1h"\n', '[dedup]\nttl = "1h"\n[backfill]\nttl = "1h"\n'])
+def test_a_ttl_in_the_config_is_refused_by_file_mode_not_ignored(
+    tmp_path, monkeypatch, command: str, toml: str
+) -> None:
+    """File input carries no timestamps: a `ttl` given to `dedup` (or `backfill`)
+    would expire nothing.  At the top level it was left to the Kafka commands, so
+    the run went on without a window and said nothing (issue 35)."""
+    from streamdedup.cli.main import parse
+
+    monkeypatch.delenv("STREAMDEDUP_CONFIG", raising=False)
+    config = tmp_path / "streamdedup.toml"
+    config.write_text(toml)
+    argv = [command, "in.jsonl", "--output", str(tmp_path / "out.jsonl"), "--config", str(config)]
+    with pytest.raises(ConfigError, match=f"'ttl' does not apply to '{command}'") as err:
+        parse(argv)
+    assert "carry no timestamps" in str(err.value) and "[worker]" in str(err.value)
+
+
+def test_a_ttl_in_a_shared_config_still_reaches_the_kafka_commands(tmp_path, monkeypatch) -> None:
+    from streamdedup.cli.main import parse
+
+    monkeypatch.delenv("STREAMDEDUP_CONFIG", raising=False)
+    monkeypatch.delenv("STREAMDEDUP_TTL", raising=False)
+    config = tmp_path / "streamdedup.toml"
+    config.write_text('ttl = "1h"\n')
+    base = ["--input-topic", "t", "--output-topic", "o", "--index", str(tmp_path / "i")]
+    _, _, values = parse(["worker", *base, "--config", str(config)])
+    assert values["ttl"] == "1h"

@@ -19,6 +19,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from streamdedup.config import EngineOptions, Verify
+from streamdedup.engine.clock import quorum
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.models import Document, Verdict
 from streamdedup.store.keys import MetaKey
@@ -51,7 +52,7 @@ def _tables(dd: Deduplicator) -> dict[str, Any]:
     def read(t: Tables) -> dict[str, Any]:
         out: dict[str, Any] = {n: list(t.items(n)) for n in DATA_TABLES if n != "postings"}
         out["postings"] = t.postings.live()
-        for name in (MetaKey.NEXT_DOCNO, MetaKey.COUNTS, MetaKey.CLOCK):
+        for name in (MetaKey.NEXT_DOCNO, MetaKey.COUNTS, MetaKey.CLOCK, MetaKey.RECENT):
             out[name] = t.meta(name)
         return out
 
@@ -108,6 +109,8 @@ documents = st.lists(
     verify=st.sampled_from(["exact", "signature"]),
     # no window; a window of 20 minutes; one forgetting at most 2 documents a batch
     window=st.sampled_from([None, (20, 1000), (20, 2)]),
+    # stream time: the newest timestamp; the median of 3; of 31 (the default)
+    clock_window=st.sampled_from([1, 3, 31]),
 )
 def test_bulk_path_equals_one_by_one(
     docs: list[tuple[int, int, int | None]],
@@ -115,6 +118,7 @@ def test_bulk_path_equals_one_by_one(
     seed: int,
     verify: Verify,
     window: tuple[int, int] | None,
+    clock_window: int,
 ) -> None:
     texts = _texts(seed)
     stream = [
@@ -124,15 +128,18 @@ def test_bulk_path_equals_one_by_one(
     stream = stream + stream[: len(stream) // 2]
     # the clock starts in the past, so an outlier is stored as of it, not of the
     # wall clock (which differs between the two runs)
-    batches, at, k = [[Document("start", "the stream starts", T0)]], 0, 0
+    start = [Document(f"start{i}", "the stream starts", T0) for i in range(quorum(clock_window))]
+    batches, at, k = [start], 0, 0
     while at < len(stream):
         size = cuts[k % len(cuts)]
         batches.append(stream[at : at + size])
         at, k = at + size, k + 1
     opts = (
-        None
+        EngineOptions(clock_window=clock_window)
         if window is None
-        else EngineOptions(ttl_ms=window[0] * 60_000, max_expire_per_batch=window[1])
+        else EngineOptions(
+            ttl_ms=window[0] * 60_000, max_expire_per_batch=window[1], clock_window=clock_window
+        )
     )
     _, plain = _both(batches, opts, verify=verify)
     event(f"plain documents: {'1' if plain == 1 else 'more than 1'}")
@@ -194,7 +201,7 @@ def test_plain_documents_carry_their_timestamps_and_outliers() -> None:
         Document("d", texts[3], -1),
         Document("e", texts[4], T0 + 1),
     ]
-    seen, plain = _both([batch])
+    seen, plain = _both([batch], EngineOptions(clock_window=1))  # "a" starts the clock
     assert plain == 5
     assert seen[0][3] == [(2, 2 * 10**13)]
 
@@ -205,7 +212,7 @@ def test_with_a_time_window_only_documents_it_cannot_reach_in_the_batch(tmp_path
     one, as are copies of a stored owner the window reaches; the rest in bulk."""
     texts = _texts(5)
     minute = 60_000
-    opts = EngineOptions(ttl_ms=30 * minute)
+    opts = EngineOptions(ttl_ms=30 * minute, clock_window=1)  # each message moves the clock
     first = [Document("old", texts[9], T0)]
     batch = [Document(f"d{i}", t, T0 + (i * 10 + 1) * minute) for i, t in enumerate(texts[:6])]
     batch.append(Document("copy", texts[9], T0 + 61 * minute))  # of "old": the window reaches it

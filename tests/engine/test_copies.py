@@ -15,6 +15,7 @@ from streamdedup.kafka.changelog import Restorer, encode_changes, params_record
 from streamdedup.models import Document, Verdict
 from streamdedup.sketch.shingle import reference_shingles
 from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey
 
 MINUTE = 60_000
 T0 = 1_750_000_000_000  # 2025-06-15: timestamps of 0 or below count as none
@@ -53,7 +54,7 @@ def test_a_copy_outlives_the_owner_replaced_by_new_content(tmp_path, batched: bo
 
 
 def test_a_copy_outlives_the_owner_expired_by_the_window(tmp_path) -> None:
-    opts = EngineOptions(ttl_ms=60 * MINUTE)
+    opts = EngineOptions(ttl_ms=60 * MINUTE, clock_window=1)  # each message moves the clock
     with Deduplicator(tmp_path / "i", options=opts) as dd:
         a = dd.check("A", T1, T0)
         b = dd.check("B", T1, T0 + 50 * MINUTE)
@@ -65,7 +66,7 @@ def test_a_copy_outlives_the_owner_expired_by_the_window(tmp_path) -> None:
 def test_a_copy_outlives_the_owner_expired_in_a_batch_over_its_budget(tmp_path) -> None:
     """The window is behind (one expiry a batch): the expired owner is passed over,
     its copy inside the window answers, exactly and as a near duplicate."""
-    opts = EngineOptions(ttl_ms=60 * MINUTE, max_expire_per_batch=1)
+    opts = EngineOptions(ttl_ms=60 * MINUTE, max_expire_per_batch=1, clock_window=1)
     with Deduplicator(tmp_path / "i", options=opts) as dd:
         dd.check_batch([Document("X", "an unrelated page about other things entirely", T0)])
         dd.check_batch([Document("A", T1, T0 + 1), Document("B", T1, T0 + 50 * MINUTE)])
@@ -169,3 +170,31 @@ def test_the_changelog_restores_promotions(tmp_path) -> None:
         a, b = dump(tmp_path / "orig"), dump(tmp_path / name)
         for table in a:
             assert a[table] == b[table], (name, table)
+
+
+def test_the_changelog_restores_stream_time(tmp_path) -> None:
+    """Stream time is derived again from the restored documents' timestamps in
+    document order (engine/clock.py): a stream of new ids, some of them ahead of the
+    rest, gives the restored index the clock and recent timestamps of the original,
+    so the window goes on as it would have (the newest timestamp, as restored before,
+    would be one of the early messages)."""
+    rnd = random.Random(10)
+    docs = []
+    for i in range(300):
+        ahead = 50 * MINUTE if rnd.random() < 0.1 else 0
+        docs.append(Document(f"d{i}", f"page {i} " + T1, T0 + i * MINUTE + ahead))
+    records = []
+    with Deduplicator(tmp_path / "orig", options=EngineOptions(ttl_ms=100 * MINUTE)) as dd:
+        records.append(params_record(dd.params))
+        for i in range(0, len(docs), 37):
+            dd.check_batch(docs[i : i + 37])
+            records += encode_changes(dd.changes)
+        want = dd.index.read(lambda t: (t.meta(MetaKey.CLOCK), t.meta(MetaKey.RECENT)))
+    restored = Index(tmp_path / "restored")
+    r = Restorer(restored)
+    r.add(records)
+    r.finish({}, "g/t")
+    got = restored.read(lambda t: (t.meta(MetaKey.CLOCK), t.meta(MetaKey.RECENT)))
+    restored.close()
+    assert got == want
+    assert want[0] < max(d.timestamp_ms or 0 for d in docs)

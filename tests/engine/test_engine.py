@@ -2,13 +2,16 @@
 
 import random
 import time
+from typing import Any
 
 import pytest
 
 from streamdedup.config import EngineOptions, IndexParams, ShingleSpec
 from streamdedup.engine import prepare
+from streamdedup.engine.clock import quorum
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.engine.prepare import Preparer
+from streamdedup.errors import ConfigError
 from streamdedup.models import Document, Verdict
 from streamdedup.ops.report import index_stats
 from streamdedup.sketch.shingle import reference_shingles
@@ -327,7 +330,7 @@ def timeline(seed: int, rounds: int, per_round: int) -> list[Document]:
 def test_ttl_forgets_old_documents(tmp_path) -> None:
     rnd = random.Random(5)
     base = " ".join(words(rnd, 200))
-    opts = EngineOptions(ttl_ms=2 * HOUR)
+    opts = EngineOptions(ttl_ms=2 * HOUR, clock_window=1)  # each message moves the clock
     with Deduplicator(tmp_path / "i", options=opts) as dd:
         first = dd.check("a", base, timestamp_ms=T0)
         near = dd.check("b", replace_words(base, 5), timestamp_ms=T0 + HOUR)
@@ -404,23 +407,27 @@ def test_ttl_one_far_future_timestamp_does_not_wipe_the_window(tmp_path) -> None
         assert outlier.verdict == "unique"
         stored = dd.index.read(lambda t: t.record(300))
         assert stored is not None and stored.doc_id == "future"
-        assert stored.timestamp_ms == base + 299  # the stream time when it came
+        assert stored.timestamp_ms == base + 299 - (quorum(31) - 1)  # the stream time then
         assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(copies))
         assert dd.counters.clock_outliers == 1
         assert dd.last_batch.clock_outliers == 0
         clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
-        assert clock == base + 1299
+        assert clock == base + 1299 - (quorum(31) - 1)  # a majority of the last 31
         assert dd.index.read(lambda t: t.count("docs")) == 601
         # an hour of stream time later, the outlier has gone with the first 300
-        dd.check("later", " ".join(words(rnd, 60)), timestamp_ms=base + 2 * HOUR)
-        ids = dd.index.read(lambda t: {t.record(n).doc_id for n in range(602) if t.record(n)})
-    assert ids == {"later"}
+        later = [
+            Document(f"later{j}", " ".join(words(rnd, 60)), base + 2 * HOUR)
+            for j in range(quorum(31))
+        ]
+        dd.check_batch(later)
+        ids = dd.index.read(lambda t: {t.record(n).doc_id for n in range(620) if t.record(n)})
+    assert ids == {d.id for d in later}
 
 
 def test_clock_skew_bound_is_on_the_future_side_only(tmp_path) -> None:
     rnd = random.Random(22)
     now = int(time.time() * 1000)
-    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=HOUR)
+    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=HOUR, clock_window=1)
     with Deduplicator(tmp_path / "i", options=opts) as dd:
         dd.check("old", " ".join(words(rnd, 60)), timestamp_ms=T0)  # long past: trusted
         dd.check("ahead", " ".join(words(rnd, 60)), timestamp_ms=now + HOUR // 2)
@@ -430,7 +437,7 @@ def test_clock_skew_bound_is_on_the_future_side_only(tmp_path) -> None:
         assert dd.outliers == [(0, now + 2 * HOUR)]
         assert dd.counters.clock_outliers == 1
     # without a bound, the clock follows any timestamp (the behaviour asked for by "off")
-    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    opts = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None, clock_window=1)
     with Deduplicator(tmp_path / "j", options=opts) as dd:
         dd.check("far", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
         assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == YEAR_2100
@@ -443,7 +450,7 @@ def test_a_clock_moved_by_an_outlier_before_the_bound_is_repaired(tmp_path) -> N
     expiring every new document at once until 2100."""
     rnd = random.Random(24)
     now = int(time.time() * 1000)
-    unbounded = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    unbounded = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None, clock_window=1)
     with Deduplicator(tmp_path / "i", options=unbounded) as dd:
         dd.check("a", " ".join(words(rnd, 60)), timestamp_ms=now - 10)
         dd.check("future", " ".join(words(rnd, 60)), timestamp_ms=YEAR_2100)
@@ -455,7 +462,126 @@ def test_a_clock_moved_by_an_outlier_before_the_bound_is_repaired(tmp_path) -> N
         copies = dd.check_batch([Document(f"d{j}", t, now + 100 + j) for j, t in enumerate(texts)])
         clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
     assert all(v.exact and v.duplicate_of == f"c{j}" for j, v in enumerate(copies))
-    assert clock == now + 149
+    assert clock == now + 149 - (quorum(31) - 1)  # the 2100 timestamp was forgotten too
+
+
+def test_a_window_of_timestamps_moved_by_outliers_before_the_bound_is_repaired(tmp_path) -> None:
+    """As above, with a majority of the window dated 2100 (no bound, so trusted): the
+    repair forgets those recent timestamps too, also when the first batch after it
+    carries no timestamps, so the next timed batch does not take the clock back to
+    2100."""
+    rnd = random.Random(28)
+    now = int(time.time() * 1000)
+    unbounded = EngineOptions(ttl_ms=HOUR, max_clock_skew_ms=None)
+    with Deduplicator(tmp_path / "i", options=unbounded) as dd:
+        future = [Document(f"f{j}", " ".join(words(rnd, 60)), YEAR_2100) for j in range(quorum(31))]
+        dd.check_batch(future)
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == YEAR_2100
+    texts = [" ".join(words(rnd, 60)) for _ in range(50)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check("untimed", " ".join(words(rnd, 60)))
+        dd.check_batch([Document(f"c{j}", t, now + j) for j, t in enumerate(texts)])
+        copies = dd.check_batch([Document(f"d{j}", t, now + 100 + j) for j, t in enumerate(texts)])
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
+    assert all(v.exact and v.duplicate_of == f"c{j}" for j, v in enumerate(copies))
+    assert clock == now + 149 - (quorum(31) - 1)
+
+
+MINUTE = 60_000
+
+
+@pytest.mark.parametrize(
+    ("ttl", "stored_before", "ahead", "burst"),
+    [
+        (HOUR, 10 * MINUTE, 55 * MINUTE, 1),  # issue 35: inside the default skew bound
+        (HOUR, 10 * MINUTE, 55 * MINUTE, quorum(31) - 1),  # a burst short of a majority
+        (MINUTE, 10_000, 30 * MINUTE, 1),  # a TTL shorter than the skew bound
+    ],
+)
+def test_messages_ahead_of_the_bulk_do_not_wipe_the_window(
+    tmp_path, ttl: int, stored_before: int, ahead: int, burst: int
+) -> None:
+    """200 documents, then `burst` messages dated `ahead` of them (inside
+    --max-clock-skew, so not outliers), then exact copies of the 200: the copies are
+    duplicates.  On d62e5e5 the newest timestamp was stream time: one message dated
+    +55 min expired everything stored 10 minutes before, and every copy was unique."""
+    rnd = random.Random(25)
+    now = int(time.time() * 1000)
+    texts = [" ".join(words(rnd, 60)) for _ in range(200)]
+    originals = [Document(f"a{j}", t, now - stored_before + j) for j, t in enumerate(texts)]
+    early = [Document(f"early{j}", " ".join(words(rnd, 60)), now + ahead) for j in range(burst)]
+    copies = [Document(f"b{j}", t, now + j) for j, t in enumerate(texts)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=ttl)) as dd:
+        dd.check_batch(originals)
+        dd.check_batch(early)
+        verdicts = dd.check_batch(copies)
+        clock = dd.index.read(lambda t: t.meta(MetaKey.CLOCK))
+        stored = dd.index.read(lambda t: t.record(200))
+    assert all(v.exact and v.duplicate_of == f"a{j}" for j, v in enumerate(verdicts))
+    assert dd.counters.expired == 0 and dd.counters.clock_outliers == 0
+    assert clock < now + 200  # the bulk's time, not the early messages'
+    assert stored is not None and stored.timestamp_ms == now + ahead  # kept as dated
+
+
+def test_a_majority_of_the_stream_moves_stream_time(tmp_path) -> None:
+    """When the bulk of the stream is ahead (a quorum of the last 31 timestamps), it
+    is the stream's time: what is older than the window expires."""
+    rnd = random.Random(26)
+    now = int(time.time() * 1000)
+    texts = [" ".join(words(rnd, 60)) for _ in range(40)]
+    with Deduplicator(tmp_path / "i", options=EngineOptions(ttl_ms=HOUR)) as dd:
+        dd.check_batch([Document(f"a{j}", t, now - 2 * HOUR + j) for j, t in enumerate(texts)])
+        moved = [Document(f"m{j}", " ".join(words(rnd, 60)), now + j) for j in range(quorum(31))]
+        dd.check_batch(moved)
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == now
+        again = dd.check_batch([Document(f"b{j}", t, now + 100) for j, t in enumerate(texts)])
+    assert all(v.verdict == "unique" for v in again)
+    assert dd.counters.expired == 40
+
+
+def test_stream_time_is_the_same_whatever_the_batching_and_restarts(tmp_path) -> None:
+    """The rule reads the timestamps in order and keeps its state in the index: one
+    batch, batches of 7, and batches of one with the engine closed and opened again
+    every 50 documents (a worker restarted after a crash) give the same verdicts,
+    stored timestamps and stream time, with messages ahead of the rest sprinkled in."""
+    rnd = random.Random(27)
+    now = int(time.time() * 1000)
+    pool = [" ".join(words(rnd, 50)) for _ in range(80)]
+    docs = []
+    for i in range(600):
+        ts = now - 3 * HOUR + i * 10_000
+        if rnd.random() < 0.1:  # a producer 40 minutes ahead, now and then
+            ts += 40 * MINUTE
+        text = rnd.choice(pool) if rnd.random() < 0.6 else " ".join(words(rnd, 50))
+        docs.append(Document(f"d{i}", text, ts))
+    opts = EngineOptions(ttl_ms=HOUR, max_expire_per_batch=5)
+
+    def state(dd: Deduplicator) -> Any:
+        return dd.index.read(lambda t: (t.meta(MetaKey.CLOCK), t.meta(MetaKey.RECENT)))
+
+    runs = []
+    for name, size, reopen in (("one", 600, 600), ("seven", 7, 600), ("single", 1, 50)):
+        out: list[Verdict] = []
+        for start in range(0, len(docs), reopen):
+            with Deduplicator(tmp_path / name, options=opts) as dd:
+                for i in range(start, min(start + reopen, len(docs)), size):
+                    out += dd.check_batch(docs[i : min(i + size, start + reopen)])
+        with Deduplicator(tmp_path / name, options=opts) as dd:
+            runs.append((out, state(dd)))
+    assert runs[0] == runs[1] == runs[2]
+    verdicts, (clock, recent) = runs[0]
+    assert sum(v.is_duplicate for v in verdicts) > 100
+    # the early producer never moved it past the others
+    assert len(recent) == 31 and clock <= now - 3 * HOUR + 599 * 10_000
+
+
+def test_clock_window_one_is_the_newest_timestamp(tmp_path) -> None:
+    with Deduplicator(tmp_path / "i", options=EngineOptions(clock_window=1)) as dd:
+        dd.check("a", "some text here", T0)
+        dd.check("b", "other text there", T0 + HOUR)
+        assert dd.index.read(lambda t: t.meta(MetaKey.CLOCK)) == T0 + HOUR
+    with pytest.raises(ConfigError, match="`clock_window` must be at least 1"):
+        Deduplicator(tmp_path / "j", options=EngineOptions(clock_window=0))
 
 
 @pytest.mark.parametrize("missing", [None, 0, -1])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -264,6 +265,59 @@ def test_a_second_index_in_the_group_is_refused(kafka_bootstrap: str, tmp_path: 
         assert alone.returncode == 0, err[-3000:]
         assert "has never processed partitions [0, 1]" in err, err[-3000:]
     assert len(t.read(t.output, timeout=3)) == 100
+
+
+def test_a_restored_or_copied_index_is_refused_beside_the_original(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`backup` + `restore` of a running worker's index, and the backup itself used as
+    an index: a worker on either joins the group beside the original's and is refused
+    at join time (exit 7, nothing processed).  The restored copy has an id of its own;
+    the backup keeps the original's id, but lives in another place.  On d62e5e5 both
+    shared the original's id and were given half the partitions, silently.  The
+    original keeps every partition: duplicates across partitions are still found."""
+    from kafka import KafkaProducer
+
+    t = Topics(kafka_bootstrap, partitions=2)
+    first_log = tmp_path / "first.log"
+    idx, backup, restored = tmp_path / "idx", tmp_path / "backup", tmp_path / "restored"
+    cli = [sys.executable, "-m", "streamdedup.cli"]
+    with open(first_log, "wb") as handle:
+        first = subprocess.Popen(t.worker_args(idx), stdout=subprocess.DEVNULL, stderr=handle)
+        try:
+            deadline = time.time() + 60
+            while b"partitions assigned: " + t.input.encode() not in first_log.read_bytes():
+                assert time.time() < deadline and first.poll() is None, first_log.read_text()
+                time.sleep(0.3)
+            for args in (
+                ["backup", "--index", str(idx), str(backup)],
+                ["restore", str(backup), "--index", str(restored)],
+            ):
+                r = subprocess.run([*cli, *args], capture_output=True, timeout=60)
+                assert r.returncode == 0, r.stderr.decode()
+            for copy, says in ((restored, "another one"), (backup, "a copy of it")):
+                second = t.run_worker(copy, idle=20)
+                err = second.stderr.decode()
+                assert second.returncode == 7, err[-3000:]
+                assert "is served by index" in err and says in err, err[-3000:]
+                assert "Nothing was processed" in err, err[-3000:]
+            originals = [d for d in stream(80, seed=46) if "edited" not in d["text"]][:20]
+            p = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+            for i, d in enumerate(originals):  # each copy on the other partition
+                copy_doc = {"id": f"copy-{d['id']}", "text": d["text"]}
+                p.send(t.input, value=orjson.dumps(d), partition=i % 2)
+                p.send(t.input, value=orjson.dumps(copy_doc), partition=(i + 1) % 2)
+            p.flush()
+            p.close()
+            verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=40, timeout=90)]
+        finally:
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(timeout=30) == 0, first_log.read_text()[-3000:]
+    by_id = {v["id"]: v for v in verdicts}
+    assert len(verdicts) == len(by_id) == 40
+    for d in originals:
+        pair = (by_id[d["id"]], by_id[f"copy-{d['id']}"])
+        assert sorted(v["verdict"] for v in pair) == ["duplicate", "unique"], pair
 
 
 def keeps_offsets_metadata(t: Topics) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from streamdedup.engine.clock import quorum
 from streamdedup.kafka.broker import free_port
 from tests.support.kafka import FAST_GROUP, Topics, file_mode, stream, verdicts_by_offset
 from tests.support.metrics import samples, scrape
@@ -196,7 +197,10 @@ def test_ttl_window_survives_a_far_future_timestamp_and_keeps_untimestamped_docu
         assert verdicts[f"c{j}"]["duplicate_of"] == f"u{j}", verdicts[f"c{j}"]
     stats = orjson.loads(cli("stats", "--index", str(tmp_path / "idx"), "--json").stdout)
     assert stats["documents"] == n
-    assert stats["clock_ms"] == now + 2000 + len(untimed) - 1
+    # stream time: the newest time a majority of the last 31 timestamps reached
+    recent = [now + 1000 + j for j in range(len(texts))][-(31 - len(untimed)) :]
+    recent += [now + 2000 + j for j in range(len(untimed))]
+    assert stats["clock_ms"] == sorted(recent)[-quorum(31)]
     offset = len(untimed) + len(texts)
     assert (
         f"message at partition 0, offset {offset} has timestamp 4102444800000 "
@@ -208,6 +212,54 @@ def test_ttl_window_survives_a_far_future_timestamp_and_keeps_untimestamped_docu
         *("replay", "--bootstrap-servers", kafka_bootstrap, "--input-topic", t.input),
         *("--index", str(tmp_path / "rebuilt"), "--output", str(out), "--ttl", "1h"),
         *("--progress", "never"),
+    )
+    assert rp.returncode == 0, rp.stderr.decode()[-2000:]
+    replayed = {}
+    for line in out.read_bytes().splitlines():
+        v = orjson.loads(line)
+        src = v.pop("source")
+        replayed[(src["partition"], src["offset"])] = v
+    assert replayed == verdicts_by_offset(messages)
+
+
+def test_ttl_window_survives_a_message_ahead_inside_the_skew_bound(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Issue 35: under --ttl 1h (default --max-clock-skew 1h), 200 documents stored 10
+    minutes ago, one message dated +55 min, then 200 exact copies now.  On d62e5e5 the
+    one message moved stream time: the 200 expired and every copy was `unique`.  Every
+    copy is a duplicate, and a rebuild replay of the topic gives the worker's verdicts."""
+    from kafka import KafkaProducer
+
+    rnd = random.Random(37)
+    vocab = [f"w{i}" for i in range(4000)]
+    texts = [" ".join(rnd.choice(vocab) for _ in range(60)) for _ in range(200)]
+    t = Topics(kafka_bootstrap)
+    p = KafkaProducer(bootstrap_servers=kafka_bootstrap, linger_ms=5)
+
+    def send(doc_id: str, text: str, ts: int) -> None:
+        p.send(t.input, value=orjson.dumps({"id": doc_id, "text": text}), timestamp_ms=ts)
+
+    now = int(time.time() * 1000)
+    for j, text in enumerate(texts):
+        send(f"a{j}", text, now - 10 * 60_000 + j)
+    send("early", " ".join(rnd.choice(vocab) for _ in range(60)), now + 55 * 60_000)
+    for j, text in enumerate(texts):
+        send(f"b{j}", text, now + j)
+    p.flush()
+    p.close()
+    r = t.run_worker(tmp_path / "idx", "--ttl", "1h", "--max-poll-records", "50")
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    messages = t.read(t.output, expect=401)
+    verdicts = {v["id"]: v for v in (orjson.loads(m.value) for m in messages)}
+    assert len(verdicts) == 401
+    for j in range(len(texts)):
+        assert verdicts[f"b{j}"]["exact"] and verdicts[f"b{j}"]["duplicate_of"] == f"a{j}"
+    out = tmp_path / "replayed.jsonl"
+    rp = cli(
+        *("replay", "--bootstrap-servers", kafka_bootstrap, "--input-topic", t.input),
+        *("--index", str(tmp_path / "rebuilt"), "--output", str(out), "--ttl", "1h"),
+        *("--progress", "never", "--max-poll-records", "7"),
     )
     assert rp.returncode == 0, rp.stderr.decode()[-2000:]
     replayed = {}

@@ -486,11 +486,12 @@ class Shingler:
         cps = _code_points("".join(flat))
         native = kernels.native
         k = self.spec.k
+        wide = cps.astype(np.uint32) if native is not None else cps  # once for both keys
         out = []
         for key in keys:
             c = key.chars
             if native is not None:
-                got = native.window_hashes(cps.astype(np.uint32), lengths, k, c.base, c.start)
+                got = native.window_hashes(wide, lengths, k, c.base, c.start)
                 out.append(np.frombuffer(got, dtype=np.uint64))
             else:
                 out.append(_window_hashes(cps, lengths, k, self._table(c))[0])

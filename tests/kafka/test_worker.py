@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from tests.support.kafka import Topics, file_mode, stream, verdicts_by_offset
+from tests.support.sockets import pipe
 from tests.support.txnlog import committed, everything
 
 pytestmark = pytest.mark.integration
@@ -468,19 +469,7 @@ class Outage:
             with self.lock:
                 self.conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(a: Any, b: Any) -> None:
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.close()
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
     def cut(self) -> None:
         import socket

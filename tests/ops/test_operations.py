@@ -207,11 +207,17 @@ def test_ttl_window_survives_a_far_future_timestamp_and_keeps_untimestamped_docu
         "(2100-01-01T00:00:00Z), more than 3600000ms ahead of the wall clock"
     ).encode() in err
     # a rebuild replay of the topic gives the live run's verdicts
+    assert _rebuilt(kafka_bootstrap, t.input, tmp_path) == verdicts_by_offset(messages)
+
+
+def _rebuilt(bootstrap: str, topic: str, tmp_path: Path, *extra: str) -> dict[Any, Any]:
+    """A `replay --ttl 1h` rebuild of `topic` into a new index: its verdicts by
+    (partition, offset), without their `source`."""
     out = tmp_path / "replayed.jsonl"
     rp = cli(
-        *("replay", "--bootstrap-servers", kafka_bootstrap, "--input-topic", t.input),
+        *("replay", "--bootstrap-servers", bootstrap, "--input-topic", topic),
         *("--index", str(tmp_path / "rebuilt"), "--output", str(out), "--ttl", "1h"),
-        *("--progress", "never"),
+        *("--progress", "never", *extra),
     )
     assert rp.returncode == 0, rp.stderr.decode()[-2000:]
     replayed = {}
@@ -219,7 +225,7 @@ def test_ttl_window_survives_a_far_future_timestamp_and_keeps_untimestamped_docu
         v = orjson.loads(line)
         src = v.pop("source")
         replayed[(src["partition"], src["offset"])] = v
-    assert replayed == verdicts_by_offset(messages)
+    return replayed
 
 
 def test_ttl_window_survives_a_message_ahead_inside_the_skew_bound(
@@ -255,18 +261,7 @@ def test_ttl_window_survives_a_message_ahead_inside_the_skew_bound(
     assert len(verdicts) == 401
     for j in range(len(texts)):
         assert verdicts[f"b{j}"]["exact"] and verdicts[f"b{j}"]["duplicate_of"] == f"a{j}"
-    out = tmp_path / "replayed.jsonl"
-    rp = cli(
-        *("replay", "--bootstrap-servers", kafka_bootstrap, "--input-topic", t.input),
-        *("--index", str(tmp_path / "rebuilt"), "--output", str(out), "--ttl", "1h"),
-        *("--progress", "never", "--max-poll-records", "7"),
-    )
-    assert rp.returncode == 0, rp.stderr.decode()[-2000:]
-    replayed = {}
-    for line in out.read_bytes().splitlines():
-        v = orjson.loads(line)
-        src = v.pop("source")
-        replayed[(src["partition"], src["offset"])] = v
+    replayed = _rebuilt(kafka_bootstrap, t.input, tmp_path, "--max-poll-records", "7")
     assert replayed == verdicts_by_offset(messages)
 
 

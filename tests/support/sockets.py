@@ -3,8 +3,10 @@ addresses a command, its JVM and its Python workers accept connections on."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import socket
 from pathlib import Path
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -82,3 +84,17 @@ def is_loopback(addr: Address) -> bool:
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         return addr.ipv4_mapped.is_loopback
     return addr.is_loopback
+
+
+def pipe(a: socket.socket, b: socket.socket) -> None:
+    """Copy what `a` receives to `b` until either side closes, then close both: one
+    direction of a test's TCP proxy (run one thread per direction)."""
+    try:
+        while data := a.recv(65536):
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.close()

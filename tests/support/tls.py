@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamdedup.kafka.broker import EmbeddedBroker, free_port
+from tests.support.sockets import pipe
 
 
 def unavailable() -> str | None:
@@ -88,20 +89,8 @@ class TlsProxy:
             return
         self.handshakes += 1
         upstream = socket.create_connection(("127.0.0.1", self.target))
-        threading.Thread(target=self._pipe, args=(upstream, tls), daemon=True).start()
-        self._pipe(tls, upstream)
-
-    @staticmethod
-    def _pipe(a: socket.socket, b: socket.socket) -> None:
-        try:
-            while data := a.recv(65536):
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.close()
+        threading.Thread(target=pipe, args=(upstream, tls), daemon=True).start()
+        pipe(tls, upstream)
 
     def close(self) -> None:
         self.closed.set()

@@ -103,7 +103,7 @@ def observe(out: Path, argv: list[str]) -> int:
     from prometheus_client import CollectorRegistry
 
     from streamdedup.cli.main import entry
-    from streamdedup.kafka import segment_client
+    from streamdedup.kafka.segment_service import client as segment_client
     from streamdedup.ops.metrics import SegmentClientMetrics
 
     seen: list[tuple[str, float]] = []

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from streamdedup.engine.deduplicator import Deduplicator
     from streamdedup.engine.files import Summary
     from streamdedup.inputs.warc import Skipped
-    from streamdedup.kafka.segment_client import RemoteSegments
+    from streamdedup.kafka.segment_service.client import RemoteSegments
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:

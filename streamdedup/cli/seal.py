@@ -21,7 +21,7 @@ from streamdedup.errors import EXIT_OK, IndexOpenError
 
 def cmd_seal(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.store.index import Index
-    from streamdedup.store.segments import seal
+    from streamdedup.store.segment.sealing import seal
 
     path = _existing_index(values)
     remote = bool(values.get("remote"))  # a switch not given is None
@@ -58,7 +58,7 @@ def cmd_repoint(args: argparse.Namespace, values: dict[str, Any]) -> int:
     own (another disk, another mount point) is registered at its new place here,
     after its manifest and checksum are verified there."""
     from streamdedup.store.index import Index
-    from streamdedup.store.segments import repoint
+    from streamdedup.store.segment.sealing import repoint
 
     path = _existing_index(values)
     index = Index(path)

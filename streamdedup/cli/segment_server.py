@@ -19,8 +19,8 @@ from typing import Any
 
 from streamdedup.config import connection_settings, parse_pairs, require_bootstrap
 from streamdedup.errors import ConfigError
-from streamdedup.kafka.segment_client import RemoteSegments
-from streamdedup.kafka.segments import DEFAULT_PREFIX, SegmentLink
+from streamdedup.kafka.segment_service.client import RemoteSegments
+from streamdedup.kafka.segment_service.wire import DEFAULT_PREFIX, SegmentLink
 from streamdedup.ops.metrics import HealthPolicy, SegmentClientMetrics, SegmentServerMetrics
 
 log = logging.getLogger("streamdedup.kafka.segment_server")
@@ -74,11 +74,11 @@ def remote_for(
 
 
 def cmd_segment_server(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.engine.segments import Answerer
-    from streamdedup.kafka.segment_server import SegmentServer
+    from streamdedup.engine.sealed.probes import Answerer
+    from streamdedup.kafka.segment_service.server import SegmentServer
     from streamdedup.kafka.settings import install_signal_handlers
     from streamdedup.ops.logs import setup_logging
-    from streamdedup.store.segments import SealedSegment
+    from streamdedup.store.segment.sealing import SealedSegment
 
     setup_logging(values["log_level"], values["log_format"])
     link = link_from_options(values)  # option errors before the segment is read

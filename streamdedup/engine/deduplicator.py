@@ -47,9 +47,9 @@ from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.engine.clock import StreamClock
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, pick, stored_band_keys
-from streamdedup.engine.sealed import Sealed, Sent, Store, View
+from streamdedup.engine.sealed.probes import LocalReader, SegmentReader
+from streamdedup.engine.sealed.view import Sealed, Sent, Store, View
 from streamdedup.engine.search import search_batch
-from streamdedup.engine.segments import LocalReader, SegmentReader
 from streamdedup.engine.verify import BatchMemory, best_exact, cap_stopped, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Change, DocId, Document, Record, Verdict
@@ -57,7 +57,7 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
-from streamdedup.store.segments import (
+from streamdedup.store.segment.sealing import (
     Manifest,
     SegmentEntry,
     attach,

@@ -34,7 +34,7 @@ from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.verify import BatchMemory, best_exact_all, cap_stopped
 from streamdedup.sketch import kernels
 from streamdedup.sketch.signature import rank_gathered
-from streamdedup.store.batch import BatchPostings, Docnos
+from streamdedup.store.batch_postings import BatchPostings, Docnos
 from streamdedup.store.tables import Tables, gather_newest
 
 I64 = npt.NDArray[np.int64]

@@ -49,7 +49,7 @@ from streamdedup.errors import (
     UndeliveredError,
     UnsafeToContinueError,
 )
-from streamdedup.kafka.batch import BatchApplier, select
+from streamdedup.kafka.applier import BatchApplier, select
 from streamdedup.kafka.changelog import encode_changes, params_record
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.membership import IndexAssignor, JoinWatch, identity

@@ -25,7 +25,7 @@ from streamdedup.store.keys import (
     id_key,
     tomb_of,
 )
-from streamdedup.store.segments import MANIFEST, SealedSegment, located_segments, segments
+from streamdedup.store.segment.sealing import MANIFEST, SealedSegment, located_segments, segments
 from streamdedup.store.tables import Tables
 
 

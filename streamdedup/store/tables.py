@@ -63,7 +63,7 @@ import numpy.typing as npt
 
 from streamdedup.models import Record
 from streamdedup.sketch import kernels
-from streamdedup.store.batch import NONE, BatchPostings, Docnos, docnos
+from streamdedup.store.batch_postings import NONE, BatchPostings, Docnos, docnos
 from streamdedup.store.keys import (
     DOCNO_BYTES,
     SEGMENT_BYTES,

@@ -16,7 +16,7 @@ import pytest
 from streamdedup.errors import IndexOpenError
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
-from streamdedup.store.segments import (
+from streamdedup.store.segment.sealing import (
     Manifest,
     SealedSegment,
     SegmentEntry,

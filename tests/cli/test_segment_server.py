@@ -21,8 +21,8 @@ import pytest
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
 from streamdedup.kafka.broker import free_port
-from streamdedup.kafka.segment_client import RemoteSegments
-from streamdedup.kafka.segments import SegmentLink
+from streamdedup.kafka.segment_service.client import RemoteSegments
+from streamdedup.kafka.segment_service.wire import SegmentLink
 from streamdedup.ops.metrics import Metrics
 from tests.engine.test_sealed import hostile_stream, run
 from tests.support.kafka import FAST_GROUP, Topics, stream, verdicts_by_offset

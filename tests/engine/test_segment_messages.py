@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.engine.segments import Answer, Probe, request_of
+from streamdedup.engine.sealed.probes import Answer, Probe, request_of
 from streamdedup.errors import SegmentError
 
 docnos = st.integers(0, 2**40 - 1)

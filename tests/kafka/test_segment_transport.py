@@ -25,11 +25,11 @@ import pytest
 
 from streamdedup.errors import BrokerUnavailableError, RemoteSegmentError, SegmentWaitInterrupted
 from streamdedup.kafka.broker import free_port
-from streamdedup.kafka.segment_client import RemoteSegments
-from streamdedup.kafka.segment_server import SegmentServer
-from streamdedup.kafka.segments import MAX_MESSAGE_BYTES, SegmentLink
+from streamdedup.kafka.segment_service.client import RemoteSegments
+from streamdedup.kafka.segment_service.server import SegmentServer
+from streamdedup.kafka.segment_service.wire import MAX_MESSAGE_BYTES, SegmentLink
 from streamdedup.ops.metrics import Metrics, SegmentServerMetrics
-from streamdedup.store.segments import SegmentEntry
+from streamdedup.store.segment.sealing import SegmentEntry
 from tests.support.segment_transport import FAST_OPTIONS, check_answer, fake_answer, spawn
 
 
@@ -303,7 +303,7 @@ def test_the_server_skips_stale_probes_and_reports_its_metrics(
     the server is in its group."""
     from kafka import KafkaProducer
 
-    from streamdedup.kafka.segments import WRITER_HEADER, ensure_topics
+    from streamdedup.kafka.segment_service.wire import WRITER_HEADER, ensure_topics
 
     topics = setup.link.topics(setup.entry.id)
     ensure_topics(setup.link, topics)

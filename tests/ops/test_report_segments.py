@@ -21,7 +21,7 @@ from streamdedup.ops.report import (
     render_stats,
 )
 from streamdedup.store.index import Index
-from streamdedup.store.segments import seal
+from streamdedup.store.segment.sealing import seal
 from streamdedup.store.tables import Tables
 from tests.support.docs import edited_stream
 

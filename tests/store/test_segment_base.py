@@ -21,7 +21,7 @@ from streamdedup.models import Document
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.postings import PARTITIONS
-from streamdedup.store.segments import (
+from streamdedup.store.segment.sealing import (
     DATA,
     Claim,
     SealedSegment,

@@ -28,7 +28,7 @@ from streamdedup.errors import (
 from streamdedup.models import Document
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, docno_key, tomb_key, tomb_of
-from streamdedup.store.segments import (
+from streamdedup.store.segment.sealing import (
     MANIFEST,
     Claim,
     Manifest,
@@ -516,7 +516,7 @@ def test_an_index_from_before_segments_has_no_tombstones_until_opened_for_writin
 CHILD = """
 import sys
 from streamdedup.store.index import Index
-from streamdedup.store.segments import seal
+from streamdedup.store.segment.sealing import seal
 seal(Index(sys.argv[1]), sys.argv[2])
 print("sealed", flush=True)
 """

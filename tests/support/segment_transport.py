@@ -56,8 +56,8 @@ def spawn(
 
 
 def main(argv: list[str]) -> int:
-    from streamdedup.kafka.segment_server import SegmentServer
-    from streamdedup.kafka.segments import SegmentLink
+    from streamdedup.kafka.segment_service.server import SegmentServer
+    from streamdedup.kafka.segment_service.wire import SegmentLink
     from streamdedup.kafka.settings import install_signal_handlers
     from streamdedup.ops.logs import setup_logging
 

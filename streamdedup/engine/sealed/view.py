@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.segments import (
+from streamdedup.engine.sealed.probes import (
     Answer,
     LocalReader,
     Probe,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdedup.errors import BrokerUnavailableError, ConfigError
-from streamdedup.kafka.segments import (
+from streamdedup.kafka.segment_service.wire import (
     ERROR_HEADER,
     MAX_MESSAGE_BYTES,
     WRITER_HEADER,

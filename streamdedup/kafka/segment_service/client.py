@@ -36,7 +36,7 @@ from streamdedup.errors import (
     RemoteSegmentError,
     SegmentWaitInterrupted,
 )
-from streamdedup.kafka.segments import (
+from streamdedup.kafka.segment_service.wire import (
     ERROR_HEADER,
     WRITER_HEADER,
     SegmentLink,
@@ -48,7 +48,7 @@ from streamdedup.kafka.segments import (
 from streamdedup.kafka.settings import wait_for_broker
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import SegmentClientMetrics
-from streamdedup.store.segments import SegmentEntry
+from streamdedup.store.segment.sealing import SegmentEntry
 
 __all__ = ["RemoteReader", "RemoteSegments"]
 

@@ -56,7 +56,7 @@ from streamdedup.errors import (
 )
 from streamdedup.models import Verdict, output_record
 from streamdedup.sketch.shingle import Shingler
-from streamdedup.store.segment.sealing import SegmentBuilder
+from streamdedup.store.segment.building import SegmentBuilder
 
 if TYPE_CHECKING:
     from pyspark import RDD

@@ -38,7 +38,7 @@ from streamdedup.config import IndexParams
 from streamdedup.models import Record, Verdict
 from streamdedup.store.keys import MetaKey, docno_key, id_key, native_keys
 from streamdedup.store.postings import pack, unpack
-from streamdedup.store.segment.sealing import SegmentBuilder
+from streamdedup.store.segment.building import SegmentBuilder
 from streamdedup.store.tables import text_chunks
 
 if TYPE_CHECKING:

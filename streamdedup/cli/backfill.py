@@ -90,7 +90,7 @@ def _check_segment(path: str, output: str) -> None:
         raise ConfigError(
             f"--segment {path} exists and is not empty; give a new or empty directory"
         )
-    from streamdedup.store.segment.sealing import SegmentBuilder
+    from streamdedup.store.segment.building import SegmentBuilder
 
     SegmentBuilder.check(path)  # a SEGMENT_DIR.partial in the way that is not a dead build's
 

@@ -58,7 +58,7 @@ def cmd_repoint(args: argparse.Namespace, values: dict[str, Any]) -> int:
     own (another disk, another mount point) is registered at its new place here,
     after its manifest and checksum are verified there."""
     from streamdedup.store.index import Index
-    from streamdedup.store.segment.sealing import repoint
+    from streamdedup.store.segment.registry import repoint
 
     path = _existing_index(values)
     index = Index(path)

@@ -78,7 +78,7 @@ def cmd_segment_server(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.kafka.segment_service.server import SegmentServer
     from streamdedup.kafka.settings import install_signal_handlers
     from streamdedup.ops.logs import setup_logging
-    from streamdedup.store.segment.sealing import SealedSegment
+    from streamdedup.store.segment.reading import SealedSegment
 
     setup_logging(values["log_level"], values["log_format"])
     link = link_from_options(values)  # option errors before the segment is read

@@ -57,18 +57,17 @@ from streamdedup.sketch.shingle import Shingler
 from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, id_key
-from streamdedup.store.segment.sealing import (
-    Manifest,
+from streamdedup.store.segment.manifest import Manifest
+from streamdedup.store.segment.registry import (
     SegmentEntry,
     attach,
     drop_segment,
     located_segments,
     next_number,
-    recover,
     remove_dropped,
-    seal,
     segments,
 )
+from streamdedup.store.segment.sealing import recover, seal
 from streamdedup.store.tables import ABSENT, Packed, Tables
 
 RemoteSegments = Callable[[SegmentEntry], SegmentReader]

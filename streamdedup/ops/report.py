@@ -25,7 +25,9 @@ from streamdedup.store.keys import (
     id_key,
     tomb_of,
 )
-from streamdedup.store.segment.sealing import MANIFEST, SealedSegment, located_segments, segments
+from streamdedup.store.segment.manifest import MANIFEST
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import located_segments, segments
 from streamdedup.store.tables import Tables
 
 

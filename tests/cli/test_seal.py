@@ -16,13 +16,9 @@ import pytest
 from streamdedup.errors import IndexOpenError
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
-from streamdedup.store.segment.sealing import (
-    Manifest,
-    SealedSegment,
-    SegmentEntry,
-    segments,
-    set_segments,
-)
+from streamdedup.store.segment.manifest import Manifest
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import SegmentEntry, segments, set_segments
 from tests.support.cli import corpus, lines, run
 
 

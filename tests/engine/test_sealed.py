@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
 from streamdedup.models import Document
-from streamdedup.store.segment.sealing import segments
+from streamdedup.store.segment.registry import segments
 from tests.support.docs import hostile_stream
 
 

@@ -65,7 +65,7 @@ def test_seal_killed_at_each_step_leaves_the_old_state_or_the_new(
     (`dedup`) finishes the rename before it opens the segment.  Either way the rest of
     the stream gets the single index's verdicts, and the segment opens with its
     checksum verified."""
-    from streamdedup.store.segment.sealing import SealedSegment
+    from streamdedup.store.segment.reading import SealedSegment
 
     c = crafted_stream()
     docs = c.docs
@@ -425,7 +425,7 @@ def test_the_worker_killed_during_an_automatic_seal(
     """`--seal-every`: the worker SIGKILLs itself in its second seal, before the seal
     commits or after; started again it goes on: one verdict per document, the single
     index's, and the segments registered are whole."""
-    from streamdedup.store.segment.sealing import SealedSegment
+    from streamdedup.store.segment.reading import SealedSegment
 
     docs = mixed_stream(1200, seed=33)
     t = Topics(kafka_bootstrap)

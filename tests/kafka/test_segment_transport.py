@@ -29,7 +29,7 @@ from streamdedup.kafka.segment_service.client import RemoteSegments
 from streamdedup.kafka.segment_service.server import SegmentServer
 from streamdedup.kafka.segment_service.wire import MAX_MESSAGE_BYTES, SegmentLink
 from streamdedup.ops.metrics import Metrics, SegmentServerMetrics
-from streamdedup.store.segment.sealing import SegmentEntry
+from streamdedup.store.segment.registry import SegmentEntry
 from tests.support.segment_transport import FAST_OPTIONS, check_answer, fake_answer, spawn
 
 

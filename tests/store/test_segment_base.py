@@ -21,15 +21,11 @@ from streamdedup.models import Document
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.postings import PARTITIONS
-from streamdedup.store.segment.sealing import (
-    DATA,
-    Claim,
-    SealedSegment,
-    SegmentBuilder,
-    attach,
-    partial_path,
-    segments,
-)
+from streamdedup.store.segment.building import SegmentBuilder
+from streamdedup.store.segment.claim import Claim
+from streamdedup.store.segment.manifest import DATA, partial_path
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import attach, segments
 from streamdedup.store.tables import TABLES, Tables
 from tests.support.segment_tables import assert_same_segments
 from tests.support.store import dump

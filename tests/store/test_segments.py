@@ -28,20 +28,17 @@ from streamdedup.errors import (
 from streamdedup.models import Document
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey, docno_key, tomb_key, tomb_of
-from streamdedup.store.segment.sealing import (
-    MANIFEST,
-    Claim,
-    Manifest,
-    SealedSegment,
+from streamdedup.store.segment.claim import Claim
+from streamdedup.store.segment.manifest import MANIFEST, Manifest, partial_path
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import (
     SegmentEntry,
     drop_segment,
     next_number,
-    partial_path,
-    recover,
-    seal,
     segments,
     set_segments,
 )
+from streamdedup.store.segment.sealing import recover, seal
 from streamdedup.store.tables import DATA_TABLES, TABLES, Tables
 from tests.support.disk import small_tmpfs
 from tests.support.store import dump

@@ -10,7 +10,7 @@ import msgpack
 
 from streamdedup.config import public_params
 from streamdedup.store.keys import MetaKey
-from streamdedup.store.segment.sealing import SealedSegment
+from streamdedup.store.segment.reading import SealedSegment
 from streamdedup.store.tables import TABLES, Tables
 
 # What may differ between two segments holding the same index, and why:

@@ -285,7 +285,7 @@ def dedup_in_slices(
 def registry(index: Path) -> list[Any]:
     """The sealed segments the open index names (read-only)."""
     from streamdedup.store.index import Index
-    from streamdedup.store.segment.sealing import segments
+    from streamdedup.store.segment.registry import segments
 
     idx = Index(index, readonly=True)
     try:

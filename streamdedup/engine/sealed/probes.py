@@ -39,7 +39,8 @@ import numpy.typing as npt
 from streamdedup.config import IndexParams
 from streamdedup.errors import SegmentError
 from streamdedup.sketch.signature import estimate_jaccard
-from streamdedup.store.segment.sealing import SealedSegment, SegmentEntry
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import SegmentEntry
 from streamdedup.store.tables import Tables
 
 U64 = npt.NDArray[np.uint64]

@@ -48,7 +48,7 @@ from streamdedup.kafka.segment_service.wire import (
 from streamdedup.kafka.settings import wait_for_broker
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import SegmentClientMetrics
-from streamdedup.store.segment.sealing import SegmentEntry
+from streamdedup.store.segment.registry import SegmentEntry
 
 __all__ = ["RemoteReader", "RemoteSegments"]
 

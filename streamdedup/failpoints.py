@@ -13,7 +13,7 @@ The points, in the order a batch passes them:
   offsets-sent    consumer offsets added to the Kafka transaction, not committed
   committed       Kafka transaction committed, the index not yet told so
 
-and those of `seal` (store.segments), in its order:
+and those of `seal` (store.segment.sealing), in its order:
   seal-copied     the open index copied to SEGMENT_DIR.partial, no manifest yet
   seal-written    the manifest written and synced, the index's transaction not committed
   seal-committed  the registry entry committed, SEGMENT_DIR.partial not yet renamed

@@ -1,6 +1,6 @@
 """The backfill's index as a sealed segment (`backfill --segment DIR`): every table
 the index of one `dedup` run over the same inputs would hold, computed on Spark as
-sorted runs and written by the driver into a fresh LMDB (`store.segments.
+sorted runs and written by the driver into a fresh LMDB (`store.segment.
 SegmentBuilder`: scratch file, compacted copy, manifest with checksum, rename) --
 not replayed insert by insert.
 

@@ -3,7 +3,7 @@
 
 `segment-server SEGMENT_DIR` opens the sealed segment (its manifest read and its
 checksum verified: a damaged or foreign directory is refused before anything
-connects), then runs a `SegmentServer` answering with `engine.segments.answer_bytes`
+connects), then runs a `SegmentServer` answering with `engine.sealed.probes.Answerer.answer_bytes`
 until SIGTERM or SIGINT, with `/metrics`, `/healthz` and `/readyz` on
 `--metrics-port`.
 """

@@ -30,7 +30,7 @@ class MetaKey:
     RECENT: Final = "recent"  # the last trusted timestamps, oldest first (engine/clock.py)
     CAPS: Final = "caps"  # documents whose search a cap cut short: {"bucket": n, "exact": n}
     CHANGELOG: Final = "changelog"  # the changelog the index is mirrored to, if any
-    # the store's (store.segments)
+    # the store's (store.segment)
     SEGMENTS: Final = "segments"  # the registry: one entry per sealed segment, in order
     SEALED: Final = "sealed"  # the number of the last segment sealed (numbers never repeat)
     # the engine's, per sealed segment: the writer's last answer (when, round trip and

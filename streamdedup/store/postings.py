@@ -166,7 +166,7 @@ class Postings:
     def found(self, keys: U64, cap: int) -> dict[int, array[int]]:
         """`lookup` by the keys' positions in `keys`: position -> its key's newest
         `cap` live docnos, newest first, as int64 arrays (a batch's read-ahead makes
-        its own keys of the positions, and keeps the arrays: batch.py `Docnos`)."""
+        its own keys of the positions, and keeps the arrays: batch_postings.py `Docnos`)."""
         if not len(keys):
             return {}
         parts = (keys >> np.uint64(56)).astype(np.int64)

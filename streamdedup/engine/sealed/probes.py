@@ -1,7 +1,7 @@
 """What the writer asks a sealed segment, and how a segment answers (`Probe`,
 `Answer`, `answer_probe`): one message each way per batch, the same whether the
 segment is a directory on this host (`LocalReader`) or served by `segment-server`
-processes over Kafka (kafka/segments.py carries the packed bytes).
+processes over Kafka (kafka/segment_service/ carries the packed bytes).
 
 A sealed segment never changes, so it can answer everything about a batch before the
 batch is decided: which of the batch's ids and contents it holds, the newest postings
@@ -11,7 +11,7 @@ every candidate whose signature estimate is near the threshold for some batch
 document, so the writer verifies exactly as it does against its own documents.  What
 changes as the batch is decided -- documents replaced or expired after sealing
 (tombstones), this batch's own documents -- stays with the writer, which merges the
-answers with its open segment (engine/sealed.py).
+answers with its open segment (asking.py, view.py).
 
 Why candidates' texts come back rather than the probe carrying the batch's texts to be
 measured by the segment (the first design): on a crawl-like stream most documents have

@@ -137,7 +137,7 @@ class RemoteSegments:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None  # what stopped the poll thread
         # names this writer on its probes: a server judges a probe's age only against
-        # this writer's own later probes (one clock: segment_server.py)
+        # this writer's own later probes (one clock: server.py)
         self._writer = uuid.uuid4().hex.encode()
 
     # ------------------------------------------------------------------ readers

@@ -9,7 +9,7 @@ others stand by and take over when it leaves or dies), and for each probe:
    time), or if this server has answered its request id already (the writer re-sends
    a probe it waits for too long: a slow server must not answer each batch twice);
    each skip is logged and counted (`streamdedup_segment_probes_skipped{reason}`);
-2. computes the answer with `handler` (bytes -> bytes: `engine.segments.answer_bytes`
+2. computes the answer with `handler` (bytes -> bytes: `engine.sealed.probes.Answerer.answer_bytes`
    bound to the open segment; the transport does not look inside);
 3. produces it to the answer topic, keyed by the probe's request id;
 

@@ -1,8 +1,8 @@
 """What the writer and a `segment-server` agree on to talk about one sealed segment
 over Kafka: the topic and group names, the settings that let multi-megabyte probes
 and answers through, and the header an answer carries when the server could not
-compute one.  The two ends are `segment_client` (the writer's `RemoteSegments`) and
-`segment_server` (`SegmentServer`).
+compute one.  The two ends are `client` (the writer's `RemoteSegments`) and
+`server` (`SegmentServer`).
 
 Per segment, from its id and a prefix (`--segment-prefix`):
 
@@ -11,7 +11,7 @@ Per segment, from its id and a prefix (`--segment-prefix`):
 - consumer group `{prefix}.{id}`: the servers of the segment, replicas of each other
   (one partition, so one of them answers, the others stand by).
 
-Probes and answers are opaque bytes here (`engine.segments` packs them).  A probe for
+Probes and answers are opaque bytes here (`engine.sealed.probes` packs them).  A probe for
 a 500-document batch is 1-3 MB and its answer similar, far above Kafka's 1 MB default
 message limit: the topics are created with `max.message.bytes` = `MAX_MESSAGE_BYTES`,
 the producers may send that much (zstd-compressed: the shingle sets and ids in them
@@ -51,7 +51,7 @@ FETCH_WAIT_MS = 20
 ERROR_HEADER = "streamdedup-error"
 # On a probe: which writer (one `RemoteSegments`, a random id) sent it.  A server judges
 # a probe's age only against the timestamps of the same writer's later probes: one
-# host's clock, never the server's own (segment_server.py).
+# host's clock, never the server's own (server.py).
 WRITER_HEADER = "streamdedup-writer"
 
 

@@ -36,10 +36,10 @@ from streamdedup import failpoints
 from streamdedup.backfill import rules
 from streamdedup.config import IndexParams
 from streamdedup.models import Record, Verdict
-from streamdedup.store.keys import MetaKey, docno_key, id_key, native_keys
+from streamdedup.store.keys import MetaKey, id_key, native_keys
 from streamdedup.store.postings import pack, unpack
+from streamdedup.store.rows import document_rows
 from streamdedup.store.segment.building import SegmentBuilder
-from streamdedup.store.tables import text_chunks
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -52,23 +52,14 @@ if TYPE_CHECKING:
 
 
 def _rows(kv: tuple[int, Any]) -> Iterator[tuple[tuple[str, bytes], bytes]]:
-    """One live document's rows, ((table, key), value), as `Tables.put_document`
-    (and `adopt`, for a copy that took its owner's place) would have left them."""
+    """One live document's rows, ((table, key), value): `store.rows.document_rows`,
+    what `Tables.put_document` (and `adopt`, for a copy that took its owner's place)
+    leaves in the engine's index."""
     _, ((((content, shingles, doc_id, sig, _), docno), (verdict, _)), flag) = kv
-    dk = docno_key(docno)
-    yield ("docs", dk), Record.of(verdict, content, None, shingles).pack()
-    yield ("ids", id_key(doc_id)), dk
-    if flag is None:  # no shingles: no content, nothing indexed
-        return
-    owner, text = flag
-    if not owner:
-        yield ("copies", content + dk), b""
-        return
-    yield ("content", content), dk
-    yield ("sigs", dk), sig
-    if text is not None:
-        for key, chunk in text_chunks(docno, text):
-            yield ("texts", key), chunk
+    record = Record.of(verdict, content, None, shingles)
+    owner, text = (None, None) if flag is None else flag  # no shingles: no content
+    for table, (key, value) in document_rows(docno, id_key(doc_id), record, sig, text, owner):
+        yield (table, key), value
 
 
 def _owner_postings(kv: tuple[int, Any]) -> Iterator[tuple[int, bytes]]:

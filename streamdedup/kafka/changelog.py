@@ -11,8 +11,6 @@ group's committed offsets as the index's position, and goes on from there.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -20,15 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
-import numpy as np
 
 from streamdedup.config import EngineOptions, IndexParams
 from streamdedup.engine.clock import StreamClock
 from streamdedup.errors import IndexOpenError
 from streamdedup.models import Change, Record, Verdict
-from streamdedup.sketch.signature import band_keys
+from streamdedup.store.buckets import rebuild_postings
 from streamdedup.store.index import Index
-from streamdedup.store.keys import MetaKey, docno_of
+from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.changelog")
@@ -115,7 +112,7 @@ class Restorer:
                     t.set_meta(MetaKey.PARAMS, self.params.to_record())
                 continue
             old = t.docno_for_id(key)
-            if old is not None:  # postings come last (`_fill_postings`): none to remove yet
+            if old is not None:  # postings come last (`rebuild_postings`): none to remove yet
                 t.remove_document(old, key, [])
             if value is None:
                 continue
@@ -153,40 +150,11 @@ class Restorer:
             if self.max_docno >= 0:
                 raise IndexOpenError(f"changelog {source} holds no index parameters")
         else:
-            _fill_postings(self.index, self.params, progress)
+            rebuild_postings(self.index, self.params, progress)
         self.stats.documents = self.index.write(
             lambda t: _finish(t, self.max_docno, committed, ns, clock_window)
         )
         return self.stats
-
-
-def _fill_postings(
-    index: Index, params: IndexParams, progress: Callable[[], None] | None = None
-) -> None:
-    """Fill the band buckets from the stored signatures, in document order (so each
-    posting list is in arrival order, as the engine builds it), a chunk at a time."""
-    after: bytes | None = b""
-    while after is not None:
-        after = index.write(functools.partial(_posting_chunk, after=after, params=params))
-        if progress is not None:
-            progress()
-
-
-def _posting_chunk(
-    t: Tables, after: bytes, params: IndexParams, chunk: int = 20_000
-) -> bytes | None:
-    docnos: list[bytes] = []
-    rows: list[bytes] = []
-    for dk, sig in itertools.islice(t.items("sigs", after=after), chunk):
-        docnos.append(dk)
-        rows.append(sig)
-    if not docnos:
-        return None
-    sigs = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
-    keys = band_keys(sigs, params.bands, params.rows, params.seed).reshape(-1)
-    numbers = np.array([docno_of(dk) for dk in docnos], dtype=np.uint64)
-    t.postings.add(keys.astype(np.uint64), np.repeat(numbers, params.bands))
-    return docnos[-1]
 
 
 def _finish(t: Tables, max_docno: int, offsets: dict[int, int], ns: str, clock_window: int) -> int:

@@ -76,10 +76,23 @@ from streamdedup.store.keys import (
     tomb_key,
 )
 from streamdedup.store.postings import Postings, distinct
+from streamdedup.store.rows import (
+    TEXT_CHUNK,
+    chunks_of,
+    content_row,
+    content_rows,
+    copy_row,
+    doc_row,
+    expiry_row,
+    id_row,
+    sig_row,
+    sig_rows,
+    text_chunks,
+    texts_rows,
+)
 
 _NO_DOCS: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)  # no candidates (never changed)
 _FEW = 64  # candidates made distinct in Python below this, by numpy above
-TEXT_CHUNK = 1000  # small values pack 4 KiB pages well and never overflow
 
 TABLES = (
     "meta",
@@ -97,39 +110,6 @@ TABLES = (
 DATA_TABLES = ("ids", "docs", "sigs", "texts", "content", "copies", "expiry", "postings")
 
 
-def text_chunks(docno: int, text: bytes) -> list[tuple[bytes, bytes]]:
-    """A stored text's `texts` rows: (docno + chunk number, at most TEXT_CHUNK bytes),
-    in key order.  The one layout of the table, for the engine's inserts and a
-    segment built from sorted runs alike."""
-    return _chunks_of(docno_key(docno), text)
-
-
-def _chunks_of(dk: bytes, text: bytes) -> list[tuple[bytes, bytes]]:
-    """`text_chunks` of the document whose docno key is `dk`.  Most texts are one or
-    two chunks (a compressed crawl page: 1-2 KB), spelled out: half the time of the
-    general loop below (0.47 against 0.98 us), once per stored document."""
-    n = len(text)
-    if n <= TEXT_CHUNK:
-        return [(dk + _FIRST_CHUNK, text)]
-    if n <= 2 * TEXT_CHUNK:
-        return [(dk + b"\x00\x00", text[:TEXT_CHUNK]), (dk + b"\x00\x01", text[TEXT_CHUNK:])]
-    return [
-        (dk + (i // TEXT_CHUNK).to_bytes(2, "big"), text[i : i + TEXT_CHUNK])
-        for i in range(0, n, TEXT_CHUNK)
-    ]
-
-
-def _texts_rows(dks: list[bytes], texts: list[bytes]) -> Iterable[tuple[bytes, bytes]]:
-    """The `texts` rows of many documents (`dks`: their docno keys), in order: each
-    one's `_chunks_of`.  When every text is one chunk (short documents), their keys
-    are made in one C pass instead of a call each (half the time)."""
-    if texts and max(map(len, texts)) <= TEXT_CHUNK:
-        return zip(map(operator.add, dks, itertools.repeat(_FIRST_CHUNK)), texts, strict=True)
-    each = itertools.starmap(_chunks_of, zip(dks, texts, strict=True))
-    return itertools.chain.from_iterable(each)
-
-
-_FIRST_CHUNK = b"\x00\x00"  # chunk number 0, as `_chunks_of` numbers them
 _KEY = operator.itemgetter(0)  # an entry's key
 
 
@@ -391,18 +371,18 @@ class Tables:
         dk = docno.to_bytes(DOCNO_BYTES, "big")
         w = self._writes
         w.pending = True
-        w.ids.append((key, dk))
+        w.ids.append(id_row(key, dk))
         self._ids[key] = docno
-        w.docs.append((dk, record.pack()))
+        w.docs.append(doc_row(dk, record))
         w.records[docno] = record
         if signature is not None:
-            w.sigs.append((dk, signature))
+            w.sigs.append(sig_row(dk, signature))
         if bucket_keys:
             self._add_postings(docno, bucket_keys, row=row)
         if text is not None:
-            w.texts += _chunks_of(dk, text)
+            w.texts += chunks_of(dk, text)
         if record.timestamp_ms is not None:
-            w.expiry.append((expiry_key(record.timestamp_ms, docno), b""))
+            w.expiry.append(expiry_row(record.timestamp_ms, docno))
         if not register_content:
             return False
         # the first document with this content stays its owner
@@ -411,10 +391,10 @@ class Tables:
         if owner is None:  # not read ahead
             owner = ABSENT if self.docno_for_content(content_hash) is None else 0
         if owner == ABSENT:
-            w.content.append((content_hash, dk))
+            w.content.append(content_row(content_hash, dk))
             self._content[content_hash] = docno
             return True
-        w.copies.append((content_hash + dk, b""))
+        w.copies.append(copy_row(content_hash, dk))
         return False
 
     def read_ahead(
@@ -453,11 +433,11 @@ class Tables:
             return
         dks = self._put_records(docnos, keys, records)
         w = self._writes
-        w.sigs += zip(dks, signatures, strict=True)
+        w.sigs += sig_rows(dks, signatures)
         if texts is not None:
-            w.texts += _texts_rows(dks, texts)
+            w.texts += texts_rows(dks, texts)
         hashes = records.content_hashes
-        w.content += zip(hashes, dks, strict=True)
+        w.content += content_rows(hashes, dks)
         self._content.update(zip(hashes, docnos, strict=True))
         if self._postings is not None:
             self._postings.add_many(docnos, rows)

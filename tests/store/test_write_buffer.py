@@ -15,14 +15,8 @@ from hypothesis import strategies as st
 from streamdedup.models import Record
 from streamdedup.store.index import Index
 from streamdedup.store.keys import docno_key, id_key
-from streamdedup.store.tables import (
-    DATA_TABLES,
-    TEXT_CHUNK,
-    Packed,
-    Tables,
-    _texts_rows,
-    text_chunks,
-)
+from streamdedup.store.rows import TEXT_CHUNK, text_chunks, texts_rows
+from streamdedup.store.tables import DATA_TABLES, Packed, Tables
 
 CONTENTS = [bytes([c]) * 16 for c in range(4)]  # few contents: owners and copies
 
@@ -246,8 +240,8 @@ def test_a_text_is_cut_into_numbered_chunks_that_join_back(docno: int, size: int
 @example([(7, TEXT_CHUNK), (8, 0)])  # every text one chunk: the keys made at once
 @example([(7, TEXT_CHUNK), (8, TEXT_CHUNK + 1)])
 def test_many_texts_are_cut_as_each_one_is(docs: list[tuple[int, int]]) -> None:
-    """The rows a bulk store buffers for many texts (`_texts_rows`, which makes the
+    """The rows a bulk store buffers for many texts (`texts_rows`, which makes the
     keys of one-chunk texts in one pass) are each text's `text_chunks`, in order."""
     texts = [bytes([d % 251]) * size for d, size in docs]
-    rows = list(_texts_rows([docno_key(d) for d, _ in docs], texts))
+    rows = list(texts_rows([docno_key(d) for d, _ in docs], texts))
     assert rows == [row for (d, _), t in zip(docs, texts, strict=True) for row in text_chunks(d, t)]

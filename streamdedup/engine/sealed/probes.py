@@ -39,6 +39,7 @@ import numpy.typing as npt
 from streamdedup.config import IndexParams
 from streamdedup.errors import SegmentError
 from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.store.buckets import newest_postings
 from streamdedup.store.segment.reading import SealedSegment
 from streamdedup.store.segment.registry import SegmentEntry
 from streamdedup.store.tables import Tables
@@ -289,7 +290,7 @@ class Answerer:
                 wanted.update(docnos)
         keys = distinct(np.concatenate([probe.keys, probe.doc_keys.ravel()]).astype(np.uint64))
         if len(keys) and probe.depth > 0:
-            found = t.postings.lookup(keys, probe.depth + 1)
+            found = newest_postings(t, keys, probe.depth + 1)
             for k, docnos in found.items():
                 if len(docnos) > probe.depth:
                     out.cut.add(k)

@@ -24,7 +24,7 @@ from streamdedup.kafka.broker import free_port
 from streamdedup.kafka.segment_service.client import RemoteSegments
 from streamdedup.kafka.segment_service.wire import SegmentLink
 from streamdedup.ops.metrics import Metrics
-from tests.engine.test_sealed import hostile_stream, run
+from tests.engine.sealed.test_sealed import hostile_stream, run
 from tests.support.kafka import FAST_GROUP, Topics, stream, verdicts_by_offset
 from tests.support.metrics import samples, scrape
 

@@ -1,4 +1,4 @@
-"""Sealed segments (store.segments): the manifest, the checks `SealedSegment.open`
+"""Sealed segments (store.segment): the manifest, the checks `SealedSegment.open`
 makes, the registry, tombstones, and `seal`'s atomicity under SIGKILL at each step."""
 
 from __future__ import annotations

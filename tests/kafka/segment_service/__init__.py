@@ -1,0 +1,1 @@
+"""Tests of streamdedup.kafka.segment_service."""

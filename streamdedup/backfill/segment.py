@@ -37,7 +37,7 @@ from streamdedup.backfill import rules
 from streamdedup.config import IndexParams
 from streamdedup.models import Record, Verdict
 from streamdedup.store.keys import MetaKey, id_key, native_keys
-from streamdedup.store.postings import pack, unpack
+from streamdedup.store.postings import partition_of, sorted_run, unpack
 from streamdedup.store.rows import document_rows
 from streamdedup.store.segment.building import SegmentBuilder
 
@@ -79,7 +79,7 @@ def _by_partition(docs: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, tupl
     docnos = np.repeat(
         np.array([d for d, _ in got], dtype=np.uint64), [len(k) // 8 for _, k in got]
     )
-    parts = keys >> np.uint64(56)
+    parts = partition_of(keys)
     order = np.argsort(parts, kind="stable")
     keys, docnos, parts = keys[order], docnos[order], parts[order]
     edges = np.flatnonzero(np.r_[True, parts[1:] != parts[:-1], True])
@@ -93,8 +93,7 @@ def _run(kv: tuple[int, Iterable[tuple[bytes, bytes]]]) -> tuple[int, bytes]:
     got = list(pieces)
     keys = np.frombuffer(b"".join(k for k, _ in got), dtype=np.uint64)
     docnos = np.frombuffer(b"".join(d for _, d in got), dtype=np.uint64)
-    order = np.lexsort((docnos, keys))
-    return part, pack(keys[order], docnos[order])
+    return part, sorted_run(keys, docnos)
 
 
 def _kinds(kv: tuple[int, Any]) -> tuple[str, ...]:

@@ -73,6 +73,18 @@ def pack(keys: U64, docnos: U64) -> bytes:
     return np.concatenate([keys, docnos]).astype(_LE, copy=False).tobytes()
 
 
+def partition_of(keys: U64) -> U64:
+    """Each band key's partition (its top byte): the runs of a partition hold its keys."""
+    return keys >> np.uint64(56)
+
+
+def sorted_run(keys: U64, docnos: U64) -> bytes:
+    """Postings of one partition as one stored run, ordered by (key, docno): what a
+    segment built from sorted runs stores per partition (backfill/segment.py)."""
+    order = np.lexsort((docnos, keys))
+    return pack(keys[order], docnos[order])
+
+
 def merge(older: tuple[U64, U64], newer: tuple[U64, U64]) -> tuple[U64, U64]:
     """Two runs as one, ordered by (key, docno): fresh arrays, never views of either.
 

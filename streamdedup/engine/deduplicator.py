@@ -47,9 +47,9 @@ from streamdedup.config import EngineOptions, IndexParams, ShingleSpec, Verify
 from streamdedup.engine.clock import StreamClock
 from streamdedup.engine.params import check_changelog, open_params, resolve_params
 from streamdedup.engine.prepare import Prepared, Preparer, pick, stored_band_keys
-from streamdedup.engine.sealed.asking import Sealed, Sent
+from streamdedup.engine.sealed.asking import Sealed, Sent, Store
 from streamdedup.engine.sealed.probes import LocalReader, SegmentReader
-from streamdedup.engine.sealed.view import Store, View
+from streamdedup.engine.sealed.view import View
 from streamdedup.engine.search import search_batch
 from streamdedup.engine.verify import BatchMemory, best_exact, cap_stopped, exact_margin
 from streamdedup.errors import ConfigError, ParameterMismatchError

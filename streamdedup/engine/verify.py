@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared, own_hashes, stored_hashes
-from streamdedup.engine.sealed.view import Store
+from streamdedup.engine.sealed.asking import Store
 from streamdedup.sketch.jaccard import (
     Choices,
     SetTable,

@@ -1,18 +1,18 @@
-"""The writer's side of its sealed segments (`Sealed`): their readers, the
-tombstones masking their documents (committed, and those of the batch in
-progress), and the answers of the batch in progress.  Everything a batch needs is
-asked of every sealed segment before the batch's write transaction (`Sealed.ask`,
-or `send` then `receive` to overlap the wait with other work); the rare questions
-only the decisions raise are follow-ups (`Sealed.follow_up`).  `View` (view.py)
-reads these answers merged with the open index."""
+"""The writer's side of its sealed segments (`Sealed`): their readers, their
+tombstones, and the answers of the batch in progress, asked before the batch's
+write transaction (`ask`, or `send` then `receive`); what the decisions raise
+later, in follow-ups.  `View` (view.py) merges them with the open index; `Store`
+(what the engine reads: `Tables` or `View`) came along from engine/sealed.py."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
@@ -21,6 +21,8 @@ from streamdedup.engine.sealed.probes import (
     LocalReader,
     Probe,
     SegmentReader,
+    Waiting,
+    answered,
     distinct,
     new_request,
 )
@@ -30,7 +32,53 @@ from streamdedup.store.tables import Tables
 KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
 
 
-Waiting = tuple[int, float, Callable[[], "bytes | Answer"]]  # segment, when sent, waiter
+class Store(Protocol):
+    """What the engine reads and writes in its write transaction: `Tables` (one
+    index) or `View` (an index with sealed segments)."""
+
+    def meta(self, name: str) -> Any: ...
+    def set_meta(self, name: str, value: Any) -> None: ...
+    def record(self, docno: int) -> Record | None: ...
+    def signature(self, docno: int) -> bytes | None: ...
+    def signatures(
+        self, docnos: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]: ...
+    def text(self, docno: int) -> bytes: ...
+    def docno_for_id(self, key: bytes) -> int | None: ...
+    def docno_for_content(self, content_hash: bytes) -> int | None: ...
+    def first_copy(self, content_hash: bytes) -> int | None: ...
+    def oldest(self) -> tuple[int, int] | None: ...
+    def newest_timestamp(self, at_most: int) -> int: ...
+    def delete_expiry(self, timestamp_ms: int, docno: int) -> None: ...
+    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None: ...
+    def is_quiet(self, row: bytes) -> bool: ...
+    def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
+    def flush_postings(self) -> None: ...
+    def candidates(self, band_keys: list[bytes], cap: int) -> npt.NDArray[np.int64]: ...
+
+    # whether the last `candidates` call left postings out of a bucket (the cap)
+    capped: bool
+
+    def put_document(
+        self,
+        docno: int,
+        key: bytes,
+        record: Record,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        register_content: bool,
+        text: bytes | None = None,
+        row: bytes | None = None,
+    ) -> bool: ...
+    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None: ...
+    def adopt(
+        self,
+        docno: int,
+        content_hash: bytes,
+        signature: bytes | None,
+        bucket_keys: list[bytes],
+        text: bytes | None,
+    ) -> None: ...
 
 
 @dataclass
@@ -209,7 +257,7 @@ class Sealed:
             reader = self.readers[n]
             probe.request, probe.segment = new_request(), reader.entry.id
             if isinstance(reader, LocalReader):  # same process: no need to pack
-                waiting.append((n, time.monotonic(), _ready(reader.ask(probe))))
+                waiting.append((n, time.monotonic(), answered(reader.ask(probe))))
             else:
                 waiting.append((n, time.monotonic(), reader.submit(probe.request, probe.pack())))
         return waiting
@@ -450,7 +498,3 @@ class Sealed:
     def newest_timestamp(self, at_most: int) -> int:
         got = self.follow_up(self.numbers, newest_at_most=at_most)
         return max((a.newest for a in got.values()), default=0)
-
-
-def _ready(answer: Answer) -> Callable[[], bytes | Answer]:
-    return lambda: answer

@@ -392,6 +392,14 @@ class LocalReader:
         self.segment.close()
 
 
+Waiting = tuple[int, float, Callable[[], "bytes | Answer"]]  # segment, when sent, waiter
+
+
+def answered(answer: Answer) -> Callable[[], bytes | Answer]:
+    """A waiter for an answer already there (a local reader answers at once)."""
+    return lambda: answer
+
+
 def new_request() -> str:
     return f"{os.getpid():x}-{uuid.uuid4().hex[:16]}"
 

@@ -1,5 +1,5 @@
 """`streamdedup seal`: move everything the index holds so far into a new sealed
-segment (store.segments.seal), and say what was sealed, as text or JSON on stdout.
+segment (store.segment.sealing.seal), and say what was sealed, as text or JSON on stdout.
 `streamdedup repoint`: register sealed segments at the place they were moved to.
 
 It opens the index for writing like a worker does, so it may run while a worker or

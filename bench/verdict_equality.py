@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         old_side = args.out / "old"
         run_tree(args.old, old_side, args, corpora)
     new_side = args.out / "new"
+    if old_side.resolve() == new_side.resolve():
+        raise SystemExit(f"{old_side} would be overwritten by the new tree's run: copy it first")
     run_tree(args.new, new_side, args, corpora)
     return 0 if compare(old_side, new_side) else 1
 

@@ -121,6 +121,13 @@ class LshFamily(Protocol[Batch_contra, Rep_contra]):
         of `others` (m, num_perm); (m,) float64."""
         ...
 
+    def estimate_table(self) -> npt.NDArray[np.float64]:
+        """(num_perm + 1,) float64: the estimate when a of the K positions agree,
+        for a = 0 .. K, value for value `estimate`'s, strictly rising.  The
+        estimate is a function of that count alone: what lets one compiled ranking
+        (a counting sort by agreeing positions) serve every family."""
+        ...
+
     def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
         """`estimate` of many at once: row i of `sigs` (n, K) against each of
         `others[i]` (n, m, K); (n, m) float64, value for value `estimate`'s."""

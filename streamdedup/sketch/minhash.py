@@ -26,6 +26,7 @@ from streamdedup.sketch.signature import (
     Sketches,
     band_keys,
     estimate_jaccard,
+    estimate_of_agreeing,
     estimate_rows,
     sketch,
 )
@@ -62,6 +63,9 @@ class MinHashJaccard:
 
     def estimate(self, sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
         return estimate_jaccard(sig, others)
+
+    def estimate_table(self) -> npt.NDArray[np.float64]:
+        return estimate_of_agreeing(np.arange(self.num_perm + 1, dtype=np.int64), self.num_perm)
 
     def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
         return estimate_rows(sigs, others)

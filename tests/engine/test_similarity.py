@@ -178,3 +178,56 @@ def test_the_family_measure_is_jaccard_of_the_stored_sets(batch: list[str]) -> N
     for a in sets:
         for b in sets:
             assert family.lsh.exact(a, b) == numpy_jaccard(a, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(texts, min_size=2, max_size=10),
+    st.data(),
+    st.sampled_from([0.3, 0.5, 0.8]),
+    st.integers(0, 12),
+)
+def test_the_familys_choose_is_choose_exact(
+    batch: list[str], data: st.DataObject, threshold: float, max_checks: int
+) -> None:
+    """Through the interface, the compiled rule (`choose`, with and
+    without the pre-filter table, resumed where a set is missing) gives
+    `choose_exact`'s best, measure and check count, measured by `lsh.exact` on
+    `exact_stored` sets."""
+    params = IndexParams(shingle=ShingleSpec.parse("word:2"))
+    family = family_of(params)
+    items = family.canonical([Document(str(k), t) for k, t in enumerate(batch)])
+    stored = compress_texts(items.raw)
+    mine_text, cands = stored[0], stored[1:]
+    docnos = list(range(10, 10 + len(cands)))
+    est = np.sort(
+        np.array(data.draw(st.lists(st.floats(0, 1), min_size=len(cands), max_size=len(cands))))
+    )[::-1].copy()
+    margin = 0.2
+    want = choose_exact(
+        lambda: family.exact_stored(mine_text),
+        lambda d: family.exact_stored(cands[d - 10]),
+        docnos,
+        est,
+        list(range(len(cands))),
+        threshold,
+        margin,
+        max_checks,
+        family.lsh.exact,
+    )
+    mine = family.kept_stored(mine_text)
+    kept = {d: family.kept_stored(cands[d - 10]) for d in docnos}
+    some = {d: k for d, k in kept.items() if data.draw(st.booleans())}
+    bar = family.lsh.bar(threshold)
+    for table in (None, family.table()):
+        if table is not None:
+            table.put_many(list(kept), list(kept.values()))
+        best, sim, checks, more = -1, 0.0, 0, True
+        loose: dict[int, bytes] = {}
+        while more:
+            best, sim, checks, more = family.choose(
+                mine, (some, loose), docnos, est, bar, margin, max_checks, checks, best, sim, table
+            )
+            if more:
+                loose[docnos[checks]] = kept[docnos[checks]]
+        assert (None if best < 0 else (sim, docnos[best]), checks) == want

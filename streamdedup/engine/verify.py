@@ -93,6 +93,15 @@ class BatchMemory(SignatureRows):
         self._untabled: list[int] = []
         self._mine: tuple[Prepared, int, Kept] | None = None
         self._first = 0  # the first document number of the batch: those below committed
+        self._bar: Bar | None = None
+
+    def bar(self, threshold: float) -> Bar:
+        """The family's threshold rule at `threshold`, made once (a search asks for
+        it every time, and the threshold of an engine never changes)."""
+        got = self._bar
+        if got is None or got.value != threshold:
+            got = self._bar = self.family.lsh.bar(threshold)
+        return got
 
     def clear(self, first: int) -> None:
         """A batch (or a new run of its transaction) begins, its documents numbered from
@@ -304,7 +313,7 @@ def best_exact(
         # the rule stops at `reach` at the latest, with `reach` checks made, as here
         ranked, ranked_est = ranked[:reach], ranked_est[:reach]
     family = memory.family
-    bar = family.lsh.bar(threshold)
+    bar = memory.bar(threshold)
     mine = memory.own(p, i)
     # The kernel looks the candidates' sets up in memory's dicts; one it cannot find
     # is read here (the text shingled again) and the search resumes where it stopped.
@@ -347,7 +356,7 @@ def best_exact_all(
     if n == 0 or max_checks <= 0:  # (no check: no own set either, as `best_exact`)
         return [None] * n, state.checks
     family = memory.family
-    bar = family.lsh.bar(threshold)
+    bar = memory.bar(threshold)
     mines = memory.own_all(docs)
     reach = min(int(np.diff(at).max()), max_checks)
     table = memory.tabled() if reach >= _TABLED else None

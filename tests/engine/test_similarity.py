@@ -105,7 +105,9 @@ def test_the_preparer_obtains_its_family_and_ships_it() -> None:
         assert keys == [int(k).to_bytes(8, "big") for k in want.tolist()]
         assert b"".join(keys) == p.band_rows[i]
     family = family_of(params)
-    assert own_shingles(p, 0).tolist() == values_of(family.kept_own(p.hashes.parts[0], 0)).tolist()  # type: ignore[union-attr]
+    assert p.hashes is not None
+    own = family.kept_own(p.hashes.parts[0], 0)
+    assert own_shingles(p, 0).tolist() == values_of(own).tolist()
     for t in (0.5, 0.8, 0.95):
         assert family.lsh.margin(t) == exact_margin(t, params.num_perm)
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.compressed import decompress_text
-from streamdedup.engine.similarity import ExactPart, Kept, KeptTable, SketchedPart
+from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
 from streamdedup.models import Document
 from streamdedup.sketch.family import Bar
 from streamdedup.sketch.jaccard import (
@@ -88,8 +88,8 @@ class JaccardText:
         norm = [normalise(d.text) for d in docs]
         return TextItems([encode(t) for t in norm], norm)
 
-    def sketch(self, items: Any, part: slice, exact: bool) -> SketchedPart:
-        assert isinstance(items, TextItems)
+    def sketch(self, items: Items, part: slice, exact: bool) -> SketchedPart:
+        assert isinstance(items, TextItems)  # (the items `canonical` made)
         batch = self.shingler.batch(
             None if items.norm is None else items.norm[part], items.raw[part], exact=exact
         )

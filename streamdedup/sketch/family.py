@@ -49,6 +49,11 @@ class Bar:
         """Higher is closer: `x` for a similarity, `-x` for a distance."""
         return x if self.measure == "similarity" else -x
 
+    def measured(self, score: float) -> float:
+        """The inverse of `score`: the similarity or distance a score stands for
+        (an estimate in score units reported as a verdict's measure)."""
+        return score if self.measure == "similarity" else -score
+
     @property
     def floor(self) -> float:
         """The least score that meets the bar."""

@@ -33,6 +33,7 @@ def test_a_bar_is_its_comparison(value: float, x: float, measure: Any) -> None:
     bar = Bar(value, measure)
     assert bar.meets(x) == (x >= value if measure == "similarity" else x <= value)
     assert bar.meets(value)
+    assert bar.measured(bar.score(x)) == x  # (an estimate in score units reads back)
     if measure == "similarity":
         assert bar.score(x) == x and bar.floor == value
     else:

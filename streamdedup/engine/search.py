@@ -101,14 +101,17 @@ def search_batch(
     # the candidates in the order any rule may look at them (`_best_match`): the
     # exact check tries those within the margin of the bar, at most `max_checks`
     # (one more says whether that cap stopped it); the signature rule the first
-    bar = -math.inf if signature_only else threshold - margin
+    # (on scores: the family's rule, `Bar`; a similarity's score is itself)
+    rule = memory.bar(threshold)
+    bar = -math.inf if signature_only else rule.floor - margin
     limit = 1 if signature_only else max_checks + 1
     kept, ranked, est, at = rank_all(_signatures(docs), matrix, slot, flat, offsets, bar, limit)
     bounds = at.tolist()
     if signature_only:
         for j in np.flatnonzero(np.diff(at)).tolist():
-            if est[bounds[j]] >= threshold:
-                found[docs[j][2]] = (float(est[bounds[j]]), int(ranked[bounds[j]]))
+            if est[bounds[j]] >= rule.floor:
+                score = float(est[bounds[j]])
+                found[docs[j][2]] = (rule.measured(score), int(ranked[bounds[j]]))
         return out
     near = np.flatnonzero(np.diff(at))  # those near enough to be checked exactly
     if not len(near):

@@ -1,5 +1,7 @@
 """Sketch: the maths, pure and vectorised.  Text is normalised and cut into shingles,
 the shingles hashed and fingerprinted, fingerprint sets turned into MinHash signatures
 and LSH band keys, and the exact Jaccard of two pages' 64-bit shingle sets measured.
+`family` names what every similarity family's maths provides (`LshFamily`, and its
+threshold rule `Bar`); `minhash` is MinHash / Jaccard as the first such family.
 `_kernels.c` holds the compiled inner loops, with the numpy code they mirror as
 definition and fallback.  Nothing here opens a file, an index or a connection."""

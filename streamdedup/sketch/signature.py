@@ -242,7 +242,16 @@ def estimate_jaccard(sig: Signatures, others: Signatures) -> npt.NDArray[np.floa
     # Called per document on a handful of rows, where numpy's call overhead is the
     # cost: a ufunc sum and `maximum` take half the time of count_nonzero and clip
     # (agree <= 1, so only the lower bound can bind).
-    agree = (others == sig).sum(axis=1, dtype=np.int64) / sig.shape[-1]
+    return estimate_of_agreeing((others == sig).sum(axis=1, dtype=np.int64), sig.shape[-1])
+
+
+def estimate_of_agreeing(agreeing: npt.NDArray[np.int64], num_perm: int) -> npt.NDArray[np.float64]:
+    """The Jaccard estimate of signatures that agree in `agreeing` of their
+    `num_perm` positions (any shape): the share agreeing, less the chance that two
+    different 16-bit minima agree by accident, clipped at 0 (agree <= 1, so only the
+    lower bound can bind).  A strictly rising function of the count, so ranking by
+    the count ranks by the estimate."""
+    agree = agreeing / num_perm
     accidental = 1.0 / _FINGERPRINT_SPACE
     out: npt.NDArray[np.float64] = np.maximum((agree - accidental) / (1.0 - accidental), 0.0)
     return out
@@ -312,7 +321,5 @@ def estimate_rows(sigs: Signatures, others: Signatures) -> npt.NDArray[np.float6
     against each of `others[i]` (shape (n, m, K)); the same arithmetic, value for
     value (the backfill's candidates are ranked by these numbers, the stream's by
     `estimate_jaccard`'s)."""
-    agree = (others == sigs[:, None, :]).sum(axis=2, dtype=np.int64) / sigs.shape[-1]
-    accidental = 1.0 / _FINGERPRINT_SPACE
-    out: npt.NDArray[np.float64] = np.maximum((agree - accidental) / (1.0 - accidental), 0.0)
-    return out
+    agreeing = (others == sigs[:, None, :]).sum(axis=2, dtype=np.int64)
+    return estimate_of_agreeing(agreeing, sigs.shape[-1])

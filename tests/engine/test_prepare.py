@@ -11,17 +11,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.prepare import (
+from streamdedup.engine.compressed import (
     _ZSTD_MAGIC,
     RAW_TEXT_BELOW,
-    SMALL_SET,
     TEXT_LEVEL,
-    Preparer,
     Texts,
-    _distinct,
     compress_texts,
     decompress_text,
 )
+from streamdedup.engine.jaccard_text import SMALL_SET
+from streamdedup.engine.jaccard_text import distinct as _distinct
+from streamdedup.engine.prepare import Preparer
 from streamdedup.models import Document
 from streamdedup.sketch.shingle import normalise_utf8
 

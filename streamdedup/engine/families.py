@@ -1,0 +1,17 @@
+"""Which similarity family an index uses (`family_of`): the one place that maps
+stored parameters to a `SimilarityFamily`, so the Preparer, the verifier, reports
+and the backfill all measure with the same one."""
+
+from __future__ import annotations
+
+from streamdedup.config import IndexParams
+from streamdedup.engine.jaccard_text import JaccardText
+from streamdedup.engine.similarity import SimilarityFamily
+
+
+def family_of(params: IndexParams) -> SimilarityFamily:
+    """The family an index's parameters name: a new object each call (a family
+    keeps its own shingling tables, so a Preparer in a thread and the verifier never
+    share one).  Jaccard on text shingles is the only family so far; the next ones
+    are chosen here by a stored `metric`."""
+    return JaccardText(params)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from streamdedup.sketch import kernels
+from streamdedup import kernels
 
 # `kernel` (below) is function scoped on purpose: it holds for every example.
 settings.register_profile(
@@ -69,7 +69,7 @@ def kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     compiled = kernels.load("compiled")
     if compiled is None:
         if os.environ.get("STREAMDEDUP_REQUIRE_KERNELS"):
-            pytest.fail("the compiled kernels (streamdedup/sketch/_kernels.c) were not built")
+            pytest.fail("the compiled kernels (streamdedup/kernels/) were not built")
         pytest.skip("the compiled kernels were not built (no C compiler at install)")
     monkeypatch.setattr(kernels, "native", compiled)
     return "compiled"

@@ -23,12 +23,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streamdedup import __version__
+from streamdedup import __version__, kernels
 from streamdedup.cli.console import say
 from streamdedup.cli.options import add_options, load_toml, resolve
 from streamdedup.cli.table import ARGUMENTS, COMMANDS, EXAMPLES, INAPPLICABLE
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, StreamDedupError
-from streamdedup.sketch import kernels
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from streamdedup import kernels
 from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.verify import BatchMemory, best_exact_all, cap_stopped
-from streamdedup.sketch import kernels
 from streamdedup.sketch.signature import rank_gathered
 from streamdedup.store.batch_postings import BatchPostings, Docnos
 from streamdedup.store.tables import Tables, gather_newest

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from streamdedup import failpoints
+from streamdedup import failpoints, kernels
 from streamdedup.config import WorkerConfig
 from streamdedup.errors import StreamDedupError, TransactionStuckError, UndeliveredError
 from streamdedup.kafka.membership import offsets_metadata
@@ -31,7 +31,6 @@ from streamdedup.kafka.messages import (
 )
 from streamdedup.kafka.settings import PRODUCER_DEFAULTS
 from streamdedup.models import Rejected, Verdict
-from streamdedup.sketch import kernels
 from streamdedup.store.tables import Tables
 
 log = logging.getLogger("streamdedup.kafka.worker")

@@ -13,7 +13,7 @@ verification hashes under the index's random secret key; signatures under the fi
 
 Every hash here is defined twice: on Python ints (the readable reference, used by
 tests and by one-off work) and on numpy uint64 arrays (the batch path), which agree
-bit for bit.  The compiled kernels (`_kernels.c`) compute the same values.
+bit for bit.  The compiled kernels (`streamdedup/kernels/shingling.c`) compute the same values.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamdedup import kernels
 from streamdedup.config import ShingleSpec
-from streamdedup.sketch import kernels
 from streamdedup.sketch.hashing import (
     PUBLIC_KEY,
     U64,

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.sketch import kernels
+from streamdedup import kernels
 from streamdedup.sketch.hashing import U64, fmix64, fmix64_np
 from streamdedup.sketch.shingle import ShingleBatch, join_ragged
 

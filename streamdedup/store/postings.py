@@ -28,7 +28,7 @@ import lmdb
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.sketch import kernels
+from streamdedup import kernels
 
 U64 = npt.NDArray[np.uint64]
 

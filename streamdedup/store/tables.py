@@ -61,8 +61,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from streamdedup import kernels
 from streamdedup.models import Record
-from streamdedup.sketch import kernels
 from streamdedup.store.batch_postings import NONE, BatchPostings, Docnos, docnos
 from streamdedup.store.keys import (
     DOCNO_BYTES,

@@ -217,7 +217,7 @@ def test_a_candidate_left_half_way_is_one_that_could_not_pass(tabled: bool) -> N
 
 
 def test_refused_when_the_arrays_disagree() -> None:
-    from streamdedup.sketch import kernels
+    from streamdedup import kernels
 
     native = kernels.load("compiled")
     if native is None:
@@ -321,7 +321,7 @@ def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -
     a candidate its row proves below the bar is rejected without its set (no read
     asked for); one its row does not reject is asked for; a set read again owns its
     row once more; `forget` drops the row; past `orphan_rows`, the oldest rows go."""
-    from streamdedup.sketch import kernels
+    from streamdedup import kernels
 
     words = [f"w{j}" for j in range(400)]
     with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
@@ -469,7 +469,7 @@ def test_the_compiled_search_counts_and_decides_as_numpy(
     the same verdicts, similarities and counters -- candidates, caps bitten, exact
     checks -- with caps that bite and caps that do not, and with room for a few dozen
     exact sets only (kept sets and their table rows dropped as they go)."""
-    from streamdedup.sketch import kernels
+    from streamdedup import kernels
 
     compiled = kernels.load("compiled")
     if compiled is None:

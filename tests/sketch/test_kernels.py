@@ -1,4 +1,4 @@
-"""The compiled kernels (streamdedup/sketch/_kernels.c) against the numpy code they mirror,
+"""The compiled kernels (streamdedup/kernels/) against the numpy code they mirror,
 on the same inputs, and their behaviour on inputs the numpy code never sees.
 
 The modules' own tests (test_shingle, test_signature, test_jaccard) already run

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from streamdedup.sketch import kernels
+from streamdedup import kernels
 
 compiled = kernels.load("compiled")
 needs_compiled = pytest.mark.skipif(compiled is None, reason="compiled kernels not built")

@@ -1,8 +1,12 @@
 """Which implementation of the inner loops runs: the compiled `_kernels` module, or
 the numpy code it mirrors.
 
-`_kernels.c` is built when the package is installed, if a C compiler is there (it
-is optional, so an install never fails for want of one).  The numpy functions stay
+A layer of its own, below sketch, store, engine and kafka, which all call it (the
+shingles and signatures, the postings runs, the candidate search, the verdict
+partitions); it imports nothing of the package.  Its C sources sit beside this file,
+one per part they serve (module.c names them).  The module is built when the package
+is installed, if a C compiler is there (it is optional, so an install never fails for
+want of one).  The numpy functions stay
 the definition and the fallback, and the tests hold the two to the same results.
 `STREAMDEDUP_KERNELS=numpy` runs the numpy code even where the module was built.
 """
@@ -19,7 +23,7 @@ Buffer = Any
 
 
 class Kernels(Protocol):
-    """The functions of `_kernels.c` (each one's docstring names what it mirrors)."""
+    """The functions of `_kernels` (each one's docstring names what it mirrors)."""
 
     def sketch(
         self,
@@ -157,7 +161,7 @@ def load(choice: str | None = None) -> Kernels | None:
     if choice.strip().lower() == "numpy":
         return None
     try:
-        return cast(Kernels, importlib.import_module("streamdedup.sketch._kernels"))
+        return cast(Kernels, importlib.import_module("streamdedup.kernels._kernels"))
     except ImportError:
         return None
 

@@ -44,7 +44,7 @@ from corpus import generate  # noqa: E402
 
 from streamdedup.config import Fields  # noqa: E402
 from streamdedup.engine.deduplicator import Deduplicator  # noqa: E402
-from streamdedup.engine.files import run_dedup  # noqa: E402
+from streamdedup.filemode.run import run_dedup  # noqa: E402
 
 WINDOW = 10_000
 CHECKPOINTS = (10_000, 100_000, 1_000_000)

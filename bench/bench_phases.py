@@ -29,8 +29,8 @@ import json, shutil, sys, tempfile, time
 t0 = time.perf_counter()
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.engine.files import read_lines
-from streamdedup.engine.pool import decode_and_prepare
+from streamdedup.filemode.streams import read_lines
+from streamdedup.filemode.pool import decode_and_prepare
 imports = time.perf_counter() - t0
 corpus, repeat = sys.argv[1], int(sys.argv[2])
 best = {"prepare": float("inf"), "apply": float("inf")}

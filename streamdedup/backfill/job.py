@@ -46,7 +46,6 @@ from streamdedup.backfill import rules
 from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, read_split, splits
 from streamdedup.backfill.segment import build_segment
 from streamdedup.config import EngineOptions, Fields, IndexParams
-from streamdedup.engine.files import Summary
 from streamdedup.engine.prepare import exact_shingles
 from streamdedup.engine.verify import exact_margin
 from streamdedup.errors import (
@@ -55,6 +54,7 @@ from streamdedup.errors import (
     StreamDedupError,
 )
 from streamdedup.models import Verdict, output_record
+from streamdedup.ops.summary import Summary
 from streamdedup.sketch.shingle import Shingler
 from streamdedup.store.segment.building import SegmentBuilder
 

@@ -4,7 +4,7 @@ one Spark task, decoded and prepared there with the package's own code
 
 A line belongs to the range its first byte is in, so every line is read exactly
 once whatever the cut points; lines are split on b"\\n" and lose trailing b"\\r"
-and b"\\n", as `dedup` reads them (engine/files.read_lines), so the same bytes are
+and b"\\n", as `dedup` reads them (filemode/streams.read_lines), so the same bytes are
 decoded into the same documents.  Executors open the files by path: on a cluster
 the inputs must be on a filesystem every executor sees (NFS, a shared mount).
 """

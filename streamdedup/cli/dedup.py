@@ -24,19 +24,19 @@ from streamdedup.ops.progress import make_progress
 
 if TYPE_CHECKING:
     from streamdedup.engine.deduplicator import Deduplicator
-    from streamdedup.engine.files import Summary
     from streamdedup.inputs.warc import Skipped
     from streamdedup.kafka.segment_service.client import RemoteSegments
+    from streamdedup.ops.summary import Summary
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.engine.files import (
-        Summary,
+    from streamdedup.filemode.streams import (
         refuse_same_file,
         stdin_or_file,
         stdout_or_file,
         truncate_output,
     )
+    from streamdedup.ops.summary import Summary
 
     fields = Fields.from_options(values)
     output = values["output"]
@@ -124,7 +124,7 @@ class Run:
         """One INPUT through the index: a WARC archive (by its name, else by its first
         bytes: stdin has no name) or JSON Lines.  With several inputs an error record
         names its input (`"input"`) besides its line."""
-        from streamdedup.engine.files import run_dedup, run_warc
+        from streamdedup.filemode.run import run_dedup, run_warc
 
         batch_size = self.settings.options.batch_size
         warc = is_warc(path)

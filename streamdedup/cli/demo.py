@@ -21,10 +21,11 @@ import orjson
 
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.engine.files import Summary, run_dedup
 from streamdedup.errors import BrokerError
+from streamdedup.filemode.run import run_dedup
 from streamdedup.models import Verdict
 from streamdedup.ops.report import index_stats
+from streamdedup.ops.summary import Summary
 
 
 def sample_stream() -> IO[bytes]:

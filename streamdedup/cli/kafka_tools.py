@@ -69,8 +69,8 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
     from streamdedup.config import require_bootstrap
-    from streamdedup.engine.files import stdin_or_file
     from streamdedup.errors import BrokerUnavailableError
+    from streamdedup.filemode.streams import stdin_or_file
     from streamdedup.kafka.settings import wait_for_broker
 
     require_bootstrap(values)

@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `stats | head` and the like: the reader had what it wanted (dedup reports a
         # closed output itself, exit 4, since verdicts went missing)
-        from streamdedup.engine.files import silence_stdout
+        from streamdedup.filemode.streams import silence_stdout
 
         silence_stdout()
         return EXIT_OK

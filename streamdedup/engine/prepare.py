@@ -2,7 +2,7 @@
 (`Preparer.prepare` -> `Prepared`): content hashes, element counts, signatures,
 band keys, exact representations and the compressed stored forms.  Pure
 computation over a whole batch at once, with no index, so a `Preparer` is
-picklable and runs in worker processes (`engine.pool`).  What an item becomes is
+picklable and runs in worker processes (`filemode.pool`).  What an item becomes is
 its similarity family's business (`engine/similarity.py`, here Jaccard on text
 shingles): the Preparer asks the family for canonical bytes and, a sub-batch at a
 time, for sizes, signatures, band keys and exact representations, and assembles

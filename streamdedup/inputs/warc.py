@@ -98,7 +98,7 @@ class Skipped:
 @dataclass(frozen=True, slots=True)
 class Page:
     """An HTML response's body, not yet extracted (`read_pages`): extraction, the
-    costly part, can then run elsewhere (`engine.pages`, `dedup --workers`)."""
+    costly part, can then run elsewhere (`filemode.pages`, `dedup --workers`)."""
 
     id: str | int
     payload: bytes

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from streamdedup.backfill import rules
 from streamdedup.backfill.reading import lines, splits
-from streamdedup.engine.files import read_lines
+from streamdedup.filemode.streams import read_lines
 
 NEVER = rules.NEVER
 

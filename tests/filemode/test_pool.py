@@ -9,10 +9,10 @@ import orjson
 import pytest
 
 from streamdedup.config import Fields, IndexParams
-from streamdedup.engine import pool
-from streamdedup.engine.files import read_lines
-from streamdedup.engine.pool import PreparePool, decode_and_prepare, split_lines
 from streamdedup.engine.prepare import Preparer
+from streamdedup.filemode import pool
+from streamdedup.filemode.pool import PreparePool, decode_and_prepare, split_lines
+from streamdedup.filemode.streams import read_lines
 from streamdedup.models import Rejected
 
 

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.engine.files import Summary, json_lines, read_lines, run_dedup
+from streamdedup.filemode.run import json_lines, run_dedup
+from streamdedup.filemode.streams import read_lines
 from streamdedup.models import Rejected, Verdict, output_record
+from streamdedup.ops.summary import Summary
 
 ids = st.one_of(
     st.integers(-(2**63), 2**63 - 1),

@@ -123,7 +123,7 @@ def _read(source: IO[bytes]) -> bytes:
     try:
         return source.read(TASK_BYTES)
     except OSError as exc:
-        from streamdedup.engine.files import read_error
+        from streamdedup.filemode.streams import read_error
 
         raise read_error(source, exc) from exc
 

@@ -1,4 +1,4 @@
-"""Extraction in other processes (`engine.pages`, `dedup --workers` on WARC input):
+"""Extraction in other processes (`filemode.pages`, `dedup --workers` on WARC input):
 the same items, in the same order, as extracting in this process -- across group
 boundaries, under back-pressure, with skips, rejects and a damaged end."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.engine import pages as pages_module
-from streamdedup.engine.pages import extracted
+from streamdedup.filemode import pages as pages_module
+from streamdedup.filemode.pages import extracted
 from streamdedup.inputs.warc import read_pages, read_warc
 from tests.support.pages import Rec, page, write_warc
 

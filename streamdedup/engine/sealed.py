@@ -44,12 +44,16 @@ from streamdedup.store.tables import Tables
 KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
 
 
-class Store(Protocol):
-    """What the engine reads and writes in its write transaction: `Tables` (one
-    index) or `View` (an index with sealed segments)."""
+class MetaRole(Protocol):
+    """The index's named values (`meta`)."""
 
     def meta(self, name: str) -> Any: ...
     def set_meta(self, name: str, value: Any) -> None: ...
+
+
+class DocumentsRole(Protocol):
+    """The stored documents, read: records, signatures, texts, ids and contents."""
+
     def record(self, docno: int) -> Record | None: ...
     def signature(self, docno: int) -> bytes | None: ...
     def signatures(
@@ -59,10 +63,20 @@ class Store(Protocol):
     def docno_for_id(self, key: bytes) -> int | None: ...
     def docno_for_content(self, content_hash: bytes) -> int | None: ...
     def first_copy(self, content_hash: bytes) -> int | None: ...
+    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None: ...
+
+
+class ExpiryRole(Protocol):
+    """The documents in time order, for the time window."""
+
     def oldest(self) -> tuple[int, int] | None: ...
     def newest_timestamp(self, at_most: int) -> int: ...
     def delete_expiry(self, timestamp_ms: int, docno: int) -> None: ...
-    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None: ...
+
+
+class BucketsRole(Protocol):
+    """The LSH buckets: a batch's read ahead and buffered postings, and candidates."""
+
     def is_quiet(self, row: bytes) -> bool: ...
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
     def flush_postings(self) -> None: ...
@@ -70,6 +84,10 @@ class Store(Protocol):
 
     # whether the last `candidates` call left postings out of a bucket (the cap)
     capped: bool
+
+
+class WritesRole(Protocol):
+    """Documents stored and forgotten one by one, and content passed to a copy."""
 
     def put_document(
         self,
@@ -91,6 +109,17 @@ class Store(Protocol):
         bucket_keys: list[bytes],
         text: bytes | None,
     ) -> None: ...
+
+
+class Store(MetaRole, DocumentsRole, ExpiryRole, BucketsRole, WritesRole, Protocol):
+    """What the engine reads and writes in its write transaction, its roles together:
+    `Tables` (one index) or `View` (an index with sealed segments).
+
+    `bulk_writes`: the store the bulk path (engine/bulk.py) reads ahead from and
+    stores whole lists in -- the one index's tables; None where the bulk path does
+    not apply (an index with sealed segments decides every document one by one)."""
+
+    def bulk_writes(self) -> Tables | None: ...
 
 
 Waiting = tuple[int, float, Callable[[], "bytes | Answer"]]  # segment, when sent, waiter
@@ -528,6 +557,10 @@ class View:
         self.open = open_tables
         self.sealed = sealed
         self.capped = False
+
+    def bulk_writes(self) -> None:
+        """None: with sealed segments, every document is decided one by one."""
+        return None
 
     def meta(self, name: str) -> Any:
         return self.open.meta(name)

@@ -203,6 +203,10 @@ class Tables:
         self._content: dict[bytes, int] = {}
         self._writes = _Writes()
 
+    def bulk_writes(self) -> Tables:
+        """These tables: the bulk path stores whole lists in them (engine/bulk.py)."""
+        return self
+
     def finish(self) -> None:
         """Before the transaction commits: write what is buffered, record (and maybe
         purge) removed postings."""

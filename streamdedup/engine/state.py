@@ -24,7 +24,7 @@ from streamdedup.models import Change, Record, Verdict
 from streamdedup.store.keys import id_key
 
 if TYPE_CHECKING:
-    from streamdedup.engine.bulk import Stored
+    from streamdedup.engine.bulk.store import Stored
 
 
 @dataclass(frozen=True)

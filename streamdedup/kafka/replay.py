@@ -258,6 +258,23 @@ def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: st
     dd.write(check)
 
 
+def _summary(stats: WorkerStats, interrupted: bool) -> int:
+    """The replay's closing line on stderr; its exit status."""
+    elapsed = time.monotonic() - stats.started
+    rate = stats.messages / elapsed if elapsed > 0 else 0.0
+    print(
+        f"replay {'interrupted' if interrupted else 'done'}: {stats.messages:,} messages, "
+        f"{stats.verdicts:,} verdicts ({stats.duplicates:,} duplicate), "
+        f"{stats.dead_letters:,} rejected, {elapsed:.1f}s ({rate:,.0f} docs/s)"
+        + ("; run the same command again to resume" if interrupted else ""),
+        file=sys.stderr,
+    )
+    if interrupted:
+        return EXIT_INTERRUPTED
+    # as `dedup` does: finished, but some records were rejected
+    return EXIT_REJECTED if stats.dead_letters else EXIT_OK
+
+
 def run_replay(
     values: dict[str, Any], open_engine: Callable[[dict[str, Any]], Deduplicator]
 ) -> int:
@@ -326,17 +343,4 @@ def run_replay(
         finally:
             if bar is not None:
                 bar.close()
-    elapsed = time.monotonic() - stats.started
-    rate = stats.messages / elapsed if elapsed > 0 else 0.0
-    interrupted = worker.stop_event.is_set()
-    print(
-        f"replay {'interrupted' if interrupted else 'done'}: {stats.messages:,} messages, "
-        f"{stats.verdicts:,} verdicts ({stats.duplicates:,} duplicate), "
-        f"{stats.dead_letters:,} rejected, {elapsed:.1f}s ({rate:,.0f} docs/s)"
-        + ("; run the same command again to resume" if interrupted else ""),
-        file=sys.stderr,
-    )
-    if interrupted:
-        return EXIT_INTERRUPTED
-    # as `dedup` does: finished, but some records were rejected
-    return EXIT_REJECTED if stats.dead_letters else EXIT_OK
+    return _summary(stats, worker.stop_event.is_set())

@@ -27,8 +27,9 @@ from streamdedup.engine.counters import Counters
 from streamdedup.engine.opening import Detection, open_index
 from streamdedup.engine.params import check_changelog
 from streamdedup.engine.prepare import Prepared, Preparer
+from streamdedup.engine.roles import Store
 from streamdedup.engine.run import BatchRun
-from streamdedup.engine.sealed import Sealed, Store, View
+from streamdedup.engine.sealed import Sealed, View
 from streamdedup.engine.sealing import RemoteSegments, Sealing, SegmentsChanged
 from streamdedup.engine.state import Settings
 from streamdedup.engine.verify import BatchMemory, exact_margin

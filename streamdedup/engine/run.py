@@ -15,7 +15,7 @@ import numpy as np
 from streamdedup.engine.bulk import LATER, LATER_CHANGE, Bulk, BulkRun, joined
 from streamdedup.engine.clock import StreamClock
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.sealed import Store
+from streamdedup.engine.roles import Store
 from streamdedup.engine.single import SingleRun
 from streamdedup.models import Verdict
 from streamdedup.store.keys import MetaKey

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.sealed import Store
+from streamdedup.engine.roles import Store
 from streamdedup.engine.verify import best_exact, cap_stopped
 from streamdedup.engine.window import WindowRun
 from streamdedup.models import Record, Verdict

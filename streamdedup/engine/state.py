@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from streamdedup.config import EngineOptions, IndexParams
 from streamdedup.engine.counters import Counters
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
-from streamdedup.engine.sealed import Store
+from streamdedup.engine.roles import Store
 from streamdedup.engine.verify import BatchMemory
 from streamdedup.models import Change, Record, Verdict
 from streamdedup.store.keys import id_key

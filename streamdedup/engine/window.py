@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from streamdedup.engine.clock import StreamClock
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.sealed import Store
+from streamdedup.engine.roles import Store
 from streamdedup.engine.state import BatchState, Expiry
 from streamdedup.models import Record
 from streamdedup.store.keys import MetaKey, id_key

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.sealed.asking import Store
+from streamdedup.engine.roles import Store
 from streamdedup.sketch.signature import rank_gathered
 
 

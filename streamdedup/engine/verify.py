@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from streamdedup.engine.jaccard_text import JaccardText
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.sealed.asking import Store
+from streamdedup.engine.roles import Store
 from streamdedup.engine.signature_rows import SignatureRows
 from streamdedup.engine.similarity import ExactPart, Kept, KeptTable, SimilarityFamily
 from streamdedup.sketch.family import Bar

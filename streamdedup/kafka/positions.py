@@ -92,30 +92,7 @@ class PositionCheck:
                 applied = self.index.read(lambda t: Progress.read(t, self.progress.applied))
             position = records[tp][0].offset if records.get(tp) else consumer.position(tp)
             if position is not None and position < published.get(p, 0):
-                log.warning(
-                    "consumer group %r is at offset %d of partition %d of %s, below what "
-                    "index %s has already checked and published (up to offset %d): the "
-                    "group's offsets were rewound. Messages %d to %d are SKIPPED, not checked "
-                    "again (their verdicts went out before; checked again, each would be a "
-                    "duplicate of itself). To get their verdicts again: streamdedup replay "
-                    "--mode reverdict --index %s --input-topic %s --group-id "
-                    "%s-reverdict --from-offsets %d:%d --output FILE. To check them afresh: "
-                    "streamdedup replay --mode rebuild --index NEW_DIR --input-topic %s.",
-                    self.cfg.group_id,
-                    position,
-                    p,
-                    self.cfg.input_topic,
-                    self.index.path,
-                    published[p],
-                    position,
-                    published[p] - 1,
-                    self.index.path,
-                    self.cfg.input_topic,
-                    self.cfg.group_id,
-                    p,
-                    position,
-                    self.cfg.input_topic,
-                )
+                self._warn_rewound(p, position, published[p])
             self.checked.add(p)
             self.silent_until.pop(p, None)
             if p in applied and position is not None and applied[p] < position:
@@ -130,6 +107,34 @@ class PositionCheck:
                 consumer.seek(tp, applied[p])
                 rewound.add(p)
         return rewound
+
+    def _warn_rewound(self, p: int, position: int, published: int) -> None:
+        """The group's position on partition `p` is below what the index has published:
+        its offsets were rewound (see `check`)."""
+        log.warning(
+            "consumer group %r is at offset %d of partition %d of %s, below what "
+            "index %s has already checked and published (up to offset %d): the "
+            "group's offsets were rewound. Messages %d to %d are SKIPPED, not checked "
+            "again (their verdicts went out before; checked again, each would be a "
+            "duplicate of itself). To get their verdicts again: streamdedup replay "
+            "--mode reverdict --index %s --input-topic %s --group-id "
+            "%s-reverdict --from-offsets %d:%d --output FILE. To check them afresh: "
+            "streamdedup replay --mode rebuild --index NEW_DIR --input-topic %s.",
+            self.cfg.group_id,
+            position,
+            p,
+            self.cfg.input_topic,
+            self.index.path,
+            published,
+            position,
+            published - 1,
+            self.index.path,
+            self.cfg.input_topic,
+            self.cfg.group_id,
+            p,
+            position,
+            self.cfg.input_topic,
+        )
 
     def _check_committer(
         self, consumer: Any, fresh: list[Any], applied: dict[int, int], index_id: str | None

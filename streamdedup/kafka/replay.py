@@ -239,23 +239,40 @@ def _prepare_index(dd: Deduplicator, ns: str, mode: str, restart: bool, sink: st
         t.set_meta(run_key, want)
         return have
 
-    resuming = dd.index.read(lambda t: t.meta(run_key)) is not None and not restart
+    resuming = dd.read(lambda t: t.meta(run_key)) is not None and not restart
     if mode == "rebuild" and not resuming and not index_is_empty(dd.index):
-        n = dd.index.read(lambda t: t.count("ids"))
+        n = dd.read(lambda t: t.count("ids"))
         if restart:
             # --restart forgets where a replay got to, not what it indexed: a rebuild
             # that starts over needs the index emptied, which only the user may do
             raise ConfigError(
                 f"--restart with --mode rebuild starts over from an empty index, and "
-                f"{dd.index.path} holds {n:,} documents (of the earlier run): remove that "
+                f"{dd.path} holds {n:,} documents (of the earlier run): remove that "
                 "directory (or give another --index) and run the same command again "
                 "without --restart"
             )
         raise ConfigError(
-            f"--mode rebuild needs a fresh index, and {dd.index.path} holds {n:,} documents; "
+            f"--mode rebuild needs a fresh index, and {dd.path} holds {n:,} documents; "
             "use --mode reverdict to check against it, or give another --index"
         )
-    dd.index.write(check)
+    dd.write(check)
+
+
+def _summary(stats: WorkerStats, interrupted: bool) -> int:
+    """The replay's closing line on stderr; its exit status."""
+    elapsed = time.monotonic() - stats.started
+    rate = stats.messages / elapsed if elapsed > 0 else 0.0
+    print(
+        f"replay {'interrupted' if interrupted else 'done'}: {stats.messages:,} messages, "
+        f"{stats.verdicts:,} verdicts ({stats.duplicates:,} duplicate), "
+        f"{stats.dead_letters:,} rejected, {elapsed:.1f}s ({rate:,.0f} docs/s)"
+        + ("; run the same command again to resume" if interrupted else ""),
+        file=sys.stderr,
+    )
+    if interrupted:
+        return EXIT_INTERRUPTED
+    # as `dedup` does: finished, but some records were rejected
+    return EXIT_REJECTED if stats.dead_letters else EXIT_OK
 
 
 def run_replay(
@@ -326,17 +343,4 @@ def run_replay(
         finally:
             if bar is not None:
                 bar.close()
-    elapsed = time.monotonic() - stats.started
-    rate = stats.messages / elapsed if elapsed > 0 else 0.0
-    interrupted = worker.stop_event.is_set()
-    print(
-        f"replay {'interrupted' if interrupted else 'done'}: {stats.messages:,} messages, "
-        f"{stats.verdicts:,} verdicts ({stats.duplicates:,} duplicate), "
-        f"{stats.dead_letters:,} rejected, {elapsed:.1f}s ({rate:,.0f} docs/s)"
-        + ("; run the same command again to resume" if interrupted else ""),
-        file=sys.stderr,
-    )
-    if interrupted:
-        return EXIT_INTERRUPTED
-    # as `dedup` does: finished, but some records were rejected
-    return EXIT_REJECTED if stats.dead_letters else EXIT_OK
+    return _summary(stats, worker.stop_event.is_set())

@@ -158,7 +158,7 @@ class Worker:
         reference to the worker."""
         return Sink(
             self.cfg,
-            transactional_id=TransactionalId(self.cfg, self.dd.index.path),
+            transactional_id=TransactionalId(self.cfg, self.dd.path),
             group_metadata=lambda: self.consumer.group_metadata(),
             changelog=self.changelog_records,
             index_id=lambda: self.index_id,
@@ -181,18 +181,18 @@ class Worker:
                 t.set_meta(MetaKey.CHANGELOG, {"topic": self.cfg.changelog_topic, **want})
             return have, identity(t, fresh=have is None)
 
-        have, ident = self.dd.index.write(check)
+        have, ident = self.dd.write(check)
         self.index_id = str(ident["id"])
         self._assignor = IndexAssignor(
             self.cfg.group_id,
             self.index_id,
             float(ident["bound_at"]),
-            self.dd.index.path,
+            self.dd.path,
         )
         self.positions.ancestors = frozenset(map(str, ident.get("restored_from") or ()))
         if have is not None and have != want:
             raise ConfigError(
-                f"index {self.dd.index.path} belongs to consumer group {have['group_id']!r} "
+                f"index {self.dd.path} belongs to consumer group {have['group_id']!r} "
                 f"on topic {have['input_topic']!r}; this worker was started for group "
                 f"{want['group_id']!r} on topic {want['input_topic']!r}. One index serves "
                 "one consumer group and input topic: use another --index."
@@ -315,7 +315,7 @@ class Worker:
 
         started = time.perf_counter()
         prog = self.progress
-        applied, published = self.dd.index.read(
+        applied, published = self.dd.read(
             lambda t: (Progress.read(t, prog.applied), Progress.read(t, prog.published))
         )
         published = Progress.past(published, self._unrecorded)
@@ -335,7 +335,7 @@ class Worker:
             changelog=bool(self.cfg.changelog_topic),
             touched=lambda: self.dd.touched,
         )
-        prepared = self.dd.preparer.prepare(applier.documents(), known=self.dd.known)
+        prepared = self.dd.prepare(applier.documents())
         self.dd.apply(prepared, also=applier)
         out, fresh, first, last = applier.out, applier.fresh, applier.first, applier.last
         if self.cfg.changelog_topic:
@@ -451,7 +451,7 @@ class Worker:
             offset,
             ts,
             when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            self.dd.options.max_clock_skew_ms,
+            self.dd.max_clock_skew_ms,
             self._outliers_unlogged,
         )
         self._outliers_unlogged = 0
@@ -474,8 +474,8 @@ class Worker:
             if pos is not None:
                 lags[(tp.topic, tp.partition)] = max(0, high - pos)
         m.set_lag(lags)
-        m.indexed.set(self.dd.index.read(lambda t: t.count("docs")))
-        m.index_bytes.set(self.dd.index.file_bytes())
+        m.indexed.set(self.dd.indexed())
+        m.index_bytes.set(self.dd.file_bytes())
 
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
         """The last batch's index changes, for the changelog topic; until a transaction
@@ -514,7 +514,7 @@ class Worker:
         """Write down the published offsets the index does not hold yet."""
         if self._unrecorded:
             last = dict(self._unrecorded)
-            self.dd.index.write(lambda t: Progress.advance(t, self.progress.published, last))
+            self.dd.write(lambda t: Progress.advance(t, self.progress.published, last))
             self._unrecorded.clear()
 
     def close(self) -> None:

@@ -88,7 +88,7 @@ def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monke
     monkeypatch.setattr(worker_module.time, "monotonic", lambda: clock[0])
     w = Worker.__new__(Worker)  # only what the warning needs
     w.metrics = Metrics()
-    w.dd = types.SimpleNamespace(options=EngineOptions())
+    w.dd = types.SimpleNamespace(max_clock_skew_ms=EngineOptions().max_clock_skew_ms)
     w._outliers_logged, w._outliers_unlogged = float("-inf"), 0
     with caplog.at_level("WARNING", logger="streamdedup.kafka.worker"):
         w._warn_outliers([(0, 7, 4_102_444_800_000)])

@@ -2,6 +2,7 @@ import lmdb
 import pytest
 
 from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.engine.run import BatchRun
 from streamdedup.errors import IndexOpenError, ParameterMismatchError
 from streamdedup.models import Document, Record
 from streamdedup.store.index import Index
@@ -79,15 +80,15 @@ def test_failed_batch_leaves_no_trace(index_dir, monkeypatch) -> None:
         dd.check("a", "the first document of the index, long enough to matter")
         dd.bulk = False  # every document one by one: fail at the third
         calls = {"n": 0}
-        real = dd._check_one
+        real = BatchRun._check_one
 
-        def failing(t, p, i, docno):
+        def failing(self, *args):
             calls["n"] += 1
             if calls["n"] == 3:
                 raise RuntimeError("crash in the middle of a batch")
-            return real(t, p, i, docno)
+            return real(self, *args)
 
-        monkeypatch.setattr(dd, "_check_one", failing)
+        monkeypatch.setattr(BatchRun, "_check_one", failing)
         with pytest.raises(RuntimeError):
             dd.check_batch([("b", "second document text here"), ("c", "third one"), ("d", "x y z")])
         assert dd.index.read(lambda t: t.count("docs")) == 1
@@ -98,13 +99,13 @@ def test_failed_batch_after_its_bulk_writes_leaves_no_trace(index_dir, monkeypat
     """The documents decided in bulk are written, then the batch fails: none stays."""
     with Deduplicator(index_dir) as dd:
         dd.check("a", "the first document of the index, long enough to matter")
-        real = dd._store_bulk
+        real = BatchRun._store_bulk
 
         def failing(*args):
             real(*args)
             raise RuntimeError("crash after the bulk writes")
 
-        monkeypatch.setattr(dd, "_store_bulk", failing)
+        monkeypatch.setattr(BatchRun, "_store_bulk", failing)
         with pytest.raises(RuntimeError):
             dd.check_batch([("b", "second document text here"), ("c", "third one"), ("d", "x y z")])
         assert dd.index.read(lambda t: t.count("docs")) == 1

@@ -9,10 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.prepare import Prepared
@@ -30,55 +28,6 @@ from streamdedup.models import Record
 from streamdedup.store.tables import Tables
 
 KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
-
-
-class Store(Protocol):
-    """What the engine reads and writes in its write transaction: `Tables` (one
-    index) or `View` (an index with sealed segments)."""
-
-    def meta(self, name: str) -> Any: ...
-    def set_meta(self, name: str, value: Any) -> None: ...
-    def record(self, docno: int) -> Record | None: ...
-    def signature(self, docno: int) -> bytes | None: ...
-    def signatures(
-        self, docnos: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint16]]: ...
-    def text(self, docno: int) -> bytes: ...
-    def docno_for_id(self, key: bytes) -> int | None: ...
-    def docno_for_content(self, content_hash: bytes) -> int | None: ...
-    def first_copy(self, content_hash: bytes) -> int | None: ...
-    def oldest(self) -> tuple[int, int] | None: ...
-    def newest_timestamp(self, at_most: int) -> int: ...
-    def delete_expiry(self, timestamp_ms: int, docno: int) -> None: ...
-    def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None: ...
-    def is_quiet(self, row: bytes) -> bool: ...
-    def batch_postings(self, band_keys: list[bytes], cap: int) -> None: ...
-    def flush_postings(self) -> None: ...
-    def candidates(self, band_keys: list[bytes], cap: int) -> npt.NDArray[np.int64]: ...
-
-    # whether the last `candidates` call left postings out of a bucket (the cap)
-    capped: bool
-
-    def put_document(
-        self,
-        docno: int,
-        key: bytes,
-        record: Record,
-        signature: bytes | None,
-        bucket_keys: list[bytes],
-        register_content: bool,
-        text: bytes | None = None,
-        row: bytes | None = None,
-    ) -> bool: ...
-    def remove_document(self, docno: int, key: bytes, bucket_keys: list[bytes]) -> None: ...
-    def adopt(
-        self,
-        docno: int,
-        content_hash: bytes,
-        signature: bytes | None,
-        bucket_keys: list[bytes],
-        text: bytes | None,
-    ) -> None: ...
 
 
 @dataclass

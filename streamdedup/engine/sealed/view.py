@@ -40,6 +40,10 @@ class View:
         self.sealed = sealed
         self.capped = False
 
+    def bulk_writes(self) -> None:
+        """None: with sealed segments, every document is decided one by one."""
+        return None
+
     def meta(self, name: str) -> Any:
         return self.open.meta(name)
 

@@ -33,7 +33,7 @@ from streamdedup.engine.sealed.asking import Sealed
 from streamdedup.engine.sealed.view import View
 from streamdedup.engine.sealing import RemoteSegments, Sealing, SegmentsChanged
 from streamdedup.engine.state import Settings
-from streamdedup.engine.verify import BatchMemory, exact_margin
+from streamdedup.engine.verify import VerifyCache, exact_margin
 from streamdedup.engine.window import chained
 from streamdedup.models import Change, DocId, Document, Verdict
 from streamdedup.sketch.shingle import Shingler
@@ -155,7 +155,7 @@ class Deduplicator:
         # the last run of a batch's transaction (its verdicts, changes, counters)
         self._last: BatchRun | None = None
         # this batch's indexed documents, and its candidates' exact sets (verify.py)
-        self._memory = BatchMemory(Shingler(self.params.shingle, self.params.hash_key))
+        self._memory = VerifyCache(Shingler(self.params.shingle, self.params.hash_key))
         # Decide a batch's plain documents at once (bulk.py); False: every document
         # one by one (tests compare the two)
         self.bulk = True
@@ -223,13 +223,13 @@ class Deduplicator:
         return changes
 
     @property
-    def touched(self) -> list[bytes]:
+    def changed_others(self) -> list[bytes]:
         """Ids (index keys) of the documents the last applied batch changed beyond
         storing its own: forgotten by the time window, or promoted to content owner
         when their owner went.  A worker keeps them with the batch's verdicts, so a
         redelivery of the batch re-sends their present state to the changelog too.
         Empty for most batches."""
-        return [] if self._last is None else self._last.touched
+        return [] if self._last is None else self._last.changed_others
 
     @property
     def outliers(self) -> list[tuple[int, int]]:
@@ -315,15 +315,15 @@ class Deduplicator:
     def apply(
         self,
         prepared: Prepared | Sequence[Prepared],
-        also: Callable[[Tables, list[Verdict]], None] | None = None,
+        in_transaction: Callable[[Tables, list[Verdict]], None] | None = None,
     ) -> list[Verdict]:
         """Check and insert prepared documents, in order, in one write transaction.
 
-        `also` runs inside that transaction with the verdicts, so a caller can record
+        `in_transaction` runs inside that transaction with the verdicts, so a caller can record
         its own state (the Kafka worker: input offsets) atomically with the documents.
         """
         parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
-        if not any(p.docs for p in parts) and also is None:
+        if not any(p.docs for p in parts) and in_transaction is None:
             return []
         sealing = self._sealing
 
@@ -337,8 +337,8 @@ class Deduplicator:
             batch.dropped = sealing.end_run(t)
             if batch.changes:  # documents stored or forgotten: refused if unlogged
                 check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)
-            if also is not None:
-                also(t, batch.verdicts)
+            if in_transaction is not None:
+                in_transaction(t, batch.verdicts)
             return batch
 
         # A generous bound on what the batch adds to the file (its text twice, and
@@ -365,7 +365,7 @@ class Deduplicator:
     def _apply(self, t: Store, parts: list[Prepared]) -> BatchRun:
         """One run of the batch's transaction, by a `BatchRun` made for it (a run
         the index repeats starts from a new one); kept as the last batch's, whose
-        changes and touched ids `also` may read inside the transaction."""
+        changes and changed-other ids `in_transaction` may read inside the transaction."""
         batch = BatchRun(self._settings(), self._memory, parts)
         self._last = batch
         batch.run(t)

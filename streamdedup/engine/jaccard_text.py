@@ -50,11 +50,11 @@ class TextItems:
     raw: list[bytes]
     norm: list[str] | None
 
-    def without(self, light: set[int]) -> TextItems:
+    def without(self, resent: set[int]) -> TextItems:
         norm = self.norm
         if norm is not None:
-            norm = [("" if i in light else t) for i, t in enumerate(norm)]
-        return TextItems([(b"" if i in light else r) for i, r in enumerate(self.raw)], norm)
+            norm = [("" if i in resent else t) for i, t in enumerate(norm)]
+        return TextItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)], norm)
 
 
 class JaccardText:
@@ -68,7 +68,7 @@ class JaccardText:
     @classmethod
     def of_shingler(cls, shingler: Shingler) -> JaccardText:
         """The verifying half only, for callers that hold a `Shingler` (its spec and
-        secret key are all exact checks need): `BatchMemory(Shingler(...))`."""
+        secret key are all exact checks need): `VerifyCache(Shingler(...))`."""
         return cls(IndexParams(shingle=shingler.spec), shingler)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -59,7 +59,7 @@ class Prepared:
     docs: list[Document]
     keys: list[bytes]
     content: list[bytes]
-    light: frozenset[int]  # known documents: prepared without shingles (see `prepare`)
+    resent: frozenset[int]  # known documents: prepared without shingles (see `prepare`)
     shingles: list[int]
     sigs: npt.NDArray[np.uint16]
     sig_bytes: list[bytes]  # the rows of `sigs` as stored
@@ -155,9 +155,9 @@ class Preparer:
         items = family.canonical(docs)
         keys = [id_key(d.id) for d in docs]
         content = [_content_hash(r) for r in items.raw]
-        light = known(keys, content) if known is not None and docs else set()
-        if light:
-            items = items.without(light)
+        resent = known(keys, content) if known is not None and docs else set()
+        if resent:
+            items = items.without(resent)
         raw = items.raw
         exact = p.verify == "exact"
         sizes: list[int] = []
@@ -181,14 +181,14 @@ class Preparer:
             docs=list(docs),
             keys=keys,
             content=content,
-            light=frozenset(light),
+            resent=frozenset(resent),
             shingles=sizes,
             sigs=sigs,
             sig_bytes=_rows(np.ascontiguousarray(sigs, dtype="<u2")),
             band_keys=BandKeys(band_keys),
             band_rows=_rows(band_keys),
             hashes=HashParts(exact_parts, starts) if exact else None,
-            texts=Texts(raw, _never_stored(light, sizes, content)) if exact else None,
+            texts=Texts(raw, _never_stored(resent, sizes, content)) if exact else None,
         )
 
 
@@ -204,11 +204,11 @@ def _unpickled(state: dict[str, Any], band_bytes: bytes, bands: int) -> Prepared
     )
 
 
-def _never_stored(light: set[int], shingles: list[int], content: list[bytes]) -> set[int]:
+def _never_stored(resent: set[int], shingles: list[int], content: list[bytes]) -> set[int]:
     """The documents whose text the engine will not store, as far as the batch alone
     tells: known ones, empty ones (nothing to verify against) and exact copies of an
     earlier document of the batch (their verdict points to it)."""
-    out = set(light)
+    out = set(resent)
     out.update(i for i, n in enumerate(shingles) if not n)
     first: dict[bytes, int] = {}
     out.update(i for i, c in enumerate(content) if first.setdefault(c, i) != i)

@@ -158,7 +158,7 @@ class BatchRun(BulkRun, SingleRun):
     @staticmethod
     def _searching(t: Store, parts: list[Prepared], rows: list[list[bytes]]) -> list[bytes]:
         """The rows of the documents that will search the buckets: not those without
-        shingles or known (`light`), nor exact copies of a content indexed before or
+        shingles or known (`resent`), nor exact copies of a content indexed before or
         earlier in the batch (a third of a stream of short documents), which are
         decided without.  Only a guess that saves reading their buckets ahead: a
         document that searches after all (its content's owner was forgotten
@@ -167,11 +167,11 @@ class BatchRun(BulkRun, SingleRun):
         seen: set[bytes] = set()
         stored = t.docno_for_content
         for p, part_rows in zip(parts, rows, strict=True):
-            light = p.light
+            resent = p.resent
             for i, (row, shingles, c) in enumerate(
                 zip(part_rows, p.shingles, p.content, strict=True)
             ):
-                if not shingles or c in seen or i in light:
+                if not shingles or c in seen or i in resent:
                     continue
                 seen.add(c)  # (a stored content: its later copies are skipped as well)
                 if stored(c) is None:

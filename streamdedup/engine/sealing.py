@@ -163,7 +163,7 @@ class Sealing:
         questions (sent now if not sent ahead, or if the segments changed since)."""
         if self.sealed is None:
             return
-        if sent is None or sent.by is not self.sealed:  # not sent, or sealed since
+        if sent is None or sent.segments is not self.sealed:  # not sent, or sealed since
             sent = self._send(parts)
         self.sealed.receive(sent)
 

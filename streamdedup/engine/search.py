@@ -3,7 +3,7 @@ batches where no verdict can change what a later document of the batch finds.
 
 Why that is most batches of a stream, and when it holds (`Deduplicator._classify`
 checks it): no sealed segments; every document of the batch a new id (in neither the
-index nor another document of the batch) or a replay (`light`: sent again with the
+index nor another document of the batch) or a replay (`resent`: sent again with the
 content its stored document keeps); the time window forgets and hides nothing during
 the batch.  Then no document is forgotten, replaced or adopted in the batch, so no
 stored posting goes stale and every document is inserted or a replay.  A document is
@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from streamdedup import kernels
 from streamdedup.engine.prepare import Prepared
-from streamdedup.engine.verify import BatchMemory, best_exact_all, cap_stopped
+from streamdedup.engine.verify import VerifyCache, best_exact_all, cap_stopped
 from streamdedup.sketch.signature import rank_gathered
 from streamdedup.store.batch_postings import BatchPostings, Docnos
 from streamdedup.store.tables import Tables, gather_newest
@@ -55,7 +55,7 @@ class Searched:
 
 def search_batch(
     t: Tables,
-    memory: BatchMemory,
+    memory: VerifyCache,
     buckets: BatchPostings,
     docs: list[tuple[Prepared, int, int]],
     cap: int,
@@ -124,7 +124,7 @@ def search_batch(
     )
     out.exact_checks = int(checks.sum())
     for (_, _, docno), best in zip(checked, bests, strict=True):
-        found[docno] = best  # (its own exact set, made for the check, kept: `BatchMemory.own`)
+        found[docno] = best  # (its own exact set, made for the check, kept: `VerifyCache.own`)
     for k in np.flatnonzero(checks >= max_checks).tolist():  # where the cap may have cut
         ranked_est = est[starts[k] : starts[k + 1]]
         out.exact_capped += cap_stopped(

@@ -1,6 +1,6 @@
 """The signatures a batch's candidate search reads, as the rows of one matrix found
 by document number (`SignatureRows`), and the batch's own indexed documents
-(`fresh`).
+(`unstored`).
 
 Apart from the exact check (engine/verify.py) because it is the same for every
 similarity family: a signature is K 16-bit positions whatever it estimates, and
@@ -22,14 +22,14 @@ from streamdedup.sketch.signature import rank_gathered
 
 class SignatureRows:
     """A batch's signature matrix and its indexed documents (the base of the
-    engine's `BatchMemory`, which adds the exact representations)."""
+    engine's `VerifyCache`, which adds the exact representations)."""
 
     def __init__(self) -> None:
-        self.fresh: dict[int, tuple[Prepared, int]] = {}
-        # the docnos of `fresh`'s documents, by (id of their part, index): a batch
+        self.unstored: dict[int, tuple[Prepared, int]] = {}
+        # the docnos of `unstored`'s documents, by (id of their part, index): a batch
         # searched as a whole (engine/search.py) remembers every document before it
         # checks any, so `own` finds there the set a document has as a candidate
-        self._fresh_docno: dict[tuple[int, int], int] = {}
+        self._unstored_docno: dict[tuple[int, int], int] = {}
         # docno -> row of `_rows` holding its signature (-1: not read in this batch)
         self._slot: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
         self._rows: npt.NDArray[np.uint16] = np.empty((0, 0), dtype=np.uint16)
@@ -44,8 +44,8 @@ class SignatureRows:
 
     def end_batch(self) -> None:
         """The batch is decided: its arrays are let go."""
-        self.fresh = {}
-        self._fresh_docno = {}
+        self.unstored = {}
+        self._unstored_docno = {}
         for docnos in self._filled:
             self._slot[docnos] = -1
         self._slot[self._mine_rows] = -1
@@ -56,8 +56,8 @@ class SignatureRows:
 
     def remember(self, docno: int, p: Prepared, i: int) -> None:
         """Document i of `p` is stored as `docno`: a later one of the batch finds it."""
-        self.fresh[docno] = (p, i)
-        self._fresh_docno[id(p), i] = docno
+        self.unstored[docno] = (p, i)
+        self._unstored_docno[id(p), i] = docno
         block = self._blocks.get(id(p))
         if block is None:  # the part's signatures, copied once (a few hundred KB at most)
             block = self._blocks[id(p)] = (p, self._used)
@@ -70,15 +70,15 @@ class SignatureRows:
 
     def forget(self, docno: int) -> None:
         """A document is forgotten, or adopts another's signature: read it again."""
-        fresh = self.fresh.pop(docno, None)
+        fresh = self.unstored.pop(docno, None)
         if fresh is not None:
-            self._fresh_docno.pop((id(fresh[0]), fresh[1]), None)
+            self._unstored_docno.pop((id(fresh[0]), fresh[1]), None)
         if docno < len(self._slot):
             self._slot[docno] = -1
 
     def signature(self, t: Store, docno: int) -> bytes | None:
         """A candidate's signature: from memory if this batch holds it, else as stored."""
-        fresh = self.fresh.get(docno)
+        fresh = self.unstored.get(docno)
         return fresh[0].sig_bytes[fresh[1]] if fresh is not None else t.signature(docno)
 
     def ranked(

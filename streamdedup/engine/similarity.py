@@ -42,8 +42,8 @@ class Items(Protocol):
         with equal bytes are exact copies) and, compressed, stored for exact checks."""
         ...
 
-    def without(self, light: set[int]) -> Items:
-        """The same batch with items `light` blanked (known ones: not sketched)."""
+    def without(self, resent: set[int]) -> Items:
+        """The same batch with items `resent` blanked (known ones: not sketched)."""
         ...
 
 

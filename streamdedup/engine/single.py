@@ -21,7 +21,7 @@ from streamdedup.models import Record, Verdict
 from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 
 # At most this many candidates, their signatures are read one by one (`_one_by_one`);
-# more are gathered by the batch's signature matrix (BatchMemory.ranked).
+# more are gathered by the batch's signature matrix (VerifyCache.ranked).
 _FEW = 8
 # row j of a few candidates' signatures is candidate j's (`_best_match`)
 _POSITIONS = np.arange(_FEW + 1, dtype=np.int32)
@@ -44,7 +44,7 @@ class SingleRun(WindowRun):
                 self.counters.replayed += 1
                 return Verdict.from_record(rec), 0
             self._forget(t, existing, key, own=True)
-        if i in p.light:  # it changed (or expired) since `known` looked: prepare it now
+        if i in p.resent:  # it changed (or expired) since `known` looked: prepare it now
             p, i = self.preparer.prepare([doc]), 0
             row = p.band_rows[0]
         if p.shingles[i] == 0:
@@ -60,15 +60,15 @@ class SingleRun(WindowRun):
             and self._expired(orig)
         ):
             # its content passes to the oldest copy still inside the window, if any
-            heir = self._successor(t, same, orig)
-            orig = None if heir is None else t.record(heir)
+            next_owner = self._successor(t, same, orig)
+            orig = None if next_owner is None else t.record(next_owner)
         if orig is not None:
             verdict = Verdict(doc.id, "duplicate", orig.doc_id, orig.cluster, 1.0, True)
             self._insert(t, p, i, docno, verdict, ts, index_it=False)
             return verdict, 1
         # a row none of whose buckets is stored or shared in the batch (most of them)
         # has no candidates: `_best_match` would find none
-        best = None if t.is_quiet(row) else self._best_match(t, p, i, p.sigs[i])
+        best = None if t.is_unshared(row) else self._best_match(t, p, i, p.sigs[i])
         if best is None:
             verdict = Verdict(doc.id, "unique", None, doc.id, None, False)
         else:
@@ -156,10 +156,10 @@ class SingleRun(WindowRun):
         behind = self._expiry.behind
         for d in docnos.tolist():
             if behind and (r := t.record(d)) is not None and self._expired(r):
-                heir = self._successor(t, d, r)
-                if heir is None:
+                next_owner = self._successor(t, d, r)
+                if next_owner is None:
                     continue
-                d = heir
+                d = next_owner
             raw = self._memory.signature(t, d)
             if raw is not None:
                 kept.append(d)

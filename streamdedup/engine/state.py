@@ -1,6 +1,6 @@
 """One run of a batch's write transaction, as an object (`BatchState`): everything
 the decision of one batch reads and changes besides the store -- the verdict tallies,
-the work counters, the changes a changelog mirrors, the ids touched beyond the
+the work counters, the changes a changelog mirrors, the ids changed beyond the
 batch's own, the time window's position -- made fresh for every run of the
 transaction function.  `Index.write` may run that function again (a map grown after
 MapFull); a run that starts from a new object cannot see a half-made earlier one, so
@@ -19,7 +19,7 @@ from streamdedup.config import EngineOptions, IndexParams
 from streamdedup.engine.counters import Counters
 from streamdedup.engine.prepare import Prepared, Preparer, stored_band_keys
 from streamdedup.engine.roles import Store
-from streamdedup.engine.verify import BatchMemory
+from streamdedup.engine.verify import VerifyCache
 from streamdedup.models import Change, Record, Verdict
 from streamdedup.store.keys import id_key
 
@@ -56,10 +56,10 @@ class Expiry:
 
 class BatchState:
     """The state of one run of a batch's transaction (see the module docstring).
-    `memory` is the engine's, kept across batches (`BatchMemory.clear` starts it
+    `memory` is the engine's, kept across batches (`VerifyCache.clear` starts it
     over for each run)."""
 
-    def __init__(self, settings: Settings, memory: BatchMemory, parts: list[Prepared]) -> None:
+    def __init__(self, settings: Settings, memory: VerifyCache, parts: list[Prepared]) -> None:
         self.settings = settings
         self.params = settings.params
         self.options = settings.options
@@ -75,8 +75,8 @@ class BatchState:
         self.unbuilt: list[Stored] = []
         # Ids (index keys) of the documents the batch changed beyond storing its
         # own: forgotten by the time window, or promoted to content owner when their
-        # owner went (`Deduplicator.touched`).
-        self.touched: list[bytes] = []
+        # owner went (`Deduplicator.changed_others`).
+        self.changed_others: list[bytes] = []
         # The batch's clock outliers: (position in the batch, timestamp).
         self.outliers: list[tuple[int, int]] = []
         self._expiry = Expiry(None, 0)
@@ -136,32 +136,32 @@ class BatchState:
 
         `own`: the document is replaced by one of the batch's own (same id), which
         the batch stores; any other forgotten id, and a promoted copy's, go to
-        `touched`."""
+        `changed_others`."""
         self._memory.forget(docno)
         old = t.record(docno)
         if old is not None:
             self._count(old, -1)
         raw = t.signature(docno)
         keys = [] if raw is None else stored_band_keys(raw, self.params)
-        heir = None
+        next_owner = None
         if old is not None and t.docno_for_content(old.content_hash) == docno:
-            heir = t.first_copy(old.content_hash)
-        if heir is not None:  # read before `remove_document` deletes them
+            next_owner = t.first_copy(old.content_hash)
+        if next_owner is not None:  # read before `remove_document` deletes them
             text = t.text(docno) or None
         t.remove_document(docno, key, keys)
         self.changes.append(Change(key, docno, None, None, False))
         if not own:
-            self.touched.append(key)
-        if heir is None or old is None:
+            self.changed_others.append(key)
+        if next_owner is None or old is None:
             return
-        heir_rec = t.record(heir)
+        heir_rec = t.record(next_owner)
         if heir_rec is None:
             return
-        self._memory.forget(heir)  # it takes a signature: read it again
-        t.adopt(heir, old.content_hash, raw, keys, text)
-        heir_key = id_key(heir_rec.doc_id)
-        self.changes.append(Change(heir_key, heir, heir_rec, raw, True, text))
-        self.touched.append(heir_key)
+        self._memory.forget(next_owner)  # it takes a signature: read it again
+        t.adopt(next_owner, old.content_hash, raw, keys, text)
+        next_owner_key = id_key(heir_rec.doc_id)
+        self.changes.append(Change(next_owner_key, next_owner, heir_rec, raw, True, text))
+        self.changed_others.append(next_owner_key)
 
 
 __all__ = ["BatchState", "Expiry", "Settings"]

@@ -1,5 +1,5 @@
 """Exact verification of a document's LSH candidates (`verify = "exact"`), and what
-the engine keeps in memory within one batch to do it cheaply (`BatchMemory`).
+the engine keeps in memory within one batch to do it cheaply (`VerifyCache`).
 
 Candidates are taken in order of their signature estimate and measured exactly by
 the index's similarity family (engine/similarity.py; Jaccard on text: the Jaccard
@@ -41,7 +41,7 @@ from streamdedup.sketch.shingle import Shingler
 # batch after batch; shingling a stored text again costs 50-100 us, a kept set nothing.
 EXACT_VALUES = 8 << 20
 
-# Table rows kept for sets let go (`BatchMemory.exact`'s oldest): 264 bytes each where
+# Table rows kept for sets let go (`VerifyCache.exact`'s oldest): 264 bytes each where
 # the set took about 5 KB, so 65,536 of them cost 17 MB.  A row is what rejects a
 # template sibling below the bar (92% of a template page's checks); without it the
 # rejected sibling's text was read and shingled again (on template-heavy 20k: 1,838 of
@@ -49,7 +49,7 @@ EXACT_VALUES = 8 << 20
 ORPHAN_ROWS = 1 << 16
 
 
-class BatchMemory(SignatureRows):
+class VerifyCache(SignatureRows):
     """What the engine keeps in memory to search candidates cheaply.
 
     Within one batch: the batch's indexed documents and the signatures of the
@@ -150,7 +150,7 @@ class BatchMemory(SignatureRows):
         place among the batch's candidates (`pending`): made once, not twice."""
         mine = self._mine
         if mine is None or mine[0] is not p or mine[1] != i:
-            docno = self._fresh_docno.get((id(p), i))
+            docno = self._unstored_docno.get((id(p), i))
             got = None if docno is None else self.pending.get(docno)
             if got is None:
                 got = self._own_of(p, i)
@@ -201,7 +201,7 @@ class BatchMemory(SignatureRows):
         got = self.pending.get(docno)
         if got is not None:
             return got
-        fresh = self.fresh.get(docno)
+        fresh = self.unstored.get(docno)
         if fresh is not None and fresh[0].hashes is not None:
             got = self.pending[docno] = self._own_of(*fresh)
             self._queue(docno)
@@ -289,7 +289,7 @@ def cap_stopped(
 
 def best_exact(
     t: Store,
-    memory: BatchMemory,
+    memory: VerifyCache,
     p: Prepared,
     i: int,
     ranked: list[int],
@@ -334,7 +334,7 @@ def best_exact(
 
 def best_exact_all(
     t: Store,
-    memory: BatchMemory,
+    memory: VerifyCache,
     docs: list[tuple[Prepared, int, int]],
     ranked: npt.NDArray[np.int64],
     est: npt.NDArray[np.float64],
@@ -377,7 +377,7 @@ def best_exact_all(
     return found, state.checks
 
 
-def _read(t: Store, memory: BatchMemory, docno: int, loose: dict[int, Kept]) -> None:
+def _read(t: Store, memory: VerifyCache, docno: int, loose: dict[int, Kept]) -> None:
     """A candidate's exact set the rule wants and no dict holds: read (`exact_shingles`,
     which keeps it), or put in `loose` if memory keeps it nowhere (a tiny budget)."""
     got = memory.exact_shingles(t, docno)

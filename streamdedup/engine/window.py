@@ -129,13 +129,13 @@ class WindowRun(BatchState):
             content = rec.content_hash
             owned = t.docno_for_content(content) == docno
             self._forget(t, docno, id_key(rec.doc_id))
-            heir = t.docno_for_content(content) if owned else None
-            got = None if heir is None else t.record(heir)
-            if heir is None or got is None:
+            next_owner = t.docno_for_content(content) if owned else None
+            got = None if next_owner is None else t.record(next_owner)
+            if next_owner is None or got is None:
                 return None
             if not self._expired(got):
-                return heir
-            docno, rec = heir, got
+                return next_owner
+            docno, rec = next_owner, got
 
 
 __all__ = ["WindowRun", "chained", "reached"]

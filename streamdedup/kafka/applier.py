@@ -1,7 +1,7 @@
 """One poll batch's "apply and record" step: pick the messages of the poll still to
 apply (`select`), decode them, and inside the batch's single LMDB write transaction
 record what the index now holds (the ledger's applied and published offsets, the
-batch's verdicts) and decide what goes out for every message (`Outgoing`: its fresh
+batch's verdicts) and decide what goes out for every message (`Outgoing`: its
 verdict, its stored verdict when the message is redelivered, a dead letter, or
 nothing).  It is a class of its own because that step has a contract the rest of
 the loop does not: LMDB may run it more than once (`Index.write` reruns a
@@ -59,10 +59,10 @@ class BatchApplier:
     """Applies one batch of (partition, message) pairs, in offset order per partition.
 
     Built before the index transaction: it decodes the messages (`decoded`), picks
-    the documents the index has not applied yet (`fresh`, to check and insert) and
+    the documents the index has not applied yet (`to_decide`, to check and insert) and
     notes each partition's first and last offset.  Called as
-    `applier(t, verdicts)` -- the `also` hook of `Deduplicator.apply` -- inside the
-    write transaction, with the verdicts of the fresh documents in their order.
+    `applier(t, verdicts)` -- the `in_transaction` hook of `Deduplicator.apply` -- inside the
+    write transaction, with the verdicts of those documents in their order.
 
     The re-run contract: `Index.write` may call it again in a new transaction (the
     map was full: doubled, then rerun from the start; the earlier transaction was
@@ -87,7 +87,7 @@ class BatchApplier:
         input_format: str,
         fields: Fields,
         changelog: bool,
-        touched: Callable[[], list[bytes]],
+        changed_others: Callable[[], list[bytes]],
     ) -> None:
         self.batch = batch
         self.progress = progress
@@ -96,9 +96,9 @@ class BatchApplier:
         self.silent_until = silent_until
         self.sink = sink
         self.changelog = changelog
-        self.touched = touched
+        self.changed_others = changed_others
         self.decoded: list[Document | Rejected] = []
-        self.fresh: list[tuple[int, int, Document]] = []
+        self.to_decide: list[tuple[int, int, Document]] = []
         for p, m in batch:
             # Kafka's "no timestamp" (-1, or 0 from some clients) is passed on as it is:
             # the engine treats every timestamp <= 0 as none (`Deduplicator._apply`)
@@ -107,7 +107,7 @@ class BatchApplier:
             )
             self.decoded.append(item)
             if isinstance(item, Document) and m.offset >= applied.get(p, 0):
-                self.fresh.append((p, m.offset, item))
+                self.to_decide.append((p, m.offset, item))
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
         for p, m in batch:
@@ -120,12 +120,12 @@ class BatchApplier:
 
     def documents(self) -> list[Document]:
         """The documents to check and insert, for the engine's preparer."""
-        return [d for _, _, d in self.fresh]
+        return [d for _, _, d in self.to_decide]
 
     def __call__(self, t: Tables, verdicts: list[Verdict]) -> None:
         prog, applied = self.progress, self.applied
-        kept = [(p, off, v) for (p, off, _), v in zip(self.fresh, verdicts, strict=True)]
-        prog.keep_verdicts(t, self.first, kept, self.touched())
+        kept = [(p, off, v) for (p, off, _), v in zip(self.to_decide, verdicts, strict=True)]
+        prog.keep_verdicts(t, self.first, kept, self.changed_others())
         Progress.advance(t, prog.applied, self.last)
         if self.unrecorded:
             Progress.advance(t, prog.published, self.unrecorded)

@@ -333,16 +333,18 @@ class Worker:
             input_format=self.cfg.input_format,
             fields=self.cfg.fields,
             changelog=bool(self.cfg.changelog_topic),
-            touched=lambda: self.dd.touched,
+            changed_others=lambda: self.dd.changed_others,
         )
         prepared = self.dd.prepare(applier.documents())
-        self.dd.apply(prepared, also=applier)
-        out, fresh, first, last = applier.out, applier.fresh, applier.first, applier.last
+        self.dd.apply(prepared, in_transaction=applier)
+        out, to_decide, first, last = applier.out, applier.to_decide, applier.first, applier.last
         if self.cfg.changelog_topic:
             self._republished = applier.republished
         self._unrecorded.clear()
         if self.dd.outliers:
-            self._warn_outliers([(fresh[i][0], fresh[i][1], ts) for i, ts in self.dd.outliers])
+            self._warn_outliers(
+                [(to_decide[i][0], to_decide[i][1], ts) for i, ts in self.dd.outliers]
+            )
         failpoints.reach("index-written")
         next_offsets = {p: off + 1 for p, off in last.items()}
         try:

@@ -46,7 +46,7 @@ class BatchPostings:
     read_ahead: dict[bytes, array[int]]  # stored postings, newest first, of present keys
     added: dict[bytes, array[int]]  # buffered docnos, oldest first, of tracked keys
     rows: set[bytes]  # each document's keys, joined: the rows read ahead
-    quiet: set[bytes]  # rows none of whose keys is stored or shared: no candidates
+    unshared: set[bytes]  # rows none of whose keys is stored or shared: no candidates
     hot: set[bytes] = field(default_factory=set)  # stored keys holding more than the cap
     # the buffered documents (docno, joined keys), as two lists: no tuple each
     docnos: list[int] = field(default_factory=list)
@@ -68,12 +68,12 @@ class BatchPostings:
         added = self.added
         self.adopted |= adopted
         if row in self.rows and not adopted:
-            if row not in self.quiet:  # a quiet row shares no key
+            if row not in self.unshared:  # a unshared row shares no key
                 for bk in band_keys:
                     if bk in added:
                         added[bk].append(docno)
             return
-        self.quiet.clear()  # an unforeseen document: every later query looks
+        self.unshared.clear()  # an unforeseen document: every later query looks
         for bk in band_keys:
             got = added.get(bk)
             if got is None:
@@ -83,12 +83,12 @@ class BatchPostings:
     def add_many(self, docnos: list[int], rows: list[bytes]) -> None:
         """Documents decided in bulk: what `add` does for each of them -- only their
         rows are kept -- in two list operations.  Either their rows are among the
-        batch's quiet ones (`quiet`, as computed up front: they share no key with
+        batch's unshared ones (`unshared`, as computed up front: they share no key with
         another row), or they are the documents of a batch searched as a whole
         (engine/search.py), given in docno order before any other of the batch is
         added.  Their docnos may be below those added already: `flush_postings`
         needs no new order for that, since a key's docnos are ordered among the
-        documents sharing it, and quiet ones share none."""
+        documents sharing it, and unshared ones share none."""
         if len(docnos) != len(rows):
             raise ValueError("a docno for each row")
         self.docnos += docnos

@@ -5,7 +5,7 @@ verdicts, the same `changes` (content and order: a changelog mirrors them), the
 same `touched` and outliers, and the same tables on disk, as an engine that takes
 every document one by one (`bulk = False`).  Checked on real LMDB indexes, with
 batches that mix plain documents with replays, replaced ids, exact copies, near
-duplicates, empty and known (`light`) documents."""
+duplicates, empty and known (`resent`) documents."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def _run(
         dd.bulk = bulk
         for batch in batches:
             verdicts = dd.check_batch(batch)
-            seen.append((verdicts, list(dd.changes), list(dd.touched), list(dd.outliers)))
+            seen.append((verdicts, list(dd.changes), list(dd.changed_others), list(dd.outliers)))
         return seen, _tables(dd), dd.counters.bulk
 
 
@@ -124,7 +124,7 @@ def test_bulk_path_equals_one_by_one(
     stream = [
         Document(f"d{i}", texts[t], None if m is None else T0 + m * 60_000) for i, t, m in docs
     ]
-    # the stream again after the first pass: replays, which `known` makes light
+    # the stream again after the first pass: replays, which `known` marks as resent
     stream = stream + stream[: len(stream) // 2]
     # the clock starts in the past, so an outlier is stored as of it, not of the
     # wall clock (which differs between the two runs)
@@ -232,7 +232,7 @@ def test_no_bulk_path_with_sealed_segments(tmp_path: Path) -> None:
 
 
 def test_a_known_document_that_changed_turns_the_bulk_path_off(tmp_path: Path) -> None:
-    """A `light` document whose stored content changed before its batch applies is
+    """A `resent` document whose stored content changed before its batch applies is
     prepared again inside the transaction, with a row no one foresaw: the batch's
     plain documents could meet it, so none is decided in bulk."""
     texts = _texts(8)
@@ -240,7 +240,7 @@ def test_a_known_document_that_changed_turns_the_bulk_path_off(tmp_path: Path) -
         dd.check("x", texts[0])
         batch = [Document("x", texts[0]), Document("y", texts[1]), Document("z", texts[10])]
         prepared = dd.preparer.prepare(batch, known=dd.known)
-        assert prepared.light == {0}
+        assert prepared.resent == {0}
         dd.check("x", texts[2])  # another writer changes "x" before the batch applies
         before = dd.counters.bulk
         x, y, z = dd.apply(prepared)
@@ -342,7 +342,7 @@ def _run_search(
             verdicts = dd.check_batch(batch)
             c = dd.last_batch
             work = (c.candidates, c.most_candidates, c.exact_checks, c.bucket_capped)
-            seen.append((verdicts, list(dd.changes), list(dd.touched), work, c.exact_capped))
+            seen.append((verdicts, list(dd.changes), list(dd.changed_others), work, c.exact_capped))
             both += bool(c.searched and c.replayed)
         return seen, _tables(dd), dd.counters.searched, both
 
@@ -359,7 +359,7 @@ def _run_search(
     window=st.booleans(),
     verify=st.sampled_from(["exact", "exact", "signature"]),
     # the bulk side's memory: all sets kept, or room for a few sets (about 100 values
-    # each) and a few rows of sets let go, or none (verify.py `BatchMemory`)
+    # each) and a few rows of sets let go, or none (verify.py `VerifyCache`)
     room=st.sampled_from([None, (300, 3), (300, 0), (0, 0)]),
 )
 def test_the_bulk_search_equals_the_search_in_the_loop(
@@ -501,7 +501,7 @@ def test_a_rerun_transaction_searches_the_batch_again(tmp_path: Path) -> None:
 
 
 def test_replays_among_new_ids_keep_the_bulk_search(tmp_path: Path) -> None:
-    """Documents sent again with their stored content (`light`: a redelivery) do not
+    """Documents sent again with their stored content (`resent`: a redelivery) do not
     turn the bulk search off for the new documents of their batch; the result is the
     loop's."""
     texts = _site_texts(2)

@@ -91,10 +91,10 @@ def test_a_promoted_copy_is_found_as_a_near_duplicate(tmp_path, batched: bool) -
 
 
 def test_removing_copies_and_owners_in_turn(tmp_path) -> None:
-    """Copies promoted one after the other; a removed copy is no longer an heir."""
+    """Copies promoted one after the other; a removed copy is no longer an next_owner."""
     with Deduplicator(tmp_path / "i") as dd:
         dd.check_batch([Document(n, T1) for n in "ABCD"])
-        dd.check("B", T2)  # a copy replaced: not an heir any more
+        dd.check("B", T2)  # a copy replaced: not an next_owner any more
         dd.check("A", T2 + " x")  # the owner replaced: C, the oldest copy left, owns T1
         first = dd.check("E", T1)
         dd.check("C", T2 + " y")  # and then D

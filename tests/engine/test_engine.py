@@ -293,7 +293,7 @@ def test_a_document_prepared_again_is_seen_by_the_rest_of_its_batch(tmp_path) ->
         dd.check("x", a)
         batch = [Document("x", a), Document("z", replace_words(a, 5))]
         prepared = dd.preparer.prepare(batch, known=dd.known)
-        assert prepared.light == {0}
+        assert prepared.resent == {0}
         dd.check("x", c)  # another writer changes "x" before the batch applies
         again_x, z = dd.apply(prepared)
     # "x" is checked again with its batch text, outside the batch's read-ahead; the
@@ -609,7 +609,7 @@ def test_known_documents_skip_preparation_and_survive_a_race(tmp_path) -> None:
         first = dd.check("x", a)
         dd.check("y", b)
         prepared = dd.preparer.prepare([Document("x", a), Document("y", b)], known=dd.known)
-        assert prepared.light == {0, 1}
+        assert prepared.resent == {0, 1}
         assert prepared.shingles == [0, 0]  # nothing computed for them
         # meanwhile another writer replaces "y" with a copy of "x"
         dd.check("y", replace_words(a, 3))
@@ -629,14 +629,16 @@ def test_the_collector_is_paused_only_for_the_transaction(tmp_path) -> None:
     with Deduplicator(tmp_path / "i") as dd:
         docs = [Document(f"d{i}", f"text number {i} of the batch") for i in range(5)]
         assert gc.isenabled()
-        dd.apply(dd.preparer.prepare(docs[:2]), also=lambda t, v: seen.append(gc.isenabled()))
+        dd.apply(
+            dd.preparer.prepare(docs[:2]), in_transaction=lambda t, v: seen.append(gc.isenabled())
+        )
         assert seen == [False] and gc.isenabled()
 
         def fail(t, v) -> None:
             raise RuntimeError("the caller's own state could not be recorded")
 
         with pytest.raises(RuntimeError):
-            dd.apply(dd.preparer.prepare(docs[2:3]), also=fail)
+            dd.apply(dd.preparer.prepare(docs[2:3]), in_transaction=fail)
         assert gc.isenabled()
         gc.disable()
         try:

@@ -40,4 +40,4 @@ def test_the_kafka_layers_methods(tmp_path: Path) -> None:
         assert dd.read(lambda t: t.meta("test-key")) == 7
         assert dd.read(lambda t: t.meta(MetaKey.NEXT_DOCNO)) == 1
         again = dd.prepare([Document("a", "some words of a first document here")])
-        assert again.light  # known: same id, same content
+        assert again.resent  # known: same id, same content

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from streamdedup import Deduplicator
 from streamdedup.config import EngineOptions
 from streamdedup.engine.prepare import own_hashes
-from streamdedup.engine.verify import BatchMemory, choose_exact
+from streamdedup.engine.verify import VerifyCache, choose_exact
 from streamdedup.models import Document
 from streamdedup.sketch.jaccard import (
     Choices,
@@ -294,7 +294,7 @@ def test_exact_sets_of_a_batch_are_kept_only_once_it_commits(tmp_path: Path) -> 
     abandoned) leaves nothing behind: its documents' numbers may go to others."""
     with Deduplicator(tmp_path / "idx", threshold=0.8) as dd:
         p = dd.preparer.prepare([Document("a", "one two three four five six seven eight")])
-        memory = BatchMemory(Shingler(dd.params.shingle, dd.params.hash_key))
+        memory = VerifyCache(Shingler(dd.params.shingle, dd.params.hash_key))
         memory.clear(10)
         memory.remember(10, p, 0)
         assert memory.own(p, 0) is not None
@@ -329,7 +329,7 @@ def test_rows_of_sets_let_go_reject_without_a_read_for_a_while(tmp_path: Path) -
         p = dd.preparer.prepare([Document(f"d{k}", t) for k, t in enumerate(texts)])
         sets = [summarise(np.unique(own_hashes(p, k))) for k in range(6)]
         room = max(map(summary_values, sets))  # one set at a time
-        memory = BatchMemory(
+        memory = VerifyCache(
             Shingler(dd.params.shingle, dd.params.hash_key), exact_values=room, orphan_rows=2
         )
         memory.clear(100)

@@ -61,7 +61,7 @@ def test_jaccard_text_through_the_interface_is_the_old_path(
 @settings(max_examples=30, deadline=None)
 @given(st.lists(texts, min_size=1, max_size=8), specs, st.sets(st.integers(0, 7)))
 def test_a_stored_item_checks_as_it_did_when_new(
-    batch: list[str], spec: ShingleSpec, light: set[int]
+    batch: list[str], spec: ShingleSpec, resent: set[int]
 ) -> None:
     """The exact set a stored item gives back (`kept_stored`, `exact_stored`, from
     its compressed canonical bytes) is the one it had when prepared (`kept_own`),
@@ -70,7 +70,7 @@ def test_a_stored_item_checks_as_it_did_when_new(
     params = IndexParams(shingle=spec)
     family = family_of(params)
     items = family.canonical([Document(str(k), t) for k, t in enumerate(batch)])
-    items = items.without(light)
+    items = items.without(resent)
     assert isinstance(items, TextItems)
     got = family.sketch(items, slice(0, len(batch)), exact=True)
     assert got.exact is not None
@@ -83,7 +83,7 @@ def test_a_stored_item_checks_as_it_did_when_new(
         assert np.array_equal(values_of(own), family.exact_stored(stored[j]))
         assert np.array_equal(family.exact_stored(stored[j]), exact_shingles(shingler, stored[j]))
         assert family.kept_size(own) == len(own) // 8
-        if j in light:
+        if j in resent:
             assert got.sizes[j] == 0 and items.raw[j] == b""
 
 

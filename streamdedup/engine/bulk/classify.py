@@ -59,15 +59,15 @@ def _text(p: Prepared, i: int) -> bytes:
     return p.texts[i]
 
 
-def _light(parts: list[Prepared], n: int) -> npt.NDArray[np.bool_]:
-    """Which of the batch's `n` documents are `light` (known: same id, same content)."""
-    light = np.zeros(n, dtype=np.bool_)
+def _resent(parts: list[Prepared], n: int) -> npt.NDArray[np.bool_]:
+    """Which of the batch's `n` documents are `resent` (known: same id, same content)."""
+    resent = np.zeros(n, dtype=np.bool_)
     start = 0
     for p in parts:
-        if p.light:
-            light[[start + i for i in p.light]] = True
+        if p.resent:
+            resent[[start + i for i in p.resent]] = True
         start += len(p.docs)
-    return light
+    return resent
 
 
 class Bulk:
@@ -119,13 +119,13 @@ class ClassifyRun(WindowRun):
         position (`Bulk`), found by set and numpy operations over the whole batch
         (after `prefetch` and `batch_postings`), for an engine without sealed
         segments.  Each a new id: in neither the index nor another document of the
-        batch; not `light`; with shingles; with a time window, stored as of the
+        batch; not `resent`; with shingles; with a time window, stored as of the
         batch's last cutoff or later (`cutoff`: the window forgets or hides nothing
         these documents depend on during the batch -- a stored content owner of a
         copy must be as recent).  Then either
 
         PLAIN: its content hash is in neither the index nor another document of the
-        batch, and its row is quiet: `unique`, stored as the owner of its content; or
+        batch, and its row is unshared: `unique`, stored as the owner of its content; or
         the first of the batch's documents with a content new to the index, all
         others of which are new ids (COPY);
 
@@ -133,7 +133,7 @@ class ClassifyRun(WindowRun):
         has (so it keeps its content), or of such a first document: `duplicate`,
         `exact`, stored as a copy.
 
-        In a batch whose every id is new (or a `light` replay), where the window
+        In a batch whose every id is new (or a `resent` replay), where the window
         forgets nothing, the documents left -- those that search
         for near duplicates -- are SEARCH (and the later copies of their contents
         COPY): decided by one search of the whole batch (`_search_kinds`,
@@ -142,11 +142,11 @@ class ClassifyRun(WindowRun):
         Their checks would answer as here whatever comes before them in the batch:
         no one else's id or content is theirs (only a replaced id is forgotten, and
         none of these is, nor a stored owner of their content), and nothing a plain
-        document could meet in a bucket is written before it -- a quiet row shares
+        document could meet in a bucket is written before it -- a unshared row shares
         no key with a stored document or a searching row of the batch; the rows
         `_searching` leaves out (exact copies) are their content owner's, stored or
         searching, so they share none either; an adopted copy takes a stored
-        owner's keys or a searching row's.  What remains is a `light` document
+        owner's keys or a searching row's.  What remains is a `resent` document
         prepared again inside the transaction (its row is unforeseen): when one may
         be (its id is repeated in the batch, or no longer holds its content),
         nothing is decided in bulk.  Conversely, nothing is written for these
@@ -167,22 +167,22 @@ class ClassifyRun(WindowRun):
             free &= np.fromiter(
                 (ts is None or ts >= cutoff for ts in stamps), dtype=np.bool_, count=n
             )
-        light = _light(parts, n)
-        searchable = self._searchable(parts, repeated, free | light, cutoff)
+        resent = _resent(parts, n)
+        searchable = self._searchable(parts, repeated, free | resent, cutoff)
         free &= np.fromiter(chained([p.shingles for p in parts]), dtype=np.int64, count=n) > 0
-        free &= ~light
+        free &= ~resent
         # (a batch of replays only has nothing to check)
         if not free.any() or not all(
-            self._replays(t, p, repeated, cutoff) for p in parts if p.light
+            self._replays(t, p, repeated, cutoff) for p in parts if p.resent
         ):
             return out
-        quiet = t.quiet_rows(chained(rows), n)
+        unshared = t.unshared_rows(chained(rows), n)
         new = owners == ABSENT
         first_at = _first_positions(contents)
-        self._new_contents(out, parts, contents, first_at, free, new, quiet)
+        self._new_contents(out, parts, contents, first_at, free, new, unshared)
         self._stored_copies(t, out, keys, free, owners, cutoff)
         if searchable:
-            self._search_kinds(out, first_at, free & new & ~quiet, free)
+            self._search_kinds(out, first_at, free & new & ~unshared, free)
         out.kinds = out.kind.tolist()
         return out
 
@@ -194,7 +194,7 @@ class ClassifyRun(WindowRun):
         cutoff: int | None,
     ) -> bool:
         """Whether the batch's searches can be made at once (engine/search.py): no
-        verdict can change what a later document finds -- every id new or a `light`
+        verdict can change what a later document finds -- every id new or a `resent`
         replay (`seen`, checked later: its stored document stays, unchanged), so no
         document is forgotten, replaced or adopted --, the window forgetting and
         hiding nothing during the batch."""
@@ -215,17 +215,17 @@ class ClassifyRun(WindowRun):
         first_at: npt.NDArray[np.intp] | None,
         free: npt.NDArray[np.bool_],
         new: npt.NDArray[np.bool_],
-        quiet: npt.NDArray[np.bool_],
+        unshared: npt.NDArray[np.bool_],
     ) -> None:
         """The PLAIN documents, with a content new to the index, and the later copies
         of such a content in the batch (COPY): all or none of a content's."""
         kind = out.kind
         if first_at is None:  # (every content once in the batch)
-            kind[free & new & quiet] = PLAIN
+            kind[free & new & unshared] = PLAIN
             return
         n = len(contents)
         once = np.bincount(first_at, minlength=n)[first_at] == 1
-        kind[free & new & quiet & once] = PLAIN
+        kind[free & new & unshared & once] = PLAIN
         # a content new to the index, several times in the batch: all or none
         groups: dict[bytes, list[int]] = {}
         for j in np.flatnonzero(new & ~once).tolist():
@@ -233,7 +233,7 @@ class ClassifyRun(WindowRun):
         docs = joined([p.docs for p in parts])
         for group in groups.values():
             first = group[0]
-            if quiet[first] and free[group].all():
+            if unshared[first] and free[group].all():
                 kind[first] = PLAIN
                 kind[group[1:]] = COPY
                 d = docs[first].id
@@ -278,7 +278,7 @@ class ClassifyRun(WindowRun):
     ) -> None:
         """In a batch whose searches no verdict can change (`_classify`), the
         documents that would search (`searching`: new ids with shingles, a content
-        new to the index, a row that is not quiet) when the first of the batch with
+        new to the index, a row that is not unshared) when the first of the batch with
         their content (`first_at`: `_first_positions`): SEARCH; the later ones with
         that content: their copies.
         Every other document with shingles (`shingled`) is PLAIN or COPY already; if
@@ -304,11 +304,11 @@ class ClassifyRun(WindowRun):
 
     @staticmethod
     def _replays(t: Tables, p: Prepared, repeated: set[bytes], cutoff: int | None) -> bool:
-        """Whether every `light` document of `p` will be a replay (its stored
+        """Whether every `resent` document of `p` will be a replay (its stored
         document holds its content, stays inside the window through the batch, and no
         other document of the batch has its id: none is in `repeated`), so that none
         of them is prepared again inside the transaction."""
-        for i in p.light:
+        for i in p.resent:
             key = p.keys[i]
             if key in repeated:
                 return False

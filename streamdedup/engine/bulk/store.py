@@ -217,7 +217,7 @@ class StoreRun(WindowRun):
         # later documents of the batch meet them (if at all) through memory (the
         # search remembered SEARCH documents already)
         if kind == PLAIN:
-            self._memory.fresh.update(zip(docnos, where, strict=True))
+            self._memory.unstored.update(zip(docnos, where, strict=True))
         # (nor are they the time window's `_expiry.oldest`: none is older than the
         # batch's last cutoff, so the window reaches none of them in the batch)
 

@@ -40,7 +40,7 @@ class Sent:
     contents: set[bytes]
     cap: int
     expire: int
-    by: Sealed
+    segments: Sealed
 
 
 class Sealed:
@@ -109,7 +109,7 @@ class Sealed:
         """The first half of `ask`: send the questions now (a writer sends the next
         batch's while it decides this one)."""
         looking: list[tuple[Prepared, int]] = [
-            (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.light
+            (p, i) for p in parts for i in range(len(p.docs)) if p.shingles[i] and i not in p.resent
         ]
         bands = self.params.bands
         if looking:
@@ -409,7 +409,7 @@ class Sealed:
         return merged[:cap]
 
     def present(self) -> set[int]:
-        """Band keys with postings in some sealed segment (for the batch's quiet rows)."""
+        """Band keys with postings in some sealed segment (for the batch's unshared rows)."""
         out: set[int] = set()
         for a in self.answers.values():
             out.update(k for k, v in a.buckets.items() if v)

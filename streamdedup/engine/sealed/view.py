@@ -133,8 +133,8 @@ class View:
     def prefetch(self, keys: list[bytes], contents: list[bytes]) -> None:
         self.open.prefetch(keys, contents)  # the sealed segments answered ahead already
 
-    def is_quiet(self, row: bytes) -> bool:
-        return self.open.is_quiet(row)  # `batch_postings` counted the sealed keys in
+    def is_unshared(self, row: bytes) -> bool:
+        return self.open.is_unshared(row)  # `batch_postings` counted the sealed keys in
 
     def batch_postings(self, band_keys: list[bytes], cap: int) -> None:
         self.open.batch_postings(band_keys, cap, elsewhere=self.sealed.present())

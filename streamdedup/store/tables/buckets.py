@@ -1,5 +1,5 @@
 """The LSH buckets: a batch's buckets read ahead and its postings buffered
-(`batch_postings`, `flush_postings`, store/batch.py), quiet rows, and a document's
+(`batch_postings`, `flush_postings`, store/batch.py), unshared rows, and a document's
 candidates (`candidates`, `gather_newest`) from the postings (store/postings.py)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Buckets(TablesBase):
         a bucket again only if a removal in this batch changed it.
 
         `elsewhere`: band keys that have postings outside this index (in sealed
-        segments): their rows are not quiet."""
+        segments): their rows are not unshared."""
         if not band_keys:
             self._postings = BatchPostings({}, {}, set(), set())
             return
@@ -64,13 +64,13 @@ class Buckets(TablesBase):
         if elsewhere:
             busy_key |= np.isin(unique, np.fromiter(elsewhere, dtype=np.uint64))
         busy = busy_key[inverse.reshape(-1)]
-        quiet = (~np.any(busy.reshape(len(band_keys), -1), axis=1)).tolist()
+        unshared = (~np.any(busy.reshape(len(band_keys), -1), axis=1)).tolist()
         self._postings = BatchPostings(
             read_ahead=stored,
             hot=hot,
             added={bk: docnos() for bk in raw_keys(shared)},
             rows=set(band_keys),
-            quiet=set(itertools.compress(band_keys, quiet)),
+            unshared=set(itertools.compress(band_keys, unshared)),
         )
 
     def batch_buckets(self) -> BatchPostings | None:
@@ -79,19 +79,19 @@ class Buckets(TablesBase):
         None outside a batch."""
         return self._postings
 
-    def is_quiet(self, row: bytes) -> bool:
+    def is_unshared(self, row: bytes) -> bool:
         """Whether a document of the batch (`row`: its band keys joined) has no
         candidates: none of its buckets is stored, nor shared with another document of
         the batch (`candidates` would answer {})."""
         p = self._postings
-        return p is not None and row in p.quiet
+        return p is not None and row in p.unshared
 
-    def quiet_rows(self, rows: Iterable[bytes], n: int) -> npt.NDArray[np.bool_]:
-        """`is_quiet` of each of `n` rows, at once (a set lookup each in C)."""
+    def unshared_rows(self, rows: Iterable[bytes], n: int) -> npt.NDArray[np.bool_]:
+        """`is_unshared` of each of `n` rows, at once (a set lookup each in C)."""
         p = self._postings
         if p is None:
             return np.zeros(n, dtype=np.bool_)
-        return np.fromiter(map(p.quiet.__contains__, rows), dtype=np.bool_, count=n)
+        return np.fromiter(map(p.unshared.__contains__, rows), dtype=np.bool_, count=n)
 
     def flush_postings(self) -> None:
         """Write the buffered postings in key order and stop buffering."""
@@ -140,7 +140,7 @@ class Buckets(TablesBase):
         p = self._postings
         self.capped = False
         row = b"".join(band_keys) if p is not None else b""
-        if p is not None and row in p.quiet:
+        if p is not None and row in p.unshared:
             return _NO_DOCS
         read_ahead = p is not None and row in p.rows
         if (

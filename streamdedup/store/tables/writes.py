@@ -111,7 +111,7 @@ class WriteBuffer(TablesBase):
         """Store documents the engine decided in bulk, the common case of a stream:
         each a new id (no entry in `ids`, nor another of the batch's), the owner of a
         content hash nobody else holds, indexed (signature, postings: `rows`, each
-        document's band keys joined: the batch's quiet rows, or those of a batch
+        document's band keys joined: the batch's unshared rows, or those of a batch
         searched as a whole, in docno order, `BatchPostings.add_many`; text when
         given).  The
         same entries `put_document` would write for each (owner of its content:

@@ -53,8 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """`--dist load` (pyproject), with every test of the `spark` fixture on one worker:
-    one JVM for the run instead of one per worker (tests/support/schedule.py)."""
+    """`--dist load` (pyproject), with every test of the `spark` fixture on one worker
+    (one JVM for the run instead of one per worker) and the `spark_command` tests one
+    at a time on another (tests/support/schedule.py)."""
     if config.getvalue("dist") != "load" or not os.environ.get(PINNED_ENV):
         return None
     from tests.support.schedule import PinnedLoad
@@ -81,9 +82,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     items.sort(key=rank)
     if hasattr(config, "workerinput"):
-        from tests.support.schedule import pinned_ids, write_pinned
+        from tests.support.schedule import pinned_groups, write_pinned
 
-        write_pinned(pinned_ids(items, "spark"))
+        write_pinned(pinned_groups(items))
 
 
 @pytest.fixture(params=["compiled", "numpy"])

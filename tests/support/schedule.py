@@ -1,4 +1,6 @@
-"""The xdist schedule: the tests that share one SparkSession all run on one worker.
+"""The xdist schedule: the tests that share one SparkSession all run on one worker, and
+the tests that run the `backfill` command (a JVM of its own each) one at a time on
+another.
 
 A SparkSession is a JVM (seconds of CPU to start, ~1 GB), made once per worker process
 by the session-scoped `spark` fixture (tests/backfill/conftest.py).  Under plain
@@ -6,7 +8,11 @@ by the session-scoped `spark` fixture (tests/backfill/conftest.py).  Under plain
 once on two cores, and each Spark test then ran slower for the others'.  Here they all
 go to one worker, which starts one JVM and takes them one after the other, first (they
 are the longest chain of work), then helps with the rest; the other workers never get
-one.  xdist's own `loadgroup` would do this, but its `xdist_group` marks do nothing with
+one.  Likewise the tests marked `spark_command` (each starts `streamdedup backfill`,
+so a JVM of its own; four of them started together on two cores and took 65-196 s
+each on a loaded machine) run one after the other on a worker of their own: these
+tests run at most two JVMs at a time (the docs pages that run `backfill` may add one).
+xdist's own `loadgroup` would do this, but its `xdist_group` marks do nothing with
 pytest 9.2 and xdist 3.8 (see pyproject's comment).
 
 The controller collects no tests (xdist), so it cannot see which tests use the
@@ -19,7 +25,7 @@ selected), nothing is pinned and the schedule is xdist's `load`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,29 +36,30 @@ PINNED_ENV = "STREAMDEDUP_TEST_PINNED"
 QUEUED = 2
 
 
-def write_pinned(node_ids: Iterable[str]) -> None:
-    """In a worker: the node ids its collection pins (the same on every worker)."""
+def write_pinned(groups: dict[str, list[str]]) -> None:
+    """In a worker: the node ids its collection pins, by group (the same on every
+    worker)."""
     path = os.environ.get(PINNED_ENV)
     if path:
-        Path(path).write_text("".join(f"{n}\n" for n in node_ids))
+        Path(path).write_text("".join(f"{g}\t{n}\n" for g, ids in groups.items() for n in ids))
 
 
 class PinnedLoad(LoadScheduling):
-    """`load` with one queue more: the pinned tests, for the first worker only."""
+    """`load` with one queue more per group of pinned tests, each group for one worker
+    (a worker of its own while there are more workers than groups)."""
 
     def __init__(self, config: Any, log: Any = None, pinned_file: Path | None = None) -> None:
         super().__init__(config, log)
         self.pinned_file = pinned_file
-        self.pinned: list[int] = []
-        self.owner: Any = None  # the worker that runs the pinned tests
+        self.queues: dict[Any, list[int]] = {}  # worker -> its pinned tests, in order
 
     @property
     def tests_finished(self) -> bool:
-        return not self.pinned and super().tests_finished
+        return not any(self.queues.values()) and super().tests_finished
 
     @property
     def has_pending(self) -> bool:
-        return bool(self.pinned) or super().has_pending
+        return any(self.queues.values()) or super().has_pending
 
     def schedule(self) -> None:
         assert self.collection_is_completed
@@ -64,13 +71,18 @@ class PinnedLoad(LoadScheduling):
             self.log("**Different tests collected, aborting run**")
             return
         self.collection = next(iter(self.node2collection.values()))
-        names = set()
+        groups: dict[str, set[str]] = {}
         if self.pinned_file is not None and self.pinned_file.exists():
-            names = set(self.pinned_file.read_text().split("\n")) - {""}
-        self.pinned = [i for i, n in enumerate(self.collection) if n in names]
-        taken = set(self.pinned)
+            for line in self.pinned_file.read_text().splitlines():
+                group, _, node_id = line.partition("\t")
+                groups.setdefault(group, set()).add(node_id)
+        taken: set[int] = set()
+        for k, names in enumerate(groups.values()):
+            queue = [i for i, n in enumerate(self.collection) if n in names and i not in taken]
+            taken.update(queue)
+            owner = self.nodes[k % len(self.nodes)]
+            self.queues.setdefault(owner, []).extend(queue)
         self.pending[:] = [i for i in range(len(self.collection)) if i not in taken]
-        self.owner = self.nodes[0] if self.pinned else None
         for node in self.nodes:
             self.check_schedule(node)
 
@@ -78,27 +90,27 @@ class PinnedLoad(LoadScheduling):
         if node.shutting_down:
             return
         held = self.node2pending[node]
+        own = self.queues.get(node, [])
         while len(held) < QUEUED:
-            queue = self.pinned if node is self.owner and self.pinned else self.pending
+            queue = own or self.pending
             if not queue:
                 break
             index = queue.pop(0)
             held.append(index)
             node.send_runtest_some([index])
-        if not self.pending and not (node is self.owner and self.pinned):
+        if not self.pending and not own:
             node.shutdown()
 
     def remove_node(self, node: Any) -> str | None:
-        """A crashed worker: its held tests go back, and if it ran the pinned ones,
-        another worker takes them over (it starts its own SparkSession)."""
-        if node is self.owner:
-            self.owner = None
+        """A crashed worker: its held tests go back, and its pinned ones to another
+        worker (which starts its own SparkSession), or to everyone if none is left."""
+        own = self.queues.pop(node, [])
+        if own:
             rest = [n for n in self.node2pending if n is not node and not n.shutting_down]
             if rest:
-                self.owner = rest[0]
+                self.queues.setdefault(rest[0], []).extend(own)
             else:
-                self.pending[:0] = self.pinned
-                self.pinned = []
+                self.pending[:0] = own
         return super().remove_node(node)
 
     def mark_test_pending(self, item: str) -> None:
@@ -108,6 +120,10 @@ class PinnedLoad(LoadScheduling):
             self.check_schedule(node)
 
 
-def pinned_ids(items: Sequence[Any], fixture: str) -> list[str]:
-    """The node ids of the items that use `fixture`."""
-    return [i.nodeid for i in items if fixture in getattr(i, "fixturenames", ())]
+def pinned_groups(items: Sequence[Any]) -> dict[str, list[str]]:
+    """The node ids of the items that use the `spark` fixture, and of those marked
+    `spark_command`."""
+    return {
+        "spark": [i.nodeid for i in items if "spark" in getattr(i, "fixturenames", ())],
+        "spark_command": [i.nodeid for i in items if i.get_closest_marker("spark_command")],
+    }

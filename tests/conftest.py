@@ -4,12 +4,14 @@ xdist workers inherit the environment, so the profile holds in every one of them
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from streamdedup import kernels
+from tests.support.schedule import PINNED_ENV
 
 # `kernel` (below) is function scoped on purpose: it holds for every example.
 settings.register_profile(
@@ -39,7 +41,29 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(4, 2 * (os.cpu_count() or 1))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    """In the xdist controller, before its workers start: the file they name the tests
+    that share one SparkSession in (tests/support/schedule.py), inherited through the
+    environment."""
+    if not hasattr(config, "workerinput") and config.getoption("numprocesses", None):
+        fd, name = tempfile.mkstemp(prefix="streamdedup-pinned-", suffix=".txt")
+        os.close(fd)
+        os.environ[PINNED_ENV] = name
+        config.add_cleanup(lambda: Path(name).unlink(missing_ok=True))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist load` (pyproject), with every test of the `spark` fixture on one worker
+    (one JVM for the run instead of one per worker) and the `spark_command` tests one
+    at a time on another (tests/support/schedule.py)."""
+    if config.getvalue("dist") != "load" or not os.environ.get(PINNED_ENV):
+        return None
+    from tests.support.schedule import PinnedLoad
+
+    return PinnedLoad(config, log, Path(os.environ[PINNED_ENV]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest kinds of test first (slow, then the other broker tests, then the
     property tests, which run 300 examples in CI), so that under xdist, which hands
     them out one at a time (`--maxschedchunk 1` in pyproject), the short ones fill
@@ -57,6 +81,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return 3
 
     items.sort(key=rank)
+    if hasattr(config, "workerinput"):
+        from tests.support.schedule import pinned_groups, write_pinned
+
+        write_pinned(pinned_groups(items))
 
 
 @pytest.fixture(params=["compiled", "numpy"])

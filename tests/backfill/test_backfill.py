@@ -206,6 +206,7 @@ def test_a_copy_taking_over_in_a_capped_bucket(spark: Any, tmp_path: Path) -> No
         same(spark, tmp_path / cap, [src], "--max-bucket-candidates", cap)
 
 
+@pytest.mark.spark_command
 def test_command_line(tmp_path: Path) -> None:
     """The command itself, with its own Spark (one more JVM start)."""
     src = tmp_path / "in.jsonl"
@@ -221,6 +222,7 @@ def test_command_line(tmp_path: Path) -> None:
     assert len(lines(out)) == 121
 
 
+@pytest.mark.spark_command
 def test_a_failed_job_leaves_the_output_as_it_was(tmp_path: Path) -> None:
     """A Python worker killed in the bucket stage (a failed task; `local[1]` does not
     retry): exit 7, the old output untouched, no temporary file left."""

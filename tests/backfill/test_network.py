@@ -53,6 +53,7 @@ def _outside(found: dict[tuple[int, Any, int], str]) -> list[str]:
     ]
 
 
+@pytest.mark.spark_command
 def test_a_local_backfill_listens_on_loopback_only(tmp_path: Path) -> None:
     """The command on `local[2]`, its listening sockets (the JVM's RPC endpoint, block
     manager and Py4J gateway, the Python side's) sampled for the whole run."""

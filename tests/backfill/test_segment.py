@@ -191,6 +191,7 @@ def test_the_worker_streams_on_from_the_segment(
     assert again.returncode == 0, again.stderr.decode()[-3000:]
 
 
+@pytest.mark.spark_command
 @pytest.mark.parametrize("point", ["backfill-bucket:1", "backfill-segment:1"])
 def test_a_failed_job_leaves_no_segment(tmp_path: Path, point: str) -> None:
     """A Python worker killed in the bucket stage, or in the segment's own stage

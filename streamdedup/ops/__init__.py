@@ -1,3 +1,3 @@
 """Operations: what a person running the worker looks at.  Prometheus metrics and the
 health endpoints, structured logging, the `stats` and `inspect` reports on an index,
-and the fail points the crash tests use."""
+progress lines and the closing summary of a run."""

@@ -3,7 +3,7 @@ run over the same files would write, record for record (rules.py says why each
 stage may run in parallel).
 
 Stages, each a shuffle by one key (all per-document work runs in the executors,
-with the package's own functions):
+with the package's own functions, in tasks.py):
 
 1. read: the inputs cut into byte ranges, decoded and prepared per range
    (reading.py): position, id, content hash, signature, band keys, stored text.
@@ -33,29 +33,21 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-import orjson
-
-from streamdedup import failpoints
-from streamdedup.backfill import rules
-from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, read_split, splits
+from streamdedup.backfill import rules, tasks
+from streamdedup.backfill.reading import SPLIT_BYTES, Split, count_lines, splits
 from streamdedup.backfill.segment import build_segment
 from streamdedup.config import EngineOptions, Fields, IndexParams
-from streamdedup.engine.prepare import exact_shingles
 from streamdedup.engine.verify import exact_margin
 from streamdedup.errors import (
     BackfillFailedError,
     InputOutputError,
     StreamDedupError,
 )
-from streamdedup.models import Verdict, output_record
 from streamdedup.ops.summary import Summary
-from streamdedup.sketch.shingle import Shingler
 from streamdedup.store.segment.building import SegmentBuilder
 
 if TYPE_CHECKING:
@@ -77,152 +69,6 @@ class Backfill:
 
 
 PARTITION_BYTES = 64 << 20
-
-
-# -- executor functions (module level: pickled by reference)
-
-
-def _read(task: tuple[Split, int, int], params: IndexParams, fields: Fields, names: bool) -> Any:
-    split, first, first_line = task
-    return read_split(split, first, first_line, params, fields, split.path if names else None)
-
-
-def _by_id(kv: tuple[int, tuple[Any, ...]]) -> tuple[bytes, tuple[Any, ...]]:
-    pos, (_, doc_id, key, content, shingles, sig, keys, _text) = kv
-    return key, (pos, content, shingles, doc_id, sig, keys)
-
-
-def _id_stage(kv: tuple[bytes, Iterable[tuple[Any, ...]]]) -> Iterator[tuple[Any, ...]]:
-    members = {m[0]: m for m in kv[1]}
-    for pos, replay_of, gone in rules.id_rule((p, m[1]) for p, m in members.items()):
-        if replay_of >= 0:
-            yield ("replay", pos, replay_of)
-        else:
-            _, content, shingles, doc_id, sig, keys = members[pos]
-            yield ("stored", pos, gone, content, shingles, doc_id, sig, keys)
-
-
-def _content_stage(
-    kv: tuple[bytes, Iterable[tuple[Any, ...]]], live: bool = False
-) -> Iterator[tuple[Any, ...]]:
-    members = {m[0]: m for m in kv[1]}  # pos -> (pos, gone, doc_id, sig, keys)
-    owners, postings = rules.content_rule((p, m[1]) for p, m in members.items())
-    if live:  # for a segment: who holds the content at the end
-        owner, copies = rules.live_content((p, m[1]) for p, m in members.items())
-        if owner >= 0:
-            yield ("live", owner, True)
-        for pos in copies:
-            yield ("live", pos, False)
-    for pos, owner in owners:
-        if owner < 0:
-            yield ("query", pos, members[pos][2])
-        else:
-            yield ("exact", pos, owner, members[owner][2], members[pos][2])
-    for docno, lo, hi, query in postings:
-        _, _, doc_id, sig, keys = members[docno]
-        yield ("posting", docno, lo, hi, query, sig, keys, doc_id)
-
-
-def _explode(p: tuple[Any, ...]) -> Iterator[tuple[bytes, rules.Posting]]:
-    _, docno, lo, hi, query, sig, keys, doc_id = p
-    posting = (docno, lo, hi, query, (sig, doc_id))
-    for i in range(0, len(keys), 8):
-        yield keys[i : i + 8], posting
-
-
-def _keep(floor: float, est: npt.NDArray[np.float64]) -> npt.NDArray[np.bool_]:
-    out: npt.NDArray[np.bool_] = est >= floor
-    return out
-
-
-def _bucket_stage(
-    kv: tuple[bytes, Iterable[rules.Posting]], cap: int, floor: float
-) -> Iterator[tuple[int, Any]]:
-    """(query, (candidate, estimate, id)) pairs, and (query, None) for each query
-    whose bucket held more than `cap` live postings (the stream's cap cut it)."""
-    failpoints.reach("backfill-bucket")
-    cut: list[int] = []
-    pairs = rules.bucket_pairs(list(kv[1]), cap, functools.partial(_keep, floor), cut.append)
-    for d, c, est, cid in pairs:
-        yield d, (c, est, cid)
-    for d in cut:
-        yield d, None
-
-
-def _decide_signature(
-    kv: tuple[int, Iterable[tuple[int, float, Any]]], threshold: float
-) -> tuple[int, Any]:
-    return kv[0], rules.choose(list(kv[1]), threshold, False, 0.0, 0, _none, _none_of)
-
-
-def _none() -> npt.NDArray[np.uint64]:
-    raise AssertionError("signature verification reads no sets")
-
-
-def _none_of(_: int) -> npt.NDArray[np.uint64]:
-    raise AssertionError("signature verification reads no sets")
-
-
-def _text_requests(kv: tuple[int, list[tuple[int, float, Any]]]) -> list[tuple[int, Any]]:
-    """The texts a document's exact checks read: its candidates' and its own."""
-    d, candidates = kv
-    return [(c, (d, False)) for c, _, _ in candidates] + [(d, (d, True))]
-
-
-def _decide_exact(
-    kv: tuple[int, tuple[Iterable[Any], Iterable[tuple[int, bool, bytes]]]],
-    params: IndexParams,
-    margin: float,
-    max_checks: int,
-) -> tuple[int, Any]:
-    d, (needs, got) = kv
-    candidates = next(iter(needs))
-    texts: dict[int, bytes] = {}
-    own_text = b""
-    for pos, own, text in got:
-        if own:
-            own_text = text
-        else:
-            texts[pos] = text
-    shingler = Shingler(params.shingle, params.hash_key)
-    return d, rules.choose(
-        candidates,
-        params.threshold,
-        True,
-        margin,
-        max_checks,
-        lambda: exact_shingles(shingler, own_text),
-        lambda c: exact_shingles(shingler, texts[c]),
-    )
-
-
-def _jump(kv: tuple[int, tuple[int, int | None]]) -> tuple[int, tuple[int, bool]]:
-    """(parent, (child, grandparent or None: the parent is a root)) -> (child, (the
-    parent's parent, moved))."""
-    parent, (child, grand) = kv
-    return (child, (parent, False)) if grand is None else (child, (grand, True))
-
-
-def _verdict(kv: tuple[int, tuple[tuple[Any, ...], Any]]) -> tuple[int, tuple[Verdict, str]]:
-    pos, ((doc_id, kind, dup_id, sim), root_id) = kv
-    cluster = doc_id if root_id is None else root_id  # None: a root, its own cluster
-    if kind == "exact":
-        v = Verdict(doc_id, "duplicate", dup_id, cluster, 1.0, True)
-    elif kind == "near":
-        v = Verdict(doc_id, "duplicate", dup_id, cluster, round(sim, 4), False)
-    elif kind == "empty":
-        v = Verdict(doc_id, "unique", None, doc_id, None, False, reason="empty")
-    else:
-        v = Verdict(doc_id, "unique", None, doc_id, None, False)
-    return pos, (v, kind)
-
-
-def _verdict_line(kv: tuple[int, tuple[Verdict, str]]) -> tuple[int, tuple[bytes, str]]:
-    pos, (v, kind) = kv
-    return pos, (orjson.dumps(output_record(v)), kind)
-
-
-# -- the driver
 
 
 class Stages:
@@ -256,51 +102,110 @@ def run_backfill(
         ) from exc
 
 
+@dataclass(frozen=True)
+class _Graph:
+    """What every stage of one run is built with: the Spark context, the shuffles'
+    width, the storage level of what is kept, the progress lines, the job."""
+
+    sc: Any
+    width: int
+    keep: Any
+    stages: Stages
+    job: Backfill
+
+
 def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> Summary:
     from pyspark import StorageLevel
 
-    keep = StorageLevel.MEMORY_AND_DISK
     sc = spark.sparkContext
-    stages = Stages(report)
-    params, options = job.params, job.options
     parts = splits(list(job.inputs), job.split_bytes)
     # shuffles as wide as the input: a partition per PARTITION_BYTES of input (at least
     # one per core), so a task's share stays the same however large the archive (the
     # bucket stage shuffles about 1.2 bytes per input byte on crawl-like text)
     size = sum(p.end - p.start for p in parts)
     width = max(sc.defaultParallelism, -(-size // PARTITION_BYTES), 1)
-    counts = sc.parallelize(parts, max(1, len(parts))).map(count_lines).collect() if parts else []
-    tasks: list[tuple[Split, int, int]] = []
+    g = _Graph(sc, width, StorageLevel.MEMORY_AND_DISK, Stages(report), job)
+    rows, docs, rejected, total, n_rejected = _read_stage(g, parts)
+    ided, replays, stored, n_replays = _ids_stage(g, docs, total - n_rejected)
+    contents, exact, empty, queries, postings, n_queries = _contents_stage(g, stored)
+    pairs, near, caps = _verify_stage(g, docs, queries, postings, n_queries)
+    nodes, up, verdicts, lines = _clusters_stage(g, near, exact, empty)
+    builder = None
+    try:
+        if job.segment is not None:
+            builder = SegmentBuilder(job.segment)
+            build_segment(
+                builder,
+                job.params,
+                stored,
+                contents.filter(lambda t: t[0] == "live"),
+                verdicts,
+                docs.map(lambda kv: (kv[0], kv[1][7])),
+                total - n_rejected - n_replays,
+                caps,
+                width,
+                lambda text: g.stages.done("segment", text),
+            )
+        summary = _write_verdicts(job, lines, replays, rejected, total, width, g.stages, spark)
+        if builder is not None:
+            builder.commit()
+    except BaseException:
+        if builder is not None:
+            builder.abort()
+        raise
+    for rdd in (rows, ided, contents, pairs, near, nodes, up, verdicts, lines):
+        rdd.unpersist()
+    return summary
+
+
+def _read_stage(g: _Graph, parts: list[Split]) -> tuple[Any, Any, Any, int, int]:
+    """Stage 1: lines counted per range (each range's first document number), then
+    read and prepared; (rows, documents, rejected lines, lines, rejected count)."""
+    job = g.job
+    counts = g.sc.parallelize(parts, max(1, len(parts))).map(count_lines).collect() if parts else []
+    ranges: list[tuple[Split, int, int]] = []
     total = 0
     in_input: dict[int, int] = {}
     for split, n in zip(parts, counts, strict=True):
-        tasks.append((split, total, in_input.get(split.input, 0)))
+        ranges.append((split, total, in_input.get(split.input, 0)))
         total += n
         in_input[split.input] = in_input.get(split.input, 0) + n
-    rows = sc.parallelize(tasks, max(1, len(tasks))).flatMap(
-        functools.partial(_read, params=params, fields=job.fields, names=len(job.inputs) > 1)
+    read = functools.partial(
+        tasks.read_task, params=job.params, fields=job.fields, names=len(job.inputs) > 1
     )
-    rows.persist(keep)
+    rows = g.sc.parallelize(ranges, max(1, len(ranges))).flatMap(read)
+    rows.persist(g.keep)
     docs = rows.filter(lambda kv: kv[1][0] == "D")
     rejected = rows.filter(lambda kv: kv[1][0] == "R").map(
         lambda kv: (kv[0], (kv[1][1], "R:" + kv[1][2]))
     )
     n_rejected = rejected.count()
-    stages.done("read", f"{total:,} lines in {len(parts)} ranges, {n_rejected:,} rejected")
+    g.stages.done("read", f"{total:,} lines in {len(parts)} ranges, {n_rejected:,} rejected")
+    return rows, docs, rejected, total, n_rejected
 
-    ided = docs.map(_by_id).groupByKey(width).flatMap(_id_stage).persist(keep)
+
+def _ids_stage(g: _Graph, docs: Any, decoded: int) -> tuple[Any, Any, Any, int]:
+    """Stage 2: grouped by id; (the stage's output, repeats, stored documents, repeats'
+    count)."""
+    ided = docs.map(tasks.by_id).groupByKey(g.width).flatMap(tasks.id_stage).persist(g.keep)
     replays = ided.filter(lambda t: t[0] == "replay").map(lambda t: (t[2], t[1]))
     stored = ided.filter(lambda t: t[0] == "stored")
     n_replays = replays.count()
-    stages.done("ids", f"{total - n_rejected - n_replays:,} stored, {n_replays:,} repeats")
+    g.stages.done("ids", f"{decoded - n_replays:,} stored, {n_replays:,} repeats")
+    return ided, replays, stored, n_replays
 
+
+def _contents_stage(g: _Graph, stored: Any) -> tuple[Any, Any, Any, Any, Any, int]:
+    """Stage 3: grouped by content; (the stage's output, exact copies, empty documents,
+    documents to check, postings, how many to check)."""
+    width = g.width
     empty = stored.filter(lambda t: t[4] == 0).map(lambda t: (t[1], (t[5], "empty", None, None)))
     contents = (
         stored.filter(lambda t: t[4] > 0)
         .map(lambda t: (t[3], (t[1], t[2], t[5], t[6], t[7])))
         .groupByKey(width)
-        .flatMap(functools.partial(_content_stage, live=job.segment is not None))
-        .persist(keep)
+        .flatMap(functools.partial(tasks.content_stage, live=g.job.segment is not None))
+        .persist(g.keep)
     )
     exact = contents.filter(lambda t: t[0] == "exact").map(
         lambda t: (t[1], ((t[4], "exact", t[3], None), t[2]))
@@ -308,41 +213,27 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
     queries = contents.filter(lambda t: t[0] == "query").map(lambda t: (t[1], t[2]))
     postings = contents.filter(lambda t: t[0] == "posting")
     n_queries, n_exact = queries.count(), exact.count()
-    stages.done("contents", f"{n_queries:,} to check, {n_exact:,} exact copies")
+    g.stages.done("contents", f"{n_queries:,} to check, {n_exact:,} exact copies")
+    return contents, exact, empty, queries, postings, n_queries
 
+
+def _verify_stage(
+    g: _Graph, docs: Any, queries: Any, postings: Any, n_queries: int
+) -> tuple[Any, Any, dict[str, int]]:
+    """Stages 4 and 5: candidates from the buckets, then each document's pick; (the
+    bucket pairs, each query's node, the searches the caps cut)."""
+    params, options, width, keep = g.job.params, g.job.options, g.width, g.keep
     exact_mode = params.verify == "exact"
     margin = exact_margin(params.threshold, params.num_perm)
     floor = params.threshold - margin if exact_mode else params.threshold
-    pairs = (
-        postings.flatMap(_explode)
-        .groupByKey(width)
-        .flatMap(functools.partial(_bucket_stage, cap=options.max_bucket_candidates, floor=floor))
-        .persist(keep)
-    )
+    bucket = functools.partial(tasks.bucket_stage, cap=options.max_bucket_candidates, floor=floor)
+    pairs = postings.flatMap(tasks.explode).groupByKey(width).flatMap(bucket).persist(keep)
     n_bucket_capped = pairs.filter(lambda kv: kv[1] is None).keys().distinct().count()
     grouped = pairs.filter(lambda kv: kv[1] is not None).groupByKey(width).mapValues(list)
     if exact_mode:
-        need = grouped.mapValues(
-            functools.partial(
-                rules.needed,
-                threshold=params.threshold,
-                margin=margin,
-                max_checks=options.max_exact_checks,
-            )
-        ).filter(lambda kv: bool(kv[1]))
-        texts = docs.map(lambda kv: (kv[0], kv[1][7]))
-        # one join for both sides: (text's position, (document, is its own))
-        wanted = need.flatMap(_text_requests)
-        got = wanted.join(texts, width).map(
-            lambda kv: (kv[1][0][0], (kv[0], kv[1][0][1], kv[1][1]))
-        )
-        picks = need.cogroup(got, width).map(
-            functools.partial(
-                _decide_exact, params=params, margin=margin, max_checks=options.max_exact_checks
-            )
-        )
+        picks = _exact_picks(g, docs, grouped, margin)
     else:
-        picks = grouped.map(functools.partial(_decide_signature, threshold=params.threshold))
+        picks = grouped.map(functools.partial(tasks.decide_signature, threshold=params.threshold))
     # (document, (pick or None, whether --max-exact-checks left a near candidate))
     picks.persist(keep)
     n_exact_capped = picks.filter(lambda kv: kv[1][1]).count()
@@ -369,15 +260,44 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
         else f" ({n_bucket_capped:,} searches cut by --max-bucket-candidates, "
         f"{n_exact_capped:,} by --max-exact-checks)"
     )
-    stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked{capped}")
+    g.stages.done("verify", f"{n_near:,} near duplicates among {n_queries:,} checked{capped}")
+    return pairs, near, caps
 
+
+def _exact_picks(g: _Graph, docs: Any, grouped: Any, margin: float) -> Any:
+    """Stage 5 with exact checks: the texts of the candidates each document may check
+    moved to it (one join for both sides), then its pick."""
+    params, options, width = g.job.params, g.job.options, g.width
+    need = grouped.mapValues(
+        functools.partial(
+            rules.needed,
+            threshold=params.threshold,
+            margin=margin,
+            max_checks=options.max_exact_checks,
+        )
+    ).filter(lambda kv: bool(kv[1]))
+    texts = docs.map(lambda kv: (kv[0], kv[1][7]))
+    # one join for both sides: (text's position, (document, is its own))
+    wanted = need.flatMap(tasks.text_requests)
+    got = wanted.join(texts, width).map(lambda kv: (kv[1][0][0], (kv[0], kv[1][0][1], kv[1][1])))
+    decide = functools.partial(
+        tasks.decide_exact, params=params, margin=margin, max_checks=options.max_exact_checks
+    )
+    return need.cogroup(got, width).map(decide)
+
+
+def _clusters_stage(g: _Graph, near: Any, exact: Any, empty: Any) -> tuple[Any, Any, Any, Any]:
+    """Stage 6: every document's node, the root of each `duplicate_of` chain by pointer
+    jumping over the duplicates only (a unique document is a root), the verdicts and
+    their lines."""
+    width, keep = g.width, g.keep
     nodes = near.union(exact).union(empty.map(lambda kv: (kv[0], (kv[1], -1)))).persist(keep)
-    # pointer jumping over the duplicates only (x -> parent); a unique document is a root
     up = nodes.filter(lambda kv: kv[1][1] >= 0).mapValues(lambda v: v[1]).persist(keep)
     rounds = 0
     while True:
         rounds += 1
-        step = up.map(lambda kv: (kv[1], kv[0])).leftOuterJoin(up, width).map(_jump).persist(keep)
+        step = up.map(lambda kv: (kv[1], kv[0])).leftOuterJoin(up, width)
+        step = step.map(tasks.jump).persist(keep)
         moved = step.filter(lambda kv: kv[1][1]).count()
         up.unpersist()
         up = step.mapValues(lambda v: v[0]).persist(keep)
@@ -385,37 +305,11 @@ def _run(spark: SparkSession, job: Backfill, report: Callable[[str], None]) -> S
             break
     ids = nodes.map(lambda kv: (kv[0], kv[1][0][0]))
     cluster = up.map(lambda kv: (kv[1], kv[0])).join(ids, width).map(lambda kv: kv[1])
-    verdicts = nodes.mapValues(lambda v: v[0]).leftOuterJoin(cluster, width).map(_verdict)
-    verdicts.persist(keep)
-    lines = verdicts.map(_verdict_line).persist(keep)
-    stages.done("clusters", f"{rounds} rounds of pointer jumping")
-
-    builder = None
-    try:
-        if job.segment is not None:
-            builder = SegmentBuilder(job.segment)
-            build_segment(
-                builder,
-                params,
-                stored,
-                contents.filter(lambda t: t[0] == "live"),
-                verdicts,
-                docs.map(lambda kv: (kv[0], kv[1][7])),
-                total - n_rejected - n_replays,
-                caps,
-                width,
-                lambda text: stages.done("segment", text),
-            )
-        summary = _write_verdicts(job, lines, replays, rejected, total, width, stages, spark)
-        if builder is not None:
-            builder.commit()
-    except BaseException:
-        if builder is not None:
-            builder.abort()
-        raise
-    for rdd in (rows, ided, contents, pairs, near, nodes, up, verdicts, lines):
-        rdd.unpersist()
-    return summary
+    verdicts = nodes.mapValues(lambda v: v[0]).leftOuterJoin(cluster, width)
+    verdicts = verdicts.map(tasks.verdict_of).persist(keep)
+    lines = verdicts.map(tasks.verdict_line).persist(keep)
+    g.stages.done("clusters", f"{rounds} rounds of pointer jumping")
+    return nodes, up, verdicts, lines
 
 
 def _write_verdicts(

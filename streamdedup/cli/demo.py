@@ -78,7 +78,6 @@ def _through_kafka(
     from streamdedup.kafka.broker import EmbeddedBroker
     from streamdedup.kafka.settings import create_topics
     from streamdedup.kafka.worker import Worker
-    from streamdedup.models import Rejected
 
     lines = [raw.rstrip(b"\r\n") for raw in source]
     summary = Summary(unit="messages", rejected_as="dead-lettered")
@@ -106,7 +105,6 @@ def _through_kafka(
         worker = Worker(cfg, dd)
         thread = threading.Thread(target=worker.run, name="worker", daemon=True)
         thread.start()
-        started = time.perf_counter()
         producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
         for raw in lines:
             producer.send(topics[0], value=raw)
@@ -121,25 +119,7 @@ def _through_kafka(
             )
             c.assign([TopicPartition(topic, 0)])
             readers.append(c)
-        seen = 0
-        while seen < len(lines) and thread.is_alive():
-            for reader, is_verdict in zip(readers, (True, False), strict=True):
-                for batch in reader.poll(timeout_ms=200).values():
-                    for m in batch:
-                        if seen == 0:  # time the stream, not the group join before it
-                            started = time.perf_counter()
-                        seen += 1
-                        if is_verdict:
-                            verdict = Verdict.from_dict(orjson.loads(m.value))
-                            sink.write(orjson.dumps(verdict.to_dict()) + b"\n")
-                            summary.add(verdict)
-                        else:
-                            headers = dict(m.headers)
-                            summary.add(Rejected(headers["streamdedup.reason"].decode(), ""))
-                        if progress is not None:
-                            progress.update(1)
-            if progress is not None:
-                progress.set_postfix(dup=summary.duplicates, lag=len(lines) - seen, refresh=False)
+        seen, started = _read_back(readers, len(lines), thread, sink, summary, progress)
         summary.seconds = time.perf_counter() - started
         worker.stop_event.set()
         thread.join(timeout=30)
@@ -148,6 +128,45 @@ def _through_kafka(
     if seen < len(lines):
         raise BrokerError(f"the worker stopped after {seen} of {len(lines)} messages")
     return summary
+
+
+def _read_back(
+    readers: list[Any],
+    n: int,
+    thread: Any,
+    sink: IO[bytes],
+    summary: Summary,
+    progress: Any,
+) -> tuple[int, float]:
+    """Read verdicts and dead letters (`readers`: their consumers, in that order) until
+    all `n` messages are answered or the worker thread stops; the verdicts go to `sink`.
+    Returns how many came back, and when the first did (the stream's time, not the
+    group join's before it)."""
+    import time
+
+    from streamdedup.models import Rejected
+
+    seen = 0
+    started = time.perf_counter()
+    while seen < n and thread.is_alive():
+        for reader, is_verdict in zip(readers, (True, False), strict=True):
+            for batch in reader.poll(timeout_ms=200).values():
+                for m in batch:
+                    if seen == 0:  # time the stream, not the group join before it
+                        started = time.perf_counter()
+                    seen += 1
+                    if is_verdict:
+                        verdict = Verdict.from_dict(orjson.loads(m.value))
+                        sink.write(orjson.dumps(verdict.to_dict()) + b"\n")
+                        summary.add(verdict)
+                    else:
+                        headers = dict(m.headers)
+                        summary.add(Rejected(headers["streamdedup.reason"].decode(), ""))
+                    if progress is not None:
+                        progress.update(1)
+        if progress is not None:
+            progress.set_postfix(dup=summary.duplicates, lag=n - seen, refresh=False)
+    return seen, started
 
 
 def source_texts(values: dict[str, Any]) -> dict[Any, str]:

@@ -1,6 +1,7 @@
 """The option table: every option of every command, declared once.
 
-The `OptionGroup`s (ENGINE, TUNING, INPUT, KAFKA, ...), the `COMMANDS` table naming
+The `OptionGroup`s (ENGINE, TUNING, INPUT, ... in engine_options.py; KAFKA, WINDOW,
+SEGMENTS, ... in service_options.py), the `COMMANDS` table naming
 each command's help line and option groups in the order `--help` and
 docs/configuration.md show them, and `ARGUMENTS`, each command's positional
 arguments.  The parser (`main.build_parser`), the environment and TOML lookups
@@ -10,581 +11,40 @@ from this table; the `Opt`/`OptionGroup` machinery itself is in `options.py`.
 
 from __future__ import annotations
 
+from streamdedup.cli.engine_options import (
+    CRAWL_FILES,
+    CRAWL_STREAM,
+    ENGINE,
+    FORMAT,
+    INDEX,
+    INPUT,
+    OUTPUT,
+    STREAM_ENGINE,
+    TUNE,
+    TUNING,
+)
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import CONNECTION_OPTIONS, MAX_DOC_BYTES, EngineOptions
-
-ENGINE = OptionGroup(
-    "detection (stored in the index; an existing index keeps its own)",
-    (
-        Opt(
-            "threshold",
-            "Jaccard similarity at or above which a document is a duplicate (default 0.8)",
-            float,
-            metavar="T",
-        ),
-        Opt("num-perm", "MinHash signature length K (default 128)", int, metavar="K"),
-        Opt("shingle", "shingling: word:K or char:K (default word:5)", str, metavar="SPEC"),
-        Opt(
-            "bands",
-            "LSH bands b (with --rows; default: tuned from threshold and K)",
-            int,
-            metavar="B",
-        ),
-        Opt("rows", "LSH rows per band r (with --bands)", int, metavar="R"),
-        Opt(
-            "verify",
-            "how candidates are confirmed (default exact)",
-            str,
-            choices=("exact", "signature"),
-        ),
-        Opt("seed", "hash seed (default 1)", int),
-        Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
-        Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
-    ),
+from streamdedup.cli.service_options import (
+    BACKFILL,
+    BACKFILL_ENGINE,
+    BACKFILL_INPUT,
+    CHANGELOG,
+    CONNECTION,
+    DEDUP_SEGMENTS,
+    KAFKA,
+    LOGGING,
+    OBSERVE,
+    REPLAY,
+    REPLAY_KAFKA,
+    SEGMENT_LINK,
+    SEGMENT_SERVER,
+    SEGMENT_SERVER_KAFKA,
+    SEGMENTS,
+    VERDICTS,
+    VERDICTS_KAFKA,
+    WINDOW,
 )
-TUNING = OptionGroup(
-    "engine",
-    (
-        Opt(
-            "max-bucket-candidates",
-            "candidates read from one LSH bucket, its newest (a bound on pathological "
-            "'hot' buckets; boilerplate-heavy sites stay well under it)",
-            int,
-            EngineOptions.max_bucket_candidates,
-            metavar="N",
-        ),
-        Opt(
-            "max-exact-checks",
-            "exact comparisons per document at most (a bound on pathological input)",
-            int,
-            EngineOptions.max_exact_checks,
-            metavar="N",
-        ),
-        Opt(
-            "batch-size", "documents per batch (one index transaction each)", int, 8000, metavar="N"
-        ),
-        Opt(
-            "durability",
-            "process: a committed batch survives the process being killed, the OS "
-            "writes it to disk shortly after; full: fsync every commit (survives power "
-            "loss, slower)",
-            str,
-            "process",
-            choices=("process", "full"),
-        ),
-        Opt(
-            "workers",
-            "extra processes that decode and compute signatures (WARC input: extract "
-            "pages) while the main process updates the index (0: all in the main "
-            "process; 1 suits 2 cores)",
-            int,
-            0,
-            metavar="N",
-        ),
-    ),
-)
-# the engine options that apply to the Kafka commands (batches come from the polls)
-STREAM_ENGINE = OptionGroup(
-    "engine",
-    tuple(
-        o
-        for o in TUNING.options
-        if o.name in ("max-bucket-candidates", "max-exact-checks", "durability")
-    ),
-)
-INPUT = OptionGroup(
-    "input",
-    (
-        Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
-        Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
-        Opt("max-doc-bytes", "larger input records are rejected", int, MAX_DOC_BYTES, metavar="N"),
-    ),
-)
-# Crawler input (`inputs.html`, `inputs.warc`): what the text of an HTML page is.
-EXTRACT = Opt(
-    "extract",
-    "text of an HTML page that is shingled: main (the main content: navigation, "
-    "headers, footers, cookie banners dropped) or all (every visible text)",
-    str,
-    "main",
-    choices=("main", "all"),
-)
-CRAWL_FILES = OptionGroup(
-    "crawler input",
-    (
-        Opt(
-            "text-format",
-            "what the JSON text field holds: text, or html (its text is extracted)",
-            str,
-            "text",
-            choices=("text", "html"),
-        ),
-        EXTRACT,
-        Opt(
-            "warc-id",
-            "id of a page read from a WARC archive (.warc, .warc.gz): its "
-            "WARC-Target-URI or its WARC-Record-ID",
-            str,
-            "uri",
-            choices=("uri", "record-id"),
-        ),
-        Opt(
-            "warc-status",
-            "which HTTP responses of a WARC archive are pages to check: 2xx (successful "
-            "ones; the others are skipped, counted as not_2xx) or any",
-            str,
-            "2xx",
-            choices=("2xx", "any"),
-        ),
-        Opt(
-            "report-skipped",
-            "list on stderr every WARC record skipped (not a response, not HTML, not 2xx)",
-            flag=True,
-        ),
-    ),
-)
-CRAWL_STREAM = OptionGroup(
-    "crawler input (--input-format html)",
-    (
-        EXTRACT,
-        Opt(
-            "id-header",
-            "take an HTML message's id from this header instead of its key",
-            str,
-            metavar="NAME",
-        ),
-    ),
-)
-INDEX = OptionGroup("index", (Opt("index", "index directory", str, metavar="DIR"),))
-OUTPUT = OptionGroup(
-    "output",
-    (
-        Opt("output", "verdicts, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
-        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
-    ),
-)
-TUNE = OptionGroup(
-    "tune",
-    (
-        Opt("threshold", "target Jaccard threshold", float, 0.8, metavar="T"),
-        Opt("num-perm", "signature length K", int, 128, metavar="K"),
-        Opt("bands", "evaluate this b instead of tuning (with --rows)", int, metavar="B"),
-        Opt("rows", "evaluate this r instead of tuning (with --bands)", int, metavar="R"),
-        Opt("fp-weight", "weight of the false-positive area", float, 0.02),
-        Opt("fn-weight", "weight of the false-negative area", float, 0.98),
-    ),
-)
-FORMAT = OptionGroup("format", (Opt("json", "print JSON instead of text", flag=True),))
-KAFKA = OptionGroup(
-    "kafka",
-    (
-        Opt(
-            "bootstrap-servers",
-            "Kafka bootstrap servers, host:port[,host:port]",
-            str,
-            metavar="HOSTS",
-        ),
-        Opt("input-topic", "topic the documents arrive on", str, "documents", metavar="TOPIC"),
-        Opt("output-topic", "topic the verdicts go to", str, "verdicts", metavar="TOPIC"),
-        Opt(
-            "dead-letter-topic",
-            "topic for messages that cannot be processed",
-            str,
-            "documents-dlq",
-            metavar="TOPIC",
-        ),
-        Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
-        Opt(
-            "input-format",
-            "message format (html: the value is a fetched page, the key its id)",
-            str,
-            "json",
-            choices=("json", "msgpack", "raw", "html"),
-        ),
-        Opt("output-format", "verdict format", str, "json", choices=("json", "msgpack")),
-        Opt("max-poll-records", "messages per batch at most", int, 5000, metavar="N"),
-        Opt(
-            "transactional-id",
-            "producer transactional id (default: derived from group, host and index)",
-            str,
-            metavar="ID",
-        ),
-        Opt("client-id", "Kafka client id", str, "streamdedup", metavar="ID"),
-        Opt(
-            "security-protocol",
-            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-            str,
-            "PLAINTEXT",
-            choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-        ),
-        Opt(
-            "sasl-mechanism",
-            "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-            str,
-            choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
-        ),
-        Opt("sasl-username", "SASL user name", str, metavar="USER"),
-        Opt(
-            "sasl-password",
-            "SASL password (prefer the environment variable)",
-            str,
-            metavar="PASSWORD",
-        ),
-        Opt("ssl-cafile", "CA certificate file", str, metavar="FILE"),
-        Opt("ssl-certfile", "client certificate file", str, metavar="FILE"),
-        Opt("ssl-keyfile", "client key file", str, metavar="FILE"),
-        Opt(
-            "consumer-option",
-            "any other kafka-python consumer setting, KEY=VALUE",
-            str,
-            repeat=True,
-            metavar="KEY=VALUE",
-        ),
-        Opt(
-            "producer-option",
-            "any other kafka-python producer setting, KEY=VALUE",
-            str,
-            repeat=True,
-            metavar="KEY=VALUE",
-        ),
-        Opt("create-topics", "create the topics if they do not exist", flag=True),
-        Opt("partitions", "partitions of topics created with --create-topics", int, 1, metavar="N"),
-        Opt(
-            "connect-timeout",
-            "seconds to keep retrying an unreachable broker at start",
-            float,
-            60.0,
-            metavar="S",
-        ),
-        Opt(
-            "transaction-timeout",
-            "seconds to wait for a Kafka transaction call before giving it up, replacing "
-            "the producer and resuming from the committed offsets",
-            float,
-            60.0,
-            metavar="S",
-        ),
-        Opt(
-            "idle-exit",
-            "stop after this many seconds without messages (default: never)",
-            float,
-            metavar="S",
-        ),
-    ),
-)
-
-LOGGING = OptionGroup(
-    "logging",
-    (
-        Opt("log-level", "log level", str, "info", choices=("debug", "info", "warning", "error")),
-        Opt(
-            "log-format",
-            "text, or json: one JSON object per line for log shippers",
-            str,
-            "text",
-            choices=("text", "json"),
-        ),
-    ),
-)
-OBSERVE = OptionGroup(
-    "metrics and health",
-    (
-        Opt(
-            "metrics-port",
-            "serve /metrics (Prometheus), /healthz and /readyz on this port (default: off)",
-            int,
-            metavar="PORT",
-        ),
-        Opt(
-            "metrics-host",
-            "address the metrics server binds (0.0.0.0 in a container)",
-            str,
-            "127.0.0.1",
-            metavar="HOST",
-        ),
-        Opt(
-            "health-stall",
-            "/healthz fails when the processing loop has not turned for this many seconds",
-            float,
-            120.0,
-            metavar="S",
-        ),
-        Opt(
-            "ready-max-lag",
-            "/readyz fails while the summed consumer lag is above this",
-            int,
-            10_000,
-            metavar="N",
-        ),
-    ),
-)
-WINDOW = OptionGroup(
-    "time window",
-    (
-        Opt(
-            "ttl",
-            "forget documents older than this (by message timestamp), e.g. 7d, 12h; "
-            "default: keep everything",
-            str,
-            metavar="DURATION",
-        ),
-        Opt(
-            "max-expire-per-batch",
-            "documents forgotten per batch at most (the rest follow in later batches)",
-            int,
-            20_000,
-            metavar="N",
-        ),
-        Opt(
-            "max-clock-skew",
-            "a message timestamped further than this ahead of the wall clock does not "
-            "move stream time and is stored as of it (counted and logged); 'off': no bound",
-            str,
-            "1h",
-            metavar="DURATION",
-        ),
-        Opt(
-            "clock-window",
-            "stream time is the newest time a majority of the last N message timestamps "
-            "have reached (a few messages ahead of the rest move nothing; it trails an "
-            "ordered stream by N/2 messages); 1: the newest timestamp",
-            int,
-            31,
-            metavar="N",
-        ),
-    ),
-)
-SEGMENTS = OptionGroup(
-    "segments",
-    (
-        Opt(
-            "seal-every",
-            "seal the open segment into a new sealed segment once it holds this many "
-            "documents (default: only `streamdedup seal` seals)",
-            int,
-            metavar="N",
-        ),
-        Opt(
-            "segments-dir",
-            "where --seal-every puts new sealed segments (default: INDEX/segments)",
-            str,
-            metavar="DIR",
-        ),
-        Opt(
-            "base-segment",
-            "start a NEW index from this sealed segment (`backfill --segment` writes one): "
-            "the index takes its parameters and continues after its documents; given "
-            "again for that index, nothing changes",
-            str,
-            metavar="SEGMENT_DIR",
-        ),
-    ),
-)
-CHANGELOG = OptionGroup(
-    "recovery",
-    (
-        Opt(
-            "changelog-topic",
-            "log-compacted topic mirroring every index change; an empty index is "
-            "restored from it at start (default: off)",
-            str,
-            metavar="TOPIC",
-        ),
-    ),
-)
-
-_REPLAY_KAFKA = tuple(
-    o
-    for o in KAFKA.options
-    if o.name not in ("output-topic", "dead-letter-topic", "group-id", "idle-exit", "partitions")
-    and o.name != "create-topics"
-)
-REPLAY = OptionGroup(
-    "replay",
-    (
-        Opt(
-            "mode",
-            "rebuild: fill a fresh index; reverdict: check against an existing one",
-            str,
-            "rebuild",
-            choices=("rebuild", "reverdict"),
-        ),
-        Opt("from-beginning", "start at the oldest retained message (the default)", flag=True),
-        Opt(
-            "from-timestamp",
-            "start at the first message at or after this time (ISO 8601)",
-            str,
-            metavar="TIME",
-        ),
-        Opt(
-            "from-offsets",
-            "replay these partitions from these offsets, e.g. 0:1500,1:0",
-            str,
-            metavar="P:O,...",
-        ),
-        Opt("follow", "keep going past the end offsets present at the start", flag=True),
-        Opt("output-topic", "publish verdicts to this topic", str, metavar="TOPIC"),
-        Opt("output", "write verdicts to this JSON Lines file", str, metavar="FILE"),
-        Opt(
-            "dead-letter-topic",
-            "send undecodable messages here (default: only count them)",
-            str,
-            metavar="TOPIC",
-        ),
-        Opt(
-            "group-id",
-            "the replay's own consumer group: its progress is resumed by name",
-            str,
-            "streamdedup-replay",
-            metavar="GROUP",
-        ),
-        Opt("restart", "forget this replay's earlier progress and start over", flag=True),
-        Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
-    ),
-)
-
-# The worker's connection settings (security, SASL, TLS files, how long to retry a
-# broker at start): every command that talks to Kafka takes these same options.
-CONNECTION = tuple(
-    o for o in KAFKA.options if o.dest in CONNECTION_OPTIONS or o.name == "connect-timeout"
-)
-VERDICTS = OptionGroup(
-    "verdicts",
-    (
-        KAFKA.options[0],  # --bootstrap-servers
-        Opt("topic", "the verdict topic to read", str, "verdicts", metavar="TOPIC"),
-        Opt(
-            "only",
-            "print only the verdicts of this kind",
-            str,
-            choices=("unique", "duplicate"),
-        ),
-        Opt(
-            "follow",
-            "keep printing new verdicts until Ctrl-C (default: stop at the end)",
-            flag=True,
-        ),
-        Opt("output", "where the JSON lines go ('-' for stdout)", str, "-", metavar="FILE"),
-        Opt(
-            "partition",
-            "read only this partition (default: all)",
-            int,
-            repeat=True,
-            metavar="N",
-        ),
-    ),
-)
-VERDICTS_KAFKA = OptionGroup("kafka", CONNECTION)
-
-# Remote sealed segments (issue 24): how the writer and the segment servers reach
-# a segment's probe and answer topics.  The writer's commands add SEGMENT_LINK.
-SEGMENT_PREFIX = Opt(
-    "segment-prefix",
-    "prefix of the segments' Kafka topics ({prefix}.{segment id}.probes, .answers) "
-    "and consumer groups; the writer and its segment servers must agree",
-    str,
-    "streamdedup-segments",
-    metavar="PREFIX",
-)
-SEGMENT_LINK = OptionGroup(
-    "remote segments",
-    (
-        SEGMENT_PREFIX,
-        Opt(
-            "segment-timeout",
-            "seconds without an answer from a remote sealed segment before the writer "
-            "warns, reports not ready and sends the probe again (it keeps waiting: a "
-            "segment is never skipped)",
-            float,
-            10.0,
-            metavar="S",
-        ),
-    ),
-)
-# `dedup` reaches remote sealed segments through Kafka too (only then needs a cluster)
-DEDUP_SEGMENTS = OptionGroup(
-    "remote segments",
-    (
-        Opt(
-            "bootstrap-servers",
-            "Kafka bootstrap servers of the index's remote sealed segments' servers, "
-            "host:port[,host:port] (only for an index that has remote segments)",
-            str,
-            metavar="HOSTS",
-        ),
-        *SEGMENT_LINK.options,
-        *CONNECTION,
-    ),
-)
-_SEGMENT_SERVER_KAFKA = tuple(
-    o
-    for o in KAFKA.options
-    if o.name in ("bootstrap-servers", "client-id", "consumer-option", "producer-option")
-    or o in CONNECTION
-)
-SEGMENT_SERVER = OptionGroup(
-    "segment server",
-    (
-        SEGMENT_PREFIX,
-        Opt(
-            "max-probe-age",
-            "a probe is skipped as stale when its writer has sent probes this many seconds "
-            "newer since (both timestamps on the writer's clock, never this host's): it "
-            "sent it again, or stopped; each skip is logged and counted",
-            float,
-            300.0,
-            metavar="S",
-        ),
-        Opt(
-            "log-every",
-            "a log line with rates every N probes answered",
-            int,
-            100,
-            metavar="N",
-        ),
-    ),
-)
-# `backfill`: the engine options that apply to a Spark job (no batches, no index file)
-BACKFILL_ENGINE = OptionGroup(
-    "engine",
-    tuple(o for o in TUNING.options if o.name in ("max-bucket-candidates", "max-exact-checks")),
-)
-BACKFILL = OptionGroup(
-    "backfill",
-    (
-        Opt(
-            "output",
-            "verdicts, JSON Lines (written whole at the end, or not at all)",
-            str,
-            metavar="OUT",
-        ),
-        Opt(
-            "segment",
-            "also write the index a `dedup` run would leave as a sealed segment here (a new "
-            "or empty directory), which `dedup`/`worker --base-segment` continue from",
-            str,
-            metavar="SEGMENT_DIR",
-        ),
-        Opt(
-            "spark-master",
-            "Spark master URL (default: spark-submit's, else local[*]); a local master "
-            "listens on loopback only, a cluster master as the operator configures Spark",
-            str,
-            metavar="M",
-        ),
-        Opt(
-            "split-bytes",
-            "input bytes per Spark task",
-            int,
-            32 << 20,
-            metavar="N",
-        ),
-    ),
-)
-BACKFILL_INPUT = OptionGroup(
-    "crawler input",
-    tuple(o for o in CRAWL_FILES.options if o.name in ("text-format", "extract")),
-)
+from streamdedup.config import MAX_DOC_BYTES
 
 COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
     "dedup": (
@@ -651,7 +111,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         "run a topic's history through an index (rebuild or re-verdict), to a topic or file",
         (
             REPLAY,
-            OptionGroup("kafka", _REPLAY_KAFKA),
+            OptionGroup("kafka", REPLAY_KAFKA),
             INDEX,
             ENGINE,
             STREAM_ENGINE,
@@ -722,7 +182,7 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         "segment share a consumer group: run two for failover)",
         (
             SEGMENT_SERVER,
-            OptionGroup("kafka", _SEGMENT_SERVER_KAFKA),
+            OptionGroup("kafka", SEGMENT_SERVER_KAFKA),
             OptionGroup(
                 "metrics and health",
                 tuple(

@@ -20,6 +20,7 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, SegmentWaitInterrupted
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.settings import (
+    ClusterProbe,
     consumer_settings,
     create_topics,
     group_timeouts,
@@ -116,33 +117,7 @@ def run_from_options(values: dict[str, Any], open_engine: Callable[..., Deduplic
     try:
         # the broker and the input topic are checked before the index is opened: a
         # wrong address or topic name is reported at once and creates nothing
-        wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
-        probe = probe_cluster(cfg.bootstrap_servers, cfg.input_topic, connection_settings(values))
-        if values["create_topics"]:
-            create_topics(
-                cfg.bootstrap_servers,
-                [
-                    t
-                    for t in (
-                        cfg.input_topic,
-                        cfg.output_topic,
-                        cfg.dead_letter_topic,
-                        cfg.changelog_topic,
-                    )
-                    if t
-                ],
-                values["partitions"],
-                connection_settings(values),
-                compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
-            )
-        elif probe.answered and probe.partitions == 0:
-            raise missing_topic(
-                cfg.input_topic,
-                cfg.bootstrap_servers,
-                "--input-topic",
-                "create it first (`streamdedup produce` does; or start the worker "
-                "with --create-topics --partitions N)",
-            )
+        probe = _check_topics(cfg, values)
         options = group_timeouts(probe.embedded, cfg.consumer_options)
         cfg = dataclasses.replace(cfg, consumer_options=options)
         if cfg.changelog_topic:
@@ -183,3 +158,28 @@ def run_from_options(values: dict[str, Any], open_engine: Callable[..., Deduplic
         elapsed,
     )
     return 0
+
+
+def _check_topics(cfg: WorkerConfig, values: dict[str, Any]) -> ClusterProbe:
+    """Wait for the broker, then create the worker's topics (`--create-topics`) or
+    refuse a missing input topic; the cluster's answer (`probe_cluster`)."""
+    wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
+    probe = probe_cluster(cfg.bootstrap_servers, cfg.input_topic, connection_settings(values))
+    topics = (cfg.input_topic, cfg.output_topic, cfg.dead_letter_topic, cfg.changelog_topic)
+    if values["create_topics"]:
+        create_topics(
+            cfg.bootstrap_servers,
+            [t for t in topics if t],
+            values["partitions"],
+            connection_settings(values),
+            compacted=(cfg.changelog_topic,) if cfg.changelog_topic else (),
+        )
+    elif probe.answered and probe.partitions == 0:
+        raise missing_topic(
+            cfg.input_topic,
+            cfg.bootstrap_servers,
+            "--input-topic",
+            "create it first (`streamdedup produce` does; or start the worker "
+            "with --create-topics --partitions N)",
+        )
+    return probe

@@ -58,7 +58,7 @@ def current_changes(t: Tables, keys: list[bytes]) -> list[Change]:
     crash or a broker failure between the two) is published again from the stored
     verdicts, and its original changelog records went with the aborted transaction:
     re-sending the present state of the documents it changed restores the changelog --
-    its own, and the others it touched (`Deduplicator.touched`, kept with its verdicts:
+    its own, and the others it touched (`Deduplicator.changed_others`, kept with its verdicts:
     copies promoted to content owner, documents the time window forgot), a forgotten
     one as a tombstone."""
     out: list[Change] = []

@@ -28,7 +28,7 @@ class Progress:
       if that batch is redelivered: one msgpack list of rows per partition and batch,
       keyed by its last offset (a put and a pack per batch rather than per document);
     - `touched/NS/P/LAST`, next to those verdicts when the batch changed documents
-      other than its own (`Deduplicator.touched`: copies promoted to content owner,
+      other than its own (`Deduplicator.changed_others`: copies promoted to content owner,
       documents the time window forgot): their ids, whose present state a redelivery
       of the batch sends to the changelog again, with its own documents'.
 

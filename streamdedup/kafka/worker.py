@@ -2,9 +2,10 @@
 
 This module owns the loop (`Worker`): binding the index to the consumer group,
 connecting, polling, and driving each batch through the steps below, with its
-failure handling (abort, rewind, back off, give up) and its stats and gauges.  The
-steps themselves live next to it, each in a module of its own: the ledger in the
-index (`ledger`), the apply-and-record step (`batch`), the per-assignment position
+failure handling (abort, rewind, back off, give up).  The steps themselves live next
+to it, each in a module of its own: the ledger in the index (`ledger`), the
+apply-and-record step (`applier`), its stats, metrics and warnings (`observer`), the
+per-assignment position
 checks (`positions`), what goes on the wire (`messages`), the transactional
 producer (`publisher`) and the Kafka client settings (`settings`).
 
@@ -31,12 +32,10 @@ is caught up without publishing again (`PositionCheck.check`).
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from streamdedup import failpoints
@@ -54,13 +53,14 @@ from streamdedup.kafka.changelog import encode_changes, params_record
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.membership import IndexAssignor, JoinWatch, identity
 from streamdedup.kafka.messages import Outgoing
+from streamdedup.kafka.observer import WorkerObserver, WorkerStats
 from streamdedup.kafka.positions import PositionCheck
 from streamdedup.kafka.publisher import BatchSink, Sink, TransactionalId
 from streamdedup.kafka.settings import (
     consumer_settings,
     wait_for_broker,
 )
-from streamdedup.models import Change, Rejected, Verdict
+from streamdedup.models import Change
 from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics
 from streamdedup.store.keys import MetaKey
@@ -75,19 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("streamdedup.kafka.worker")
-
-
-@dataclass
-class WorkerStats:
-    batches: int = 0
-    messages: int = 0
-    verdicts: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    republished: int = 0
-    skipped: int = 0  # redelivered although already published and committed
-    caught_up: int = 0  # applied without a verdict: published before the index was restored
-    started: float = field(default_factory=time.monotonic)
 
 
 def partition_list(tps: Any) -> str:
@@ -125,7 +112,8 @@ class Worker:
     ) -> None:
         self.cfg = cfg
         self.dd = dedup
-        self.stats = WorkerStats()
+        self.observer = WorkerObserver(metrics, dedup.max_clock_skew_ms)
+        self.stats = self.observer.stats
         self.metrics = metrics
         self.stop_event = threading.Event()
         self._join = JoinWatch()
@@ -145,9 +133,6 @@ class Worker:
         # as published: the next batch's write transaction records them, or
         # `record_published` when the worker is idle or stops
         self._unrecorded: dict[int, int] = {}
-        self._last_gauges = 0.0
-        self._outliers_logged = float("-inf")  # monotonic time of the last outlier warning
-        self._outliers_unlogged = 0
         self._failed_in_a_row = 0  # Kafka transactions, since the last one that committed
         # set by bind_index: this index's id and when it was bound to the group
         self.index_id: str | None = None
@@ -284,7 +269,7 @@ class Worker:
                     idle_since = time.monotonic()
                 else:
                     self.record_published()
-                self._update_gauges()
+                self.observer.update_gauges(self.consumer, self.dd.indexed, self.dd.file_bytes)
                 idle = time.monotonic() - idle_since
                 if (
                     not records
@@ -342,7 +327,7 @@ class Worker:
             self._republished = applier.republished
         self._unrecorded.clear()
         if self.dd.outliers:
-            self._warn_outliers(
+            self.observer.warn_outliers(
                 [(to_decide[i][0], to_decide[i][1], ts) for i, ts in self.dd.outliers]
             )
         failpoints.reach("index-written")
@@ -377,7 +362,7 @@ class Worker:
             next_offsets,
             extra={"batch_messages": len(out)},  # bench/bench_worker.py clocks by these
         )
-        self._count(out, applied, time.perf_counter() - started)
+        self.observer.count(out, applied, time.perf_counter() - started, self.dd.last_batch)
         if self._on_batch is not None:
             self._on_batch(self.stats, out)
 
@@ -407,77 +392,6 @@ class Worker:
                 self.metrics.trouble(why)
         if n >= 2:
             self.stop_event.wait(min(0.25 * 2 ** (n - 2), 5.0))
-
-    def _count(self, out: list[Outgoing], applied: dict[int, int], seconds: float) -> None:
-        s = self.stats
-        verdicts = [o.item for o in out if isinstance(o.item, Verdict)]
-        again = sum(
-            isinstance(o.item, Verdict) and o.offset < applied.get(o.partition, 0) for o in out
-        )
-        rejected = sum(isinstance(o.item, Rejected) for o in out)
-        dups = sum(v.is_duplicate for v in verdicts)
-        s.batches += 1
-        s.messages += len(out)
-        s.verdicts += len(verdicts)
-        s.duplicates += dups
-        s.dead_letters += rejected
-        s.republished += again
-        s.caught_up += sum(o.item is None for o in out)
-        m = self.metrics
-        if m is not None:
-            m.batch_seconds.observe(seconds)
-            m.documents.inc(len(verdicts))
-            m.duplicates.inc(dups)
-            m.dead_letters.inc(rejected)
-            m.republished.inc(again)
-            m.expired.inc(self.dd.last_batch.expired)
-            m.capped.labels("bucket").inc(self.dd.last_batch.bucket_capped)
-            m.capped.labels("exact").inc(self.dd.last_batch.exact_capped)
-
-    def _warn_outliers(self, found: list[tuple[int, int, int]]) -> None:
-        """Counts the documents the index just took with timestamps too far in the
-        future; warns about them once a minute at most."""
-        if self.metrics is not None:
-            self.metrics.clock_outliers.inc(len(found))
-        self._outliers_unlogged += len(found)
-        if time.monotonic() - self._outliers_logged < 60.0:
-            return
-        self._outliers_logged = time.monotonic()
-        p, offset, ts = found[0]
-        when = dt.datetime.fromtimestamp(min(ts, 253402300799999) / 1000, dt.UTC)
-        log.warning(
-            "message at partition %d, offset %d has timestamp %d (%s), more than %dms ahead "
-            "of the wall clock (--max-clock-skew): stored as of the current stream time, "
-            "which it does not move (%d such messages since the last warning)",
-            p,
-            offset,
-            ts,
-            when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            self.dd.max_clock_skew_ms,
-            self._outliers_unlogged,
-        )
-        self._outliers_unlogged = 0
-
-    def _update_gauges(self) -> None:
-        m = self.metrics
-        if m is None or time.monotonic() - self._last_gauges < 1.0:
-            return
-        self._last_gauges = time.monotonic()
-        lags: dict[tuple[str, int], int] = {}
-        for tp in self.consumer.assignment():
-            high = self.consumer.highwater(tp)
-            if high is None:
-                lags[(tp.topic, tp.partition)] = 0
-                continue
-            try:
-                pos = self.consumer.position(tp, timeout_ms=100)
-            except Exception:  # a gauge is not worth failing the loop for
-                continue
-            if pos is not None:
-                lags[(tp.topic, tp.partition)] = max(0, high - pos)
-        m.set_lag(lags)
-        m.indexed.set(self.dd.indexed())
-        m.index_bytes.set(self.dd.file_bytes())
 
     def changelog_records(self) -> list[tuple[bytes, bytes | None]]:
         """The last batch's index changes, for the changelog topic; until a transaction

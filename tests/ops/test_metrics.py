@@ -78,24 +78,20 @@ def test_a_taken_port_is_a_clear_error() -> None:
 
 
 def test_clock_outliers_are_counted_and_warned_about_once_a_minute(caplog, monkeypatch) -> None:
-    import types
 
     from streamdedup.config import EngineOptions
-    from streamdedup.kafka import worker as worker_module
-    from streamdedup.kafka.worker import Worker
+    from streamdedup.kafka import observer as observer_module
+    from streamdedup.kafka.observer import WorkerObserver
 
     clock = [1000.0]
-    monkeypatch.setattr(worker_module.time, "monotonic", lambda: clock[0])
-    w = Worker.__new__(Worker)  # only what the warning needs
-    w.metrics = Metrics()
-    w.dd = types.SimpleNamespace(max_clock_skew_ms=EngineOptions().max_clock_skew_ms)
-    w._outliers_logged, w._outliers_unlogged = float("-inf"), 0
+    monkeypatch.setattr(observer_module.time, "monotonic", lambda: clock[0])
+    w = WorkerObserver(Metrics(), EngineOptions().max_clock_skew_ms)
     with caplog.at_level("WARNING", logger="streamdedup.kafka.worker"):
-        w._warn_outliers([(0, 7, 4_102_444_800_000)])
+        w.warn_outliers([(0, 7, 4_102_444_800_000)])
         clock[0] += 30
-        w._warn_outliers([(1, 8, 4_102_444_800_001), (1, 9, 4_102_444_800_002)])
+        w.warn_outliers([(1, 8, 4_102_444_800_001), (1, 9, 4_102_444_800_002)])
         clock[0] += 31
-        w._warn_outliers([(2, 5, 4_102_444_800_003)])
+        w.warn_outliers([(2, 5, 4_102_444_800_003)])
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
     assert lines[0].startswith("message at partition 0, offset 7 has timestamp 4102444800000")

@@ -5,9 +5,8 @@ connecting, polling, and driving each batch through the steps below, with its
 failure handling (abort, rewind, back off, give up).  The steps themselves live next
 to it, each in a module of its own: the ledger in the index (`ledger`), the
 apply-and-record step (`applier`), its stats, metrics and warnings (`observer`), the
-per-assignment position
-checks (`positions`), what goes on the wire (`messages`), the transactional
-producer (`publisher`) and the Kafka client settings (`settings`).
+per-assignment position checks (`positions`), what goes on the wire (`messages`),
+the transactional producer (`publisher`) and the Kafka client settings (`settings`).
 
 One poll batch is one unit of work:
 

@@ -74,6 +74,7 @@ def test_the_size_rule_sees_what_it_must(tmp_path: Path) -> None:
     pkg.mkdir()
     body = "\n".join(f"    x{i} = {i}" for i in range(5))
     (pkg / "short.py").write_text(f"def f():\n{body}\n")
-    (pkg / "long.py").write_text(f"class C:\n    def g(self):\n    {body}\n" + "\n" * 20)
+    method = body.replace("    ", "        ")
+    (pkg / "long.py").write_text(f"class C:\n    def g(self):\n{method}\n" + "\n" * 20)
     assert oversized(pkg, 10, 100) == ["pkg/long.py: 27 lines"]
     assert oversized(pkg, 100, 5) == ["pkg/long.py:2 g(): 6 lines", "pkg/short.py:1 f(): 6 lines"]

@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.prepare import compress_texts
+from streamdedup.engine.compressed import compress_texts
 from streamdedup.sketch.hashing import fmix64_np
 from streamdedup.sketch.shingle import Shingler, normalise_utf8
 from streamdedup.sketch.signature import seed_key

@@ -17,7 +17,7 @@ from streamdedup import failpoints
 from streamdedup.backfill import rules
 from streamdedup.backfill.reading import Split, read_split
 from streamdedup.config import Fields, IndexParams
-from streamdedup.engine.prepare import exact_shingles
+from streamdedup.engine.jaccard_text import exact_shingles
 from streamdedup.models import Verdict, output_record
 from streamdedup.sketch.shingle import Shingler
 

@@ -22,14 +22,9 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.compressed import (
-    Texts,
-    compress_texts,
-    decompress_text,
-    pick,
-)
+from streamdedup.engine.compressed import Texts
 from streamdedup.engine.families import family_of
-from streamdedup.engine.jaccard_text import distinct, exact_shingles, stored_hashes
+from streamdedup.engine.jaccard_text import distinct
 from streamdedup.engine.similarity import ExactPart, SimilarityFamily
 from streamdedup.models import Document
 from streamdedup.sketch.shingle import split_by_length
@@ -40,15 +35,9 @@ __all__ = [
     "HashParts",
     "Prepared",
     "Preparer",
-    "Texts",
-    "compress_texts",
-    "decompress_text",
-    "exact_shingles",
     "own_hashes",
     "own_shingles",
-    "pick",
     "stored_band_keys",
-    "stored_hashes",
 ]
 
 

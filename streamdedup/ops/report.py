@@ -10,7 +10,8 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.prepare import exact_shingles, stored_band_keys
+from streamdedup.engine.jaccard_text import exact_shingles
+from streamdedup.engine.prepare import stored_band_keys
 from streamdedup.errors import IndexOpenError
 from streamdedup.models import Record
 from streamdedup.sketch.jaccard import exact_jaccard

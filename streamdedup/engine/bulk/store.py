@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamdedup.engine.bulk.classify import COPY, PLAIN, SEARCH, Bulk, joined
-from streamdedup.engine.prepare import Prepared, pick
+from streamdedup.engine.compressed import pick
+from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.search import search_batch
 from streamdedup.engine.window import WindowRun
 from streamdedup.models import Change, DocId, Record, Verdict

@@ -29,20 +29,20 @@ file: `same` or `DIFFERENT` with the first differing line; exit 1 if any differs
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from bench_dedup import corpus_file  # noqa: E402
+from bench_worker import cluster  # noqa: E402
 
 # stream -> documents at --docs-scale 1 (the sizes issue 36's "Done when" names)
 DEDUP_SIZES = {"crawl-like": 50_000, "short": 50_000, "template-heavy": 20_000}
@@ -115,18 +115,6 @@ def run_backfill(tree: Tree, parts: tuple[Path, Path], out: Path) -> None:
     )  # fmt: skip
 
 
-@contextlib.contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    """The given broker, or an embedded one (loopback) for the length of the run."""
-    if bootstrap:
-        yield bootstrap
-        return
-    from streamdedup.kafka.broker import EmbeddedBroker
-
-    with EmbeddedBroker() as embedded:
-        yield embedded
-
-
 def run_worker(tree: Tree, src: Path, out: Path, bootstrap: str) -> None:
     """Fresh topics (one partition: one order), the stream produced by this script
     (the same bytes for either tree), the tree's worker until idle, then every
@@ -181,7 +169,7 @@ def run_tree(venv: Path, side: Path, args: argparse.Namespace, corpora: dict[str
         "backfill": lambda: run_backfill(tree, corpora["split_bf"], side),
     }
     seconds: dict[str, float] = {}
-    with broker(args.bootstrap if "worker" in args.cases else "unused") as bootstrap:
+    with cluster(args.bootstrap if "worker" in args.cases else "unused") as bootstrap:
         steps["worker"] = lambda: run_worker(tree, corpora["worker"], side, bootstrap)
         for case in args.cases:
             t = time.perf_counter()

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from streamdedup.backfill.session import LOOPBACK, is_local, network_settings
-from tests.support.cli import corpus
+from tests.backfill.test_backfill import dedup
+from tests.support.cli import corpus, lines
 from tests.support.sockets import is_loopback, listeners
 
 pytestmark = pytest.mark.integration
@@ -54,11 +55,15 @@ def _outside(found: dict[tuple[int, Any, int], str]) -> list[str]:
 
 
 @pytest.mark.spark_command
-def test_a_local_backfill_listens_on_loopback_only(tmp_path: Path) -> None:
-    """The command on `local[2]`, its listening sockets (the JVM's RPC endpoint, block
-    manager and Py4J gateway, the Python side's) sampled for the whole run."""
+def test_the_command_listens_on_loopback_only(tmp_path: Path) -> None:
+    """The command itself on `local[2]` (a JVM of its own): its listening sockets (the
+    JVM's RPC endpoint, block manager and Py4J gateway, the Python side's) sampled for
+    the whole run; and what it writes and says, as `dedup` would (a rejected line:
+    exit 1)."""
     src = tmp_path / "in.jsonl"
     corpus(src, 200, seed=4)
+    with src.open("ab") as f:
+        f.write(b"not json\n")
     out = tmp_path / "out.jsonl"
     cmd = [sys.executable, "-m", "streamdedup.cli", "backfill", str(src), "--output", str(out)]
     proc = subprocess.Popen(
@@ -76,8 +81,10 @@ def test_a_local_backfill_listens_on_loopback_only(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-    assert proc.returncode == 0, err
-    assert len(out.read_bytes().splitlines()) == 200
+    assert proc.returncode == 1, err  # a rejected line: exit 1, like dedup
+    assert "backfill: read: 201 lines" in err and "rejected 1 (malformed_json 1)" in err
+    assert out.read_bytes() == dedup(tmp_path, [src])
+    assert len(lines(out)) == 201
     java = {port for (_, _, port), name in seen.items() if name == "java"}
     # Py4J's gateway, the driver's RPC endpoint and its block manager at least
     assert len(java) >= 3, f"too few JVM listeners seen to judge: {seen}"

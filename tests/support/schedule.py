@@ -1,19 +1,20 @@
-"""The xdist schedule: the tests that share one SparkSession all run on one worker, and
-the tests that run the `backfill` command (a JVM of its own each) one at a time on
-another.
+"""The xdist schedule: the tests that share a SparkSession run on two workers (half of
+them each), and the tests that run the `backfill` command (a JVM of its own each) one
+at a time on a third.
 
 A SparkSession is a JVM (seconds of CPU to start, ~1 GB), made once per worker process
 by the session-scoped `spark` fixture (tests/backfill/conftest.py).  Under plain
 `--dist load` every worker that drew a Spark test started its own, up to four JVMs at
-once on two cores, and each Spark test then ran slower for the others'.  Here they all
-go to one worker, which starts one JVM and takes them one after the other, first (they
-are the longest chain of work), then helps with the rest; the other workers never get
-one.  Likewise the tests marked `spark_command` (each starts `streamdedup backfill`,
-so a JVM of its own; four of them started together on two cores and took 65-196 s
-each on a loaded machine) run one after the other on a worker of their own: these
-tests run at most two JVMs at a time (the docs pages that run `backfill` may add one).
-xdist's own `loadgroup` would do this, but its `xdist_group` marks do nothing with
-pytest 9.2 and xdist 3.8 (see pyproject's comment).
+once on two cores, and each Spark test then ran slower for the others'.  Here they go
+to two workers, each of which starts one JVM and takes its half one after the other,
+first (they are the longest chains of work), then helps with the rest; the other
+workers never get one.  (All on one worker made one chain of ~16 jobs the run's
+longest path.)  Likewise the tests marked `spark_command` (each starts `streamdedup
+backfill`, so a JVM of its own; four of them started together on two cores and took
+65-196 s each on a loaded machine) run one after the other on a worker of their own:
+these tests run at most three JVMs at a time (the docs pages that run `backfill` may
+add one).  xdist's own `loadgroup` would do this, but its `xdist_group` marks do
+nothing with pytest 9.2 and xdist 3.8 (see pyproject's comment).
 
 The controller collects no tests (xdist), so it cannot see which tests use the
 fixture: each worker writes their node ids to a file the controller named in the
@@ -121,9 +122,14 @@ class PinnedLoad(LoadScheduling):
 
 
 def pinned_groups(items: Sequence[Any]) -> dict[str, list[str]]:
-    """The node ids of the items that use the `spark` fixture, and of those marked
-    `spark_command`."""
+    """The node ids of the items that use the `spark` fixture (in two groups, so two
+    workers with a session each), and of those marked `spark_command`."""
+    session = [i.nodeid for i in items if "spark" in getattr(i, "fixturenames", ())]
     return {
-        "spark": [i.nodeid for i in items if "spark" in getattr(i, "fixturenames", ())],
+        # two sessions, every other test each: one chain of every session test was
+        # the run's longest path (~16 jobs of seconds each, one after the other on a
+        # worker that shared two cores with three), longer than a second JVM's start
+        "spark": session[0::2],
+        "spark-2": session[1::2],
         "spark_command": [i.nodeid for i in items if i.get_closest_marker("spark_command")],
     }

@@ -110,11 +110,11 @@ def test_an_index_bound_to_another_group_is_refused(kafka_bootstrap: str, tmp_pa
 
 @pytest.mark.slow
 def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_path: Path) -> None:
-    """SIGKILL the worker at random moments over a 20,000-document stream; restart it
+    """SIGKILL the worker at random moments over a 10,000-document stream; restart it
     each time.  The read_committed verdict topic holds exactly one verdict per document
     (none lost, none repeated), equal to an uninterrupted run's (none re-checked into a
     duplicate of itself)."""
-    docs = stream(20_000, seed=4)
+    docs = stream(10_000, seed=4)
     t = Topics(kafka_bootstrap)
     t.produce([orjson.dumps(d) for d in docs])
     from kafka import KafkaConsumer, TopicPartition
@@ -123,9 +123,9 @@ def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_p
     rnd = random.Random(seed)
     # kill points spread over the stream, counted in verdicts published so far (aborted
     # ones included), each followed by a random pause of up to a batch's duration; the
-    # last leaves at least 5,000 documents (ten batches) for the final run, since the
+    # last leaves at least 3,000 documents (six batches) for the final run, since the
     # watcher counts behind the worker and a kill after the end would test nothing
-    kill_points = sorted(rnd.sample(range(1000, 15_000), 5))
+    kill_points = sorted(rnd.sample(range(1000, 7_000), 5))
     watcher = KafkaConsumer(bootstrap_servers=t.bootstrap, enable_auto_commit=False)
     watcher.assign([TopicPartition(t.output, 0)])
     published = 0

@@ -40,12 +40,13 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """What `-n auto` (pyproject's addopts) means here: two processes per core, at
-    least 4.  Most of a broker test's time is spent waiting on the broker (group
+    """What `-n auto` (pyproject's addopts) means here: three processes per core, at
+    least 6.  Most of a broker test's time is spent waiting on the broker (group
     joins, idle exits, transaction markers), not on a core, so more processes than
     cores overlap those waits: on the 2-core CI machine 4 processes ran the suite in
-    4:13 where 2 took 7:09."""
-    return max(4, 2 * (os.cpu_count() or 1))
+    4:13 where 2 took 7:09; later, with 4 the two cores were 79% busy over a run
+    (/proc/stat), with 6 92%."""
+    return max(6, 3 * (os.cpu_count() or 1))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -55,13 +55,13 @@ def test_bench_segments_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
             sys.executable,
             str(BENCH / "bench_segments.py"),
             "--docs",
-            "1800",
+            "900",
             "--rounds",
             "1",
             "--batch-size",
-            "200",
+            "100",
             "--seal-every",
-            "400",
+            "200",
             "--bootstrap",
             kafka_bootstrap,
             "--results",
@@ -75,13 +75,13 @@ def test_bench_segments_runs(kafka_bootstrap: str, tmp_path: Path) -> None:
     (only,) = results["rounds"]
     assert all(only[k]["docs_per_s"] > 0 for k in ("single", "local", "remote"))
     assert [s["probes"] >= 3 for s in results["servers"]] == [True, True]
-    assert [s["documents"] for s in results["segments"]] == [600, 600]
-    # one probe per segment per batch of the timed slice (600 documents, batches of 200)
+    assert [s["documents"] for s in results["segments"]] == [300, 300]
+    # one probe per segment per batch of the timed slice (300 documents, batches of 100)
     trips = results["round_trips"]
     assert trips["segment 1"]["probes"] >= 3 and trips["segment 2"]["probes"] >= 3
     assert 0 < trips["all segments"]["p50"] <= trips["all segments"]["p99"]
     sizes = results["sizes"]
-    assert [s["documents"] for s in sizes["segments"]] == [400, 400, 400, 400]
+    assert [s["documents"] for s in sizes["segments"]] == [200, 200, 200, 200]
     assert sizes["open_used_bytes_at_end"] < sizes["single_used_bytes"]
     assert "two remote segments / single index" in r.stdout.decode()
 

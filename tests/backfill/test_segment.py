@@ -97,7 +97,7 @@ def corpus(tmp: Path, kind: str) -> tuple[Path, tuple[str, ...]]:
     if kind == "replaced":
         return write(tmp / "replaced.jsonl", replaced_ids(600, 5)), ("--max-bucket-candidates", "4")
     if kind == "templates":
-        return templates(tmp, 900), ("--max-bucket-candidates", "3", "--max-exact-checks", "2")
+        return templates(tmp, 600), ("--max-bucket-candidates", "3", "--max-exact-checks", "2")
     return write(tmp / "sig.jsonl", awkward(300, 8)), (
         "--verify",
         "signature",

@@ -20,7 +20,9 @@ keyed polynomial over code points (hashing.py says why keyed, and over which fie
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,10 +132,15 @@ class WordTable:
     few) other characters are decoded back to code points and looked up in
     is_word[cp], a table taken from `re` itself and built only up to the highest
     code point seen so far (the whole table costs 0.2 s, and text rarely goes past
-    the first few blocks)."""
+    the first few blocks).  The table is a fact about Unicode, not about a Shingler:
+    every Shingler of a process shares one (`shared_word_table`), so one made per
+    record (a backfill's picks) or per example (the property tests) does not build it
+    again.  It only ever grows, under a lock, so a reader holding the array it read
+    sees the same answers for every code point that array covers."""
 
     def __init__(self) -> None:
         self.is_word = np.zeros(0, dtype=np.bool_)
+        self._lock = threading.Lock()
         self.grow(0)
         # ASCII -> 0/1 (is it \w), any byte of a non-ASCII character -> 2
         self._utf8 = self.is_word[:128].astype(np.uint8).tobytes() + b"\x02" * 128
@@ -167,14 +174,23 @@ class WordTable:
         return out.view(np.bool_)
 
     def grow(self, code_point: int) -> None:
-        lo = len(self.is_word)
-        if code_point < lo:
+        if code_point < len(self.is_word):
             return
-        hi = min(((code_point >> _BLOCK_BITS) + 1) << _BLOCK_BITS, _MAX_UNICODE)
-        chars = np.arange(lo, hi, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
-        marked = re.sub(r"\W", "\x00", chars)  # keeps exactly the \w code points
-        codes = np.frombuffer(marked.encode("utf-32-le", "surrogatepass"), dtype="<u4")
-        self.is_word = np.concatenate([self.is_word, codes != 0])
+        with self._lock:
+            lo = len(self.is_word)
+            if code_point < lo:  # another thread grew it meanwhile
+                return
+            hi = min(((code_point >> _BLOCK_BITS) + 1) << _BLOCK_BITS, _MAX_UNICODE)
+            chars = np.arange(lo, hi, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+            marked = re.sub(r"\W", "\x00", chars)  # keeps exactly the \w code points
+            codes = np.frombuffer(marked.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            self.is_word = np.concatenate([self.is_word, codes != 0])
+
+
+@functools.cache
+def shared_word_table() -> WordTable:
+    """The process's one `WordTable` (see its docstring)."""
+    return WordTable()
 
 
 def _code_points(text: str) -> npt.NDArray[np.uint8] | npt.NDArray[np.uint32]:
@@ -349,7 +365,7 @@ class Shingler:
         self.public = ShingleKey.of(PUBLIC_KEY)
         self.key = ShingleKey.of(key)
         self._tables: dict[Poly, PowerTable] = {}
-        self._word = WordTable()
+        self._word = shared_word_table()
 
     def batch(
         self,

@@ -317,10 +317,11 @@ def _walk(values: list[int], num_perm: int, probes: np.ndarray) -> list[int]:
     minima: dict[int, int] = {}
     for v in sorted(values):
         minima.setdefault((v * num_perm) >> FINGERPRINT_BITS, v)
+    rows: list[list[int]] = probes.tolist()  # Python ints: a walk is a plain loop
     out = []
     for b in range(num_perm):
         if b not in minima:
-            src = next((int(c) for c in probes[b] if int(c) in minima), min(minima))
+            src = next((c for c in rows[b] if c in minima), min(minima))
             out.append(minima[src] & 0xFFFF)
         else:
             out.append(minima[b] & 0xFFFF)

@@ -71,13 +71,16 @@ def _check(batch_texts: list[str], spec: ShingleSpec, key: bytes = KEY) -> None:
     if spec.kind == "word":  # the engine's path: UTF-8 bytes only
         encoded = [normalise_utf8(t) for t in batch_texts]
         results.append(Shingler(spec, key).batch(None, encoded, exact=True))
+    expected = []  # (public, secret) hash sets of each text, straight from the definition
+    for text in batch_texts:
+        strings = reference_shingles(text, spec)
+        public = {reference_hash(s, spec, shingler.public) for s in strings}
+        secret = {reference_hash(s, spec, shingler.key) for s in strings}
+        assert len(public) == len(secret) == len(strings)  # no collisions in practice
+        expected.append((public, secret))
     for result in results:
         assert len(result.offsets) == len(batch_texts) + 1
-        for i, text in enumerate(batch_texts):
-            strings = reference_shingles(text, spec)
-            public = {reference_hash(s, spec, shingler.public) for s in strings}
-            secret = {reference_hash(s, spec, shingler.key) for s in strings}
-            assert len(public) == len(secret) == len(strings)  # no collisions in practice
+        for i, (public, secret) in enumerate(expected):
             assert set(result.of(i).tolist()) == public
             assert set(result.exact_batch().of(i).tolist()) == secret
 

@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 from streamdedup.config import ShingleSpec
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.sketch.jaccard import exact_jaccard
-from streamdedup.sketch.shingle import ShingleBatch, Shingler, WordTable, normalise_utf8
+from streamdedup.sketch.shingle import ShingleBatch, Shingler, normalise_utf8
 from streamdedup.sketch.signature import (
     FINGERPRINT_BITS,
     FingerprintSets,
@@ -34,6 +34,7 @@ from streamdedup.sketch.signature import (
     sketch,
     sketch_numpy,
 )
+from streamdedup.sketch.words import WordTable
 from streamdedup.store.index import Index
 from tests.support.kernels import compiled, needs_compiled, numpy_code
 

@@ -11,7 +11,6 @@ from streamdedup.config import ShingleSpec
 from streamdedup.errors import ConfigError
 from streamdedup.sketch.shingle import (
     Shingler,
-    WordTable,
     encode,
     normalise,
     normalise_utf8,
@@ -19,6 +18,7 @@ from streamdedup.sketch.shingle import (
     reference_shingles,
     split_by_length,
 )
+from streamdedup.sketch.words import WordTable
 
 # every test here runs on the compiled kernels and on the numpy code (conftest)
 pytestmark = pytest.mark.usefixtures("kernel")

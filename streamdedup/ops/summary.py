@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from streamdedup.models import Rejected, Verdict
-
-if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
-    pass
 
 
 @dataclass

@@ -29,6 +29,10 @@ LOOPBACK = "127.0.0.1"
 # the driver's RPC endpoint binds to `bindAddress` and advertises `host`; its block
 # manager (BlockTransferService) binds and advertises the same pair
 DRIVER_ADDRESSES = ("spark.driver.host", "spark.driver.bindAddress")
+# the daemon the Python task workers fork from (worker_daemon.py says why ours; named,
+# not imported: it imports PySpark, which this module must not need to be imported)
+DAEMON_MODULE = "spark.python.daemon.module"
+WORKER_DAEMON = "streamdedup.backfill.worker_daemon"
 _LOCAL = re.compile(r"local(\[[^\]]*\])?")
 
 
@@ -48,11 +52,18 @@ def network_settings(master: str, present: Container[str]) -> dict[str, str]:
     return out
 
 
+def worker_settings(present: Container[str]) -> dict[str, str]:
+    """The daemon the Python task workers fork from: `worker_daemon` unless `present`
+    (the keys the operator set) names one."""
+    return {} if DAEMON_MODULE in present else {DAEMON_MODULE: WORKER_DAEMON}
+
+
 def session(
     master: str | None, app: str = "streamdedup-backfill", extra: dict[str, str] | None = None
 ) -> Any:
     """A Spark session on `master`, else spark-submit's, else `local[*]`; quiet
-    (warnings only), executors on this Python, listening as `network_settings` says.
+    (warnings only), executors on this Python forked from `worker_settings`' daemon,
+    listening as `network_settings` says.
     The tests' shared session comes from here too, so they listen as a user's run."""
     try:
         from pyspark import SparkConf
@@ -69,13 +80,14 @@ def session(
         os.environ["SPARK_LOCAL_IP"] = LOOPBACK
     conf = SparkConf()
     chosen = master or conf.get("spark.master", "local[*]") or "local[*]"
-    present = {key for key in DRIVER_ADDRESSES if conf.contains(key)}
+    present = {key for key in (*DRIVER_ADDRESSES, DAEMON_MODULE) if conf.contains(key)}
     if local_ip not in (None, LOOPBACK):  # the operator's own address for this host
         present.update(DRIVER_ADDRESSES)
     builder = SparkSession.builder.appName(app).master(chosen)
     settings = {
         **network_settings(chosen, present),
         "spark.ui.showConsoleProgress": "false",
+        **worker_settings(present),
         **(extra or {}),
     }
     for key, value in settings.items():

@@ -7,6 +7,7 @@ directly, bit for bit, including what an index stores."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -312,13 +313,12 @@ def test_kafka_partitions_refuses_nonsense() -> None:
         compiled.kafka_partitions(["text"], 3)  # type: ignore[list-item]
 
 
-def _walk(values: list[int], num_perm: int, probes: np.ndarray) -> list[int]:
-    """The densification rule, plainly: each empty bin walks its probe sequence to
-    the first filled bin (none on it: the first filled bin)."""
+def _walk(values: list[int], num_perm: int, rows: list[list[int]]) -> list[int]:
+    """The densification rule, plainly: each empty bin walks its probe sequence (its
+    row) to the first filled bin (none on it: the first filled bin)."""
     minima: dict[int, int] = {}
     for v in sorted(values):
         minima.setdefault((v * num_perm) >> FINGERPRINT_BITS, v)
-    rows: list[list[int]] = probes.tolist()  # Python ints: a walk is a plain loop
     out = []
     for b in range(num_perm):
         if b not in minima:
@@ -329,33 +329,45 @@ def _walk(values: list[int], num_perm: int, probes: np.ndarray) -> list[int]:
     return out
 
 
+@functools.cache
+def _real_table(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray, list[list[int]]]:
+    """A real probe table, its ranks and its rows as Python ints (a walk is a plain
+    loop), made once per (K, seed): at K = 256 that takes a third of a second."""
+    probes = probe_table(num_perm, seed)
+    return probes, rank_table(num_perm, seed), probes.tolist()
+
+
 @needs_compiled
 @given(
     st.lists(st.integers(0, (1 << FINGERPRINT_BITS) - 1), min_size=1, max_size=40, unique=True),
     st.sampled_from([1, 2, 16, 64, 128, 256]),
+    st.integers(0, 3),
     st.integers(0, 2**32),
     st.integers(1, 8),
+    st.integers(1, 64),
 )
 def test_few_filled_bins_borrow_as_the_probe_walk_does(
-    values: list[int], num_perm: int, seed: int, alphabet: int
+    values: list[int], num_perm: int, table_seed: int, seed: int, alphabet: int, width: int
 ) -> None:
     """Short documents fill few bins, and the kernel then reads the rank table instead
-    of walking the probes: the same bins must be borrowed, also from probe tables
-    that never visit some bins (a small `alphabet` of bins per row), where the walk
-    falls back to the first filled bin."""
+    of walking the probes: the same bins must be borrowed, from the real tables (four
+    seeds) and from random probe tables of any width that never visit some bins (a
+    small `alphabet` of bins per row), where the walk falls back to the first filled
+    bin."""
     assert compiled is not None
     rng = np.random.default_rng(seed)
-    real = probe_table(num_perm, seed)
     narrow = rng.integers(0, num_perm, size=(num_perm, alphabet))[
-        np.arange(num_perm)[:, None], rng.integers(0, alphabet, size=real.shape)
+        np.arange(num_perm)[:, None], rng.integers(0, alphabet, size=(num_perm, width))
     ]
+    narrow = np.ascontiguousarray(narrow, dtype=np.int64)
     values = sorted(values)
     offsets = np.array([0, len(values)], np.int64)
-    for probes in (real, np.ascontiguousarray(narrow, dtype=np.int64)):
-        raw = compiled.signatures(
-            np.array(values, np.uint32), offsets, num_perm, probes, ranks_of(probes)
-        )
-        assert np.frombuffer(raw, np.uint16).tolist() == _walk(values, num_perm, probes)
+    for probes, ranks, rows in (
+        _real_table(num_perm, table_seed),
+        (narrow, ranks_of(narrow), narrow.tolist()),
+    ):
+        raw = compiled.signatures(np.array(values, np.uint32), offsets, num_perm, probes, ranks)
+        assert np.frombuffer(raw, np.uint16).tolist() == _walk(values, num_perm, rows)
 
 
 @needs_compiled

@@ -16,6 +16,10 @@ store behind its web UI).  The verdict files must be identical, else the run fai
 `streamdedup seal` of dedup's index, the way a stream gets the same segment; both
 segments must hold the same documents.
 
+`--pyspark-daemon`: also `local[2]` with the task workers forked from PySpark's own
+daemon instead of the package's (backfill/worker_daemon.py): the same build, one
+setting apart, to show what freezing the daemon's objects saves.
+
 The projection: with r1 the job's docs/s on one core (`local[1]`, its own clock) and
 e = r2 / (2 r1) the efficiency measured from two cores, C cores take about
 N / (r1 * C * e) seconds for N documents; the shuffle (s bytes a document, measured)
@@ -127,12 +131,29 @@ def project(rows: dict[str, dict[str, Any]], n: int) -> list[str]:
     return out
 
 
+# the CLI with the session left on PySpark's own worker daemon (what it used before
+# worker_daemon.py): the same build, one setting apart
+_PYSPARK_DAEMON = [
+    sys.executable,
+    "-c",
+    "import sys; from streamdedup.backfill import session; "
+    "session.worker_settings = lambda present: {}; "
+    "from streamdedup.cli.main import main; sys.argv[0] = 'streamdedup'; sys.exit(main())",
+]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=50_000)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--skip-local1", action="store_true")
     ap.add_argument("--segment", action="store_true", help="also write and time a segment")
+    ap.add_argument(
+        "--pyspark-daemon",
+        action="store_true",
+        help="also `local[2]` with task workers forked from PySpark's own daemon, not "
+        "the package's frozen one (backfill/worker_daemon.py)",
+    )
     args = ap.parse_args()
     src = corpus_file(args.docs, args.seed)
     cli = [sys.executable, "-m", "streamdedup.cli"]
@@ -145,6 +166,13 @@ def main() -> int:
         for master in masters:
             plan.append(
                 (f"backfill {master}", [*cli, "backfill", str(src), "--spark-master", master])
+            )
+        if args.pyspark_daemon:
+            plan.append(
+                (
+                    "backfill local[2] PySpark's daemon",
+                    [*_PYSPARK_DAEMON, "backfill", str(src), "--spark-master", "local[2]"],
+                )
             )
         if args.segment:
             seg = [*cli, "backfill", str(src), "--spark-master", "local[2]"]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import orjson
 
+from tests.support import forkserver
 from tests.support.docs import edited_stream
 
 
@@ -18,15 +18,9 @@ def run(
     stdin: bytes | None = None,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "streamdedup.cli", *args],
-        input=stdin,
-        capture_output=True,
-        env=full_env,
-        cwd=cwd,
-        timeout=600,
-    )
+    """`python -m streamdedup.cli *args` in a process of its own, with os.environ plus
+    `env` (forked from a process that has imported the package: forkserver.py)."""
+    return forkserver.run(list(args), env=env, stdin=stdin, cwd=cwd)
 
 
 def start_dedup(

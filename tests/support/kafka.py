@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from tests.support import forkserver
 from tests.support.docs import edited_stream
 from tests.support.txnlog import Record, committed
 
@@ -159,7 +160,7 @@ class Topics:
         args = self.worker_args(index, "--idle-exit", str(idle), *extra)
         for attempt in (1, 2):
             try:
-                r = subprocess.run(args, capture_output=True, timeout=WORKER_TIMEOUT_S)
+                r = forkserver.run(args[3:], timeout=WORKER_TIMEOUT_S)
             except subprocess.TimeoutExpired as exc:
                 log = (exc.stderr or b"").decode(errors="replace")
                 raise AssertionError(f"the worker ran {WORKER_TIMEOUT_S} s: {log[-4000:]}") from exc
@@ -173,19 +174,8 @@ def file_mode(tmp: Path, docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     src = tmp / "file-in.jsonl"
     src.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in docs))
     out = tmp / "file-out.jsonl"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streamdedup.cli",
-            "dedup",
-            str(src),
-            "--index",
-            str(tmp / "file-index"),
-            "--output",
-            str(out),
-        ],
-        capture_output=True,
+    r = forkserver.run(
+        ["dedup", str(src), "--index", str(tmp / "file-index"), "--output", str(out)]
     )
     assert r.returncode == 0, r.stderr
     return [orjson.loads(x) for x in out.read_bytes().splitlines()]

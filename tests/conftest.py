@@ -77,7 +77,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     them out one at a time (`--maxschedchunk 1` in pyproject), the short ones fill
     the gaps at the end instead of one long test running alone after everything
     else.  A stable sort: the order within each kind is unchanged, and the same on
-    every worker (xdist requires identical collections)."""
+    every worker (xdist requires identical collections).  The broker tests are then
+    spread among the property tests (`_waits_among_work`)."""
 
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("slow") is not None:
@@ -89,10 +90,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 3
 
     items.sort(key=rank)
+    items[:] = _waits_among_work(items, [rank(i) for i in items])
     if hasattr(config, "workerinput"):
         from tests.support.schedule import pinned_groups, write_pinned
 
         write_pinned(pinned_groups(items))
+
+
+def _waits_among_work(items: list[pytest.Item], ranks: list[int]) -> list[pytest.Item]:
+    """The broker tests (rank 1) spread evenly among the property tests (rank 2)
+    instead of before them.  A broker test mostly waits (group joins, idle exits,
+    transaction markers): six of them at once left the two cores idle for a minute
+    of a six-minute run; each next to tests that compute, the cores stay busy."""
+    waits = [i for i, r in zip(items, ranks, strict=True) if r == 1]
+    work = [i for i, r in zip(items, ranks, strict=True) if r == 2]
+    if not waits or not work:
+        return items
+    merged: list[pytest.Item] = []
+    for k, item in enumerate(waits):
+        merged.append(item)
+        merged.extend(work[len(work) * k // len(waits) : len(work) * (k + 1) // len(waits)])
+    before = [i for i, r in zip(items, ranks, strict=True) if r < 1]
+    after = [i for i, r in zip(items, ranks, strict=True) if r > 2]
+    return [*before, *merged, *after]
 
 
 @pytest.fixture(params=["compiled", "numpy"])

@@ -203,13 +203,13 @@ def main() -> int:
     base = rows["dedup"]["docs_per_s_job"]
     print(f"\n{args.docs:,} crawl-like documents; verdicts identical in every run")
     print(
-        f"  {'':28} {'docs/s (own clock)':>19} {'vs dedup':>9} {'wall s':>8} {'peak MB':>8} "
+        f"  {'':34} {'docs/s (own clock)':>19} {'vs dedup':>9} {'wall s':>8} {'peak MB':>8} "
         f"{'shuffle MB':>11}"
     )
     for name, r in rows.items():
         shuffle = "" if r["shuffle_mb"] is None else f"{r['shuffle_mb']:,.0f}"
         print(
-            f"  {name:28} {r['docs_per_s_job']:19,.0f} {r['docs_per_s_job'] / base:9.2f} "
+            f"  {name:34} {r['docs_per_s_job']:19,.0f} {r['docs_per_s_job'] / base:9.2f} "
             f"{r['wall_s']:8.1f} {r['peak_rss_mb']:8.0f} {shuffle:>11}"
         )
     print("\nprojection:")

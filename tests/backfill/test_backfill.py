@@ -17,8 +17,10 @@ from streamdedup.backfill.job import run_backfill
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
 from streamdedup.config import ShingleSpec
+from streamdedup.errors import BackfillFailedError
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
+from tests.backfill.conftest import armed
 from tests.support.cli import corpus, run
 from tests.support.docs import edited_stream
 
@@ -208,24 +210,21 @@ def test_a_copy_taking_over_in_a_capped_bucket(spark: Any, tmp_path: Path) -> No
     same(spark, tmp_path, [src], "--max-bucket-candidates", "2")
 
 
-@pytest.mark.spark_command
-def test_a_failed_job_leaves_the_output_as_it_was(tmp_path: Path) -> None:
-    """A Python worker killed in the bucket stage (a failed task; `local[1]` does not
-    retry): exit 7, the old output untouched, no temporary file left."""
+def test_a_failed_job_leaves_the_output_as_it_was(spark: Any, tmp_path: Path) -> None:
+    """A Python worker killed in the bucket stage (a failed task; a local master does
+    not retry): the job's error (exit 7 from the command), the old output untouched,
+    no temporary file left."""
     src = tmp_path / "in.jsonl"
     corpus(src, 60, seed=2)
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"old verdicts\n")
-    got = run(
-        "backfill",
-        str(src),
-        "--output",
-        str(out),
-        "--spark-master",
-        "local[1]",
-        env={"STREAMDEDUP_FAILPOINT": "backfill-bucket:1"},
-    )
-    assert got.returncode == 7, got.stderr.decode()
-    assert "the Spark job failed; no verdicts were written" in got.stderr.decode()
+    _, args, values = parse(["backfill", str(src), "--output", str(out)])
+    wrote_none = "the Spark job failed; no verdicts were written"
+    with (
+        armed(spark, "backfill-bucket:1"),
+        pytest.raises(BackfillFailedError, match=wrote_none) as failed,
+    ):
+        run_backfill(spark, backfill_job(args, values), lambda _: None)
+    assert failed.value.exit_status == 7
     assert out.read_bytes() == b"old verdicts\n"
     assert not list(tmp_path.glob(".backfill-*"))

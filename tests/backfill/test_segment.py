@@ -17,7 +17,9 @@ import pytest
 from streamdedup.backfill.job import run_backfill
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
+from streamdedup.errors import BackfillFailedError
 from streamdedup.store.keys import MetaKey
+from tests.backfill.conftest import armed
 from tests.backfill.test_backfill import BENCH, awkward, write
 from tests.support.cli import run
 from tests.support.docs import edited_stream
@@ -191,28 +193,23 @@ def test_the_worker_streams_on_from_the_segment(
     assert again.returncode == 0, again.stderr.decode()[-3000:]
 
 
-@pytest.mark.spark_command
-def test_a_failed_job_leaves_no_segment(tmp_path: Path) -> None:
-    """A Python worker killed in the segment's own stage (`local[1]` does not retry):
-    exit 7, no SEGMENT_DIR, no .partial, no build directory, the old verdicts
-    untouched.  (A job that fails earlier, in the bucket stage, has not begun a
-    segment: tests/backfill/test_backfill.py kills one there.)"""
-    point = "backfill-segment:1"
+def test_a_failed_job_leaves_no_segment(spark: Any, tmp_path: Path) -> None:
+    """A Python worker killed in the segment's own stage (a local master does not
+    retry): the job's error (exit 7 from the command), no SEGMENT_DIR, no .partial,
+    no build directory, the old verdicts untouched.  (A job that fails earlier, in the
+    bucket stage, has not begun a segment: tests/backfill/test_backfill.py kills one
+    there.)"""
     src = write(tmp_path / "in.jsonl", awkward(80, 2))
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"old verdicts\n")
-    got = run(
-        "backfill",
-        str(src),
-        "--output",
-        str(out),
-        "--segment",
-        str(tmp_path / "segment"),
-        "--spark-master",
-        "local[1]",
-        env={"STREAMDEDUP_FAILPOINT": point},
-    )
-    assert got.returncode == 7, got.stderr.decode()
-    assert "the Spark job failed" in got.stderr.decode()
+    argv = ["backfill", str(src), "--output", str(out), "--segment", str(tmp_path / "segment")]
+    _, args, values = parse(argv)
+    wrote_none = "the Spark job failed"
+    with (
+        armed(spark, "backfill-segment:1"),
+        pytest.raises(BackfillFailedError, match=wrote_none) as failed,
+    ):
+        run_backfill(spark, backfill_job(args, values), lambda _: None)
+    assert failed.value.exit_status == 7
     assert out.read_bytes() == b"old verdicts\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]

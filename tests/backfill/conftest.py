@@ -1,10 +1,9 @@
 """One SparkSession per test process (a JVM takes seconds to start), on `local[2]`,
 made by the package's own `session` so that it listens as a user's run does (on
-loopback only); failpoints armed in its task workers."""
+loopback only)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,16 +22,3 @@ def spark() -> Iterator[Any]:
     )
     yield session
     session.stop()
-
-
-@contextlib.contextmanager
-def armed(spark: Any, point: str) -> Iterator[None]:
-    """A failpoint (streamdedup/failpoints.py) armed in the task workers of the jobs
-    started inside the block: PySpark gives each job's workers `sc.environment`
-    (workers of a daemon of their own), so the shared JVM serves a failing job too."""
-    env = spark.sparkContext.environment
-    env["STREAMDEDUP_FAILPOINT"] = point
-    try:
-        yield
-    finally:
-        del env["STREAMDEDUP_FAILPOINT"]

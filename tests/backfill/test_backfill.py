@@ -20,7 +20,6 @@ from streamdedup.config import ShingleSpec
 from streamdedup.errors import BackfillFailedError
 from streamdedup.sketch.jaccard import exact_jaccard
 from streamdedup.sketch.shingle import Shingler
-from tests.backfill.conftest import armed
 from tests.support.cli import corpus, run
 from tests.support.docs import edited_stream
 
@@ -69,6 +68,23 @@ def same(spark: Any, tmp: Path, inputs: list[Path], *flags: str, split: int = 40
     got = backfill(spark, tmp, inputs, *flags, "--split-bytes", str(split))
     assert got.splitlines() == want.splitlines()
     return got
+
+
+def failed_job(spark: Any, argv: list[str], point: str) -> BackfillFailedError:
+    """`backfill ARGV` in the shared session with the failpoint `point` armed in its
+    task workers (PySpark gives each job's workers `sc.environment`, a daemon of their
+    own, so no JVM of its own is needed): the job's error, which the command reports
+    with exit 7."""
+    _, args, values = parse(["backfill", *argv])
+    env = spark.sparkContext.environment
+    env["STREAMDEDUP_FAILPOINT"] = point
+    try:
+        with pytest.raises(BackfillFailedError, match="the Spark job failed") as failed:
+            run_backfill(spark, backfill_job(args, values), lambda _: None)
+    finally:
+        del env["STREAMDEDUP_FAILPOINT"]
+    assert failed.value.exit_status == 7
+    return failed.value
 
 
 def awkward(n: int, seed: int) -> list[Any]:
@@ -218,13 +234,7 @@ def test_a_failed_job_leaves_the_output_as_it_was(spark: Any, tmp_path: Path) ->
     corpus(src, 60, seed=2)
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"old verdicts\n")
-    _, args, values = parse(["backfill", str(src), "--output", str(out)])
-    wrote_none = "the Spark job failed; no verdicts were written"
-    with (
-        armed(spark, "backfill-bucket:1"),
-        pytest.raises(BackfillFailedError, match=wrote_none) as failed,
-    ):
-        run_backfill(spark, backfill_job(args, values), lambda _: None)
-    assert failed.value.exit_status == 7
+    error = failed_job(spark, [str(src), "--output", str(out)], "backfill-bucket:1")
+    assert "no verdicts were written" in str(error)
     assert out.read_bytes() == b"old verdicts\n"
     assert not list(tmp_path.glob(".backfill-*"))

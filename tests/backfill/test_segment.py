@@ -17,10 +17,8 @@ import pytest
 from streamdedup.backfill.job import run_backfill
 from streamdedup.cli.backfill import backfill_job
 from streamdedup.cli.main import parse
-from streamdedup.errors import BackfillFailedError
 from streamdedup.store.keys import MetaKey
-from tests.backfill.conftest import armed
-from tests.backfill.test_backfill import BENCH, awkward, write
+from tests.backfill.test_backfill import BENCH, awkward, failed_job, write
 from tests.support.cli import run
 from tests.support.docs import edited_stream
 from tests.support.kafka import Topics, verdicts_by_offset
@@ -202,14 +200,7 @@ def test_a_failed_job_leaves_no_segment(spark: Any, tmp_path: Path) -> None:
     src = write(tmp_path / "in.jsonl", awkward(80, 2))
     out = tmp_path / "out.jsonl"
     out.write_bytes(b"old verdicts\n")
-    argv = ["backfill", str(src), "--output", str(out), "--segment", str(tmp_path / "segment")]
-    _, args, values = parse(argv)
-    wrote_none = "the Spark job failed"
-    with (
-        armed(spark, "backfill-segment:1"),
-        pytest.raises(BackfillFailedError, match=wrote_none) as failed,
-    ):
-        run_backfill(spark, backfill_job(args, values), lambda _: None)
-    assert failed.value.exit_status == 7
+    segment = str(tmp_path / "segment")
+    failed_job(spark, [str(src), "--output", str(out), "--segment", segment], "backfill-segment:1")
     assert out.read_bytes() == b"old verdicts\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]

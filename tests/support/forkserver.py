@@ -56,6 +56,8 @@ PRELOAD = (
     "streamdedup.kafka.replay",
 )
 _INT = struct.Struct("!i")
+# what a fresh interpreter runs: the command line a forked command stands for
+COMMAND = [sys.executable, "-m", "streamdedup.cli"]
 
 
 # the environment as the test process started (before any test changed it): the
@@ -107,7 +109,7 @@ class ForkServer:
         cwd: Path | None,
         timeout: float,
     ) -> subprocess.CompletedProcess[bytes]:
-        args = [sys.executable, "-m", "streamdedup.cli", *argv]
+        args = [*COMMAND, *argv]
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -174,6 +176,13 @@ _server: ForkServer | None = None
 _lock = threading.Lock()
 
 
+def arguments(command: list[str]) -> list[str]:
+    """The command's own arguments in a full `python -m streamdedup.cli ...` line."""
+    if command[: len(COMMAND)] != COMMAND:
+        raise ValueError(f"not a streamdedup command line: {command[:4]}")
+    return command[len(COMMAND) :]
+
+
 def run(
     argv: list[str],
     env: dict[str, str] | None = None,
@@ -192,7 +201,7 @@ def run(
         server = _server
     if not server.serves(full_env):
         return subprocess.run(
-            [sys.executable, "-m", "streamdedup.cli", *argv],
+            [*COMMAND, *argv],
             input=stdin or b"",
             capture_output=True,
             env=full_env,

@@ -160,7 +160,7 @@ class Topics:
         args = self.worker_args(index, "--idle-exit", str(idle), *extra)
         for attempt in (1, 2):
             try:
-                r = forkserver.run(args[3:], timeout=WORKER_TIMEOUT_S)
+                r = forkserver.run(forkserver.arguments(args), timeout=WORKER_TIMEOUT_S)
             except subprocess.TimeoutExpired as exc:
                 log = (exc.stderr or b"").decode(errors="replace")
                 raise AssertionError(f"the worker ran {WORKER_TIMEOUT_S} s: {log[-4000:]}") from exc

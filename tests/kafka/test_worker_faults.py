@@ -256,13 +256,13 @@ def test_a_second_index_in_the_group_is_refused(kafka_bootstrap: str, tmp_path: 
     for d in originals:  # whichever partition went first, the other is its duplicate
         pair = (by_id[d["id"]], by_id[f"copy-{d['id']}"])
         assert sorted(v["verdict"] for v in pair) == ["duplicate", "unique"], pair
-    # Tansu 0.6 leaves a group stuck, never completing a join (two attempts of 36 s
-    # each, twice in five runs), when a member joins within moments of the first
-    # worker's leave: the commands, forked from a warm process (tests/support/
-    # forkserver.py), start that fast.  A session timeout first, as a restarted pod's
-    # start would take.
-    time.sleep(3)
-    alone = t.run_worker(tmp_path / "other-idx")
+    # Alone in the group, in a group whose offsets the first worker committed.  Not that
+    # group itself: Tansu 0.6 leaves a group whose members have just left stuck, never
+    # completing a join (CI: both attempts of 36 s, after a 3 s pause, in one run of
+    # six).  A group no member has joined, holding the same commits, is what the worker
+    # reads at join; a restarted pod on a real broker finds the old group like that.
+    t.group = with_the_commits_of(t, t.group, partitions=2)
+    alone = t.run_worker(tmp_path / "third-idx")
     err = alone.stderr.decode()
     if keeps_offsets_metadata(t):
         assert alone.returncode == 7, err[-3000:]
@@ -324,6 +324,24 @@ def test_a_restored_or_copied_index_is_refused_beside_the_original(
     for d in originals:
         pair = (by_id[d["id"]], by_id[f"copy-{d['id']}"])
         assert sorted(v["verdict"] for v in pair) == ["duplicate", "unique"], pair
+
+
+def with_the_commits_of(t: Topics, group: str, partitions: int) -> str:
+    """A new group holding `group`'s committed offsets on the input, metadata and all,
+    committed without joining (an assigned consumer), so no member ever joined it."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tps = [TopicPartition(t.input, p) for p in range(partitions)]
+    old = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=group, enable_auto_commit=False)
+    commits = {tp: old.committed(tp, metadata=True) for tp in tps}
+    old.close()
+    assert all(c is not None for c in commits.values()), commits
+    fresh = f"{group}-copy"
+    new = KafkaConsumer(bootstrap_servers=t.bootstrap, group_id=fresh, enable_auto_commit=False)
+    new.assign(tps)
+    new.commit({tp: c for tp, c in commits.items() if c is not None})
+    new.close()
+    return fresh
 
 
 def keeps_offsets_metadata(t: Topics) -> bool:

@@ -73,7 +73,7 @@ def test_a_crawl_through_the_worker(kafka_bootstrap: str, tmp_path: Path) -> Non
     )
     r = t.run_worker(tmp_path / "idx", "--input-format", "html")
     assert r.returncode == 0, r.stderr.decode()[-3000:]
-    assert b"Traceback" not in r.stderr
+    assert b"Traceback" not in r.stderr, r.stderr.decode()
     verdicts = [orjson.loads(m.value) for m in t.read(t.output, expect=5)]
     assert [v["id"] for v in verdicts] == [ORIGINAL, ITEM1, COPY, ITEM2, "https://e/empty"]
     assert verdicts[-1]["verdict"] == "unique" and verdicts[-1]["reason"] == "empty"

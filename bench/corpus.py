@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
+import os
 import random
 import sys
 import sysconfig
@@ -42,14 +44,21 @@ CACHE = Path(__file__).parent / "cache"
 
 
 def paragraphs() -> list[list[str]]:
-    """Prose paragraphs grouped by source, cached per Python version."""
+    """Prose paragraphs grouped by source, cached per Python version.
+
+    Reading the stdlib takes ~10 s of CPU: under a lock, so that of the processes that
+    start at once on a fresh checkout (the test suite's workers, benches side by side)
+    one reads it and the others wait for its file, which appears whole or not at all."""
     cache = CACHE / f"paragraphs-{sys.version_info.major}.{sys.version_info.minor}.json"
-    if cache.exists():
-        return orjson.loads(cache.read_bytes())  # type: ignore[no-any-return]
-    groups = _collect()
-    CACHE.mkdir(exist_ok=True)
-    cache.write_bytes(orjson.dumps(groups))
-    return groups
+    if not cache.exists():
+        CACHE.mkdir(exist_ok=True)
+        with open(cache.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not cache.exists():
+                part = cache.with_suffix(f".{os.getpid()}.part")
+                part.write_bytes(orjson.dumps(_collect()))
+                os.replace(part, cache)
+    return orjson.loads(cache.read_bytes())  # type: ignore[no-any-return]
 
 
 def _collect() -> list[list[str]]:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from streamdedup.errors import ConfigError, IndexOpenError
 
 Verify = Literal["exact", "signature"]
+# The similarity families (DESIGN.md "Items and similarity families") and the kinds of
+# item they read.  Jaccard on texts is the default; the others are opt-in per index.
+Metric = Literal["jaccard", "hamming"]
+ItemKind = Literal["text", "bits"]
+METRICS: tuple[Metric, ...] = ("jaccard", "hamming")
+ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {"jaccard": ("text",), "hamming": ("bits",)}
+DISTANCE_METRICS = frozenset({"hamming"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,13 @@ class Fields:
     text_format: Literal["text", "html"] = "text"
     extract: Literal["main", "all"] = "main"
     id_header: str | None = None
+    # The item a record carries besides its id, when it is not a text (`IndexParams`
+    # `item`): its field (`item_field`, default the item's name) and, for `bits`,
+    # its length N.  Set from the index's stored parameters (`for_params`), so that a
+    # run on an existing index reads its items without being told again.
+    item: ItemKind = "text"
+    item_field: str | None = None
+    bits: int = 0
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> Fields:
@@ -59,7 +73,19 @@ class Fields:
             text_format="html" if fmt == "html" else "text",
             extract="all" if extract == "all" else "main",
             id_header=values.get("id_header"),
+            item_field=values.get("item_field"),
         )
+
+    def for_params(self, params: IndexParams) -> Fields:
+        """These fields reading the items of an index with `params`."""
+        if (params.item, params.bits) == (self.item, self.bits):
+            return self
+        return replace(self, item=params.item, bits=params.bits)
+
+    @property
+    def item_name(self) -> str:
+        """The field an item is read from: `item_field`, or the item's own name."""
+        return self.item_field or self.item
 
 
 # What an index's tables mean (hashing, fingerprints, signatures, layout).  Bumped
@@ -130,9 +156,26 @@ class IndexParams:
     verify: Verify = "exact"
     seed: int = 1
     hash_key: bytes = field(default_factory=new_hash_key, repr=False)
+    # The family (`metric`) and its item: Jaccard on text shingles unless set.
+    # `bits`: N, the length of a `bits` item; `max_distance`: a distance family's bar
+    # (Hamming: bits), whose `threshold` is then the similarity it stands for
+    # (1 - d/N).
+    metric: Metric = "jaccard"
+    item: ItemKind = "text"
+    bits: int = 0
+    max_distance: float | None = None
+
+    @property
+    def bar_value(self) -> float:
+        """What the family's threshold rule compares with: the similarity threshold,
+        or a distance family's largest distance that is a duplicate."""
+        if self.metric in DISTANCE_METRICS:
+            assert self.max_distance is not None
+            return self.max_distance
+        return self.threshold
 
     def to_record(self) -> dict[str, object]:
-        return {
+        rec: dict[str, object] = {
             "threshold": self.threshold,
             "num_perm": self.num_perm,
             "shingle": str(self.shingle),
@@ -143,6 +186,14 @@ class IndexParams:
             "hash_key": self.hash_key.hex(),
             "format": INDEX_FORMAT,
         }
+        if self.metric != "jaccard":  # (a Jaccard index's record stays as it always was)
+            rec.update(
+                metric=self.metric,
+                item=self.item,
+                bits=self.bits,
+                max_distance=self.max_distance,
+            )
+        return rec
 
     def public_record(self) -> dict[str, object]:
         """`to_record` without the secret key: what `stats` and logs may show."""
@@ -178,7 +229,28 @@ class IndexParams:
             verify="exact" if verify == "exact" else "signature",
             seed=int(rec["seed"]),  # type: ignore[call-overload]
             hash_key=key,
+            **_family_fields(rec),
         )
+
+
+def _family_fields(rec: Mapping[str, object]) -> dict[str, Any]:
+    """The family part of a stored parameter record (absent: Jaccard on texts)."""
+    metric = rec.get("metric", "jaccard")
+    if metric == "jaccard":
+        return {}
+    item = rec.get("item")
+    if metric not in METRICS or item not in ITEMS_OF[str(metric)]:
+        raise IndexOpenError(
+            f"the index was built with `metric` {metric!r} on `item` {item!r}, which this "
+            f"streamdedup does not know (it knows {', '.join(METRICS)})"
+        )
+    distance = rec.get("max_distance")
+    return {
+        "metric": metric,
+        "item": item,
+        "bits": int(rec.get("bits", 0)),  # type: ignore[call-overload]
+        "max_distance": None if distance is None else float(distance),  # type: ignore[arg-type]
+    }
 
 
 @dataclass(frozen=True)

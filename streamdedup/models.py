@@ -28,9 +28,14 @@ _PACKERS = threading.local()
 
 @dataclass(slots=True)
 class Document:
+    """An input record: its id, its text, and (an index of another item kind than
+    text: `IndexParams.item`) its item in canonical bytes, the text then empty --
+    `bits`: the N/8 bytes of the bit string, most significant bit first."""
+
     id: DocId
     text: str
     timestamp_ms: int | None = None
+    item: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -92,6 +97,20 @@ class Verdict:
             exact=rec.exact,
             reason=rec.reason,
         )
+
+
+@dataclass(slots=True)
+class DistanceVerdict(Verdict):
+    """The verdict of a family with a distance (Hamming): `distance` besides
+    `similarity`, both null where there is no match (DESIGN.md "Items and similarity
+    families").  Its own class so that a Jaccard verdict keeps its record as always."""
+
+    distance: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = Verdict.to_dict(self)
+        out["distance"] = self.distance
+        return out
 
 
 def _packer() -> msgpack.Packer:
@@ -220,6 +239,11 @@ MALFORMED_HTML = "malformed_html"  # the HTML parser gave up on the page
 CORRUPT_WARC = "corrupt_warc"  # a WARC archive cut short or damaged: the rest is unread
 TOO_DEEP = "too_deep"  # HTML nested too deeply for main-content extraction (`inputs.html`)
 DUPLICATE_RECORD_ID = "duplicate_record_id"  # a WARC-Record-ID read before in the same run
+# items other than text (DESIGN.md "Items and similarity families")
+MISSING_ITEM = "missing_item"  # no item field
+BAD_ITEM_TYPE = "bad_item_type"  # the field holds the wrong kind of value
+BAD_ITEM_LENGTH = "bad_item_length"  # a bit string of another length than --bits
+BAD_ITEM_VALUE = "bad_item_value"  # not hexadecimal
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,12 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
         raise ConfigError("--split-bytes must be at least 1")
     check_at_least_one(values)
     d = check_detection(values)
+    if (d.metric or "jaccard") != "jaccard" or d.item not in (None, "text"):
+        raise ConfigError(
+            f"backfill compares texts by Jaccard only so far; for --metric {d.metric} "
+            "run `streamdedup dedup` over the same inputs (same verdicts, one process)",
+            params=("metric",),
+        )
     params = resolve_params(
         None,
         threshold=d.threshold,

@@ -68,6 +68,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 with contextlib.suppress(OSError):
                     os.unlink(output)
             raise
+        fields = fields.for_params(dd.params)  # (an index of bits items reads bits)
         with dd:
             if output != "-":
                 truncate_output(sink)

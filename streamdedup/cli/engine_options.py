@@ -32,6 +32,26 @@ ENGINE = OptionGroup(
             choices=("exact", "signature"),
         ),
         Opt("seed", "hash seed (default 1)", int),
+        Opt(
+            "metric",
+            "similarity family: jaccard (texts) or hamming (bit strings) (default jaccard)",
+            str,
+            choices=("jaccard", "hamming"),
+        ),
+        Opt(
+            "item",
+            "what a record is compared by: text, or bits (hamming) (default: the metric's)",
+            str,
+            choices=("text", "bits"),
+        ),
+        Opt("bits", "length N of a bits item, a multiple of 8 (hamming)", int, metavar="N"),
+        Opt(
+            "max-distance",
+            "hamming: the largest distance in bits that is a duplicate (default 5%% of N; "
+            "or --threshold as 1 - d/N)",
+            float,
+            metavar="D",
+        ),
         Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
         Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
     ),
@@ -91,6 +111,12 @@ INPUT = OptionGroup(
     (
         Opt("id-field", "field holding the document id", str, "id", metavar="NAME"),
         Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
+        Opt(
+            "item-field",
+            "field holding the item of an index of bits items (default: the item's name)",
+            str,
+            metavar="NAME",
+        ),
         Opt("max-doc-bytes", "larger input records are rejected", int, MAX_DOC_BYTES, metavar="N"),
     ),
 )

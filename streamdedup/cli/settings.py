@@ -75,6 +75,10 @@ class Detection:
     seed: int | None = None
     fp_weight: float = 0.02
     fn_weight: float = 0.98
+    metric: str | None = None
+    item: str | None = None
+    bits: int | None = None
+    max_distance: float | None = None
 
 
 def check_detection(values: dict[str, Any]) -> Detection:
@@ -94,6 +98,10 @@ def check_detection(values: dict[str, Any]) -> Detection:
         seed=values["seed"],
         fp_weight=values["fp_weight"],
         fn_weight=values["fn_weight"],
+        metric=values.get("metric"),
+        item=values.get("item"),
+        bits=values.get("bits"),
+        max_distance=values.get("max_distance"),
     )
 
 
@@ -168,6 +176,10 @@ def open_engine(
         changelog=s.changelog,
         remote=remote,
         base_segment=s.base_segment,
+        metric=d.metric,
+        item=d.item,
+        bits=d.bits,
+        max_distance=d.max_distance,
     )
     try:
         if adds_documents:

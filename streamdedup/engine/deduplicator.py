@@ -22,8 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from streamdedup.config import EngineOptions, ShingleSpec, Verify
+from streamdedup.config import EngineOptions, Fields, ShingleSpec, Verify
 from streamdedup.engine.counters import Counters
+from streamdedup.engine.families import family_of
 from streamdedup.engine.opening import Detection, open_index
 from streamdedup.engine.params import check_changelog
 from streamdedup.engine.prepare import Prepared, Preparer
@@ -33,10 +34,11 @@ from streamdedup.engine.sealed.asking import Sealed
 from streamdedup.engine.sealed.view import View
 from streamdedup.engine.sealing import RemoteSegments, Sealing, SegmentsChanged
 from streamdedup.engine.state import Settings
-from streamdedup.engine.verify import VerifyCache, exact_margin
+from streamdedup.engine.verify import VerifyCache
 from streamdedup.engine.window import chained
-from streamdedup.models import Change, DocId, Document, Verdict
-from streamdedup.sketch.shingle import Shingler
+from streamdedup.errors import ConfigError
+from streamdedup.inputs.decode import from_mapping
+from streamdedup.models import Change, DocId, Document, Rejected, Verdict
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.segment.manifest import Manifest
 from streamdedup.store.tables import Tables
@@ -91,8 +93,17 @@ class Deduplicator:
         changelog: str | None = None,
         remote: RemoteSegments | None = None,
         base_segment: str | os.PathLike[str] | None = None,
+        metric: str | None = None,
+        item: str | None = None,
+        bits: int | None = None,
+        max_distance: float | None = None,
     ) -> None:
-        """`remote`: how to reach sealed segments registered as remote (the Kafka
+        """`metric`, `item`, `bits`, `max_distance`: the similarity family of a new
+        index (DESIGN.md "Items and similarity families"; None: Jaccard on texts, or
+        the index's own): `metric="hamming", bits=64, max_distance=3` compares 64-bit
+        strings (`check_item`).
+
+        `remote`: how to reach sealed segments registered as remote (the Kafka
         layer's `RemoteSegments.reader`); an index with remote segments needs it.
 
         `base_segment`: a sealed segment a NEW index starts from (`backfill
@@ -116,6 +127,10 @@ class Deduplicator:
             seed,
             false_positive_weight,
             false_negative_weight,
+            metric,
+            item,
+            bits,
+            max_distance,
         )
         self._open(path, detection, options, changelog, remote, base_segment)
 
@@ -150,12 +165,14 @@ class Deduplicator:
         self.changelog = changelog
         self.index, self.params = open_index(path, detection, self.options, base_segment)
         self.preparer = Preparer(self.params)
-        self._margin = exact_margin(self.params.threshold, self.params.num_perm)
+        family = family_of(self.params)
+        self._margin = family.lsh.margin(self.params.bar_value)
         self.counters = Counters()
         # the last run of a batch's transaction (its verdicts, changes, counters)
         self._last: BatchRun | None = None
         # this batch's indexed documents, and its candidates' exact sets (verify.py)
-        self._memory = VerifyCache(Shingler(self.params.shingle, self.params.hash_key))
+        self._memory = VerifyCache(family)
+        self._reported = family.reported
         # Decide a batch's plain documents at once (bulk.py); False: every document
         # one by one (tests compare the two)
         self.bulk = True
@@ -277,23 +294,41 @@ class Deduplicator:
 
     # ------------------------------------------------------------------ public API
 
-    def check(self, doc_id: DocId, text: str, timestamp_ms: int | None = None) -> Verdict:
+    def check(self, doc_id: DocId, item: str | bytes, timestamp_ms: int | None = None) -> Verdict:
         """Check one document against everything indexed before it, then index it.
 
-        The verdict says `unique` or `duplicate` (with the best-matching earlier id
-        and its similarity); the document is in the index when this returns, in its
-        own write transaction -- for many documents `check_batch` is far cheaper (one
-        transaction for all).  The same `doc_id` checked again with the same text gets
-        its stored verdict back; with other text it replaces the earlier document.
-        `timestamp_ms` (epoch milliseconds) places it in the time window when the
-        engine has one (`EngineOptions.ttl_ms`); None: it carries no time.  Errors
-        are `StreamDedupError`s (errors.py) and name this API's parameters, not
+        `item` is what the index compares: a text, or for an index of `bits` items a
+        bit string as hexadecimal digits (or its N/8 bytes); a malformed item is a
+        `ConfigError` naming what is wrong.  The verdict says `unique` or `duplicate`
+        (with the best-matching earlier id and its similarity, or distance); the
+        document is in the index when this returns, in its own write transaction --
+        for many documents `check_batch` is far cheaper (one transaction for all).
+        The same `doc_id` checked again with the same item gets its stored verdict
+        back; with another it replaces the earlier document.  `timestamp_ms` (epoch
+        milliseconds) places it in the time window when the engine has one
+        (`EngineOptions.ttl_ms`); None: it carries no time.  Errors are
+        `StreamDedupError`s (errors.py) and name this API's parameters, not
         command-line flags."""
-        return self.check_batch([Document(doc_id, text, timestamp_ms)])[0]
+        return self.check_batch([self.document(doc_id, item, timestamp_ms)])[0]
+
+    def document(
+        self, doc_id: DocId, item: str | bytes, timestamp_ms: int | None = None
+    ) -> Document:
+        """The `Document` of `doc_id` and its item for this index (`check`)."""
+        if self.params.item == "text":
+            if not isinstance(item, str):
+                raise ConfigError(f"a document's text is a string, not {type(item).__name__}")
+            return Document(doc_id, item, timestamp_ms)
+        fields = Fields(item=self.params.item, item_field="item", bits=self.params.bits)
+        got = from_mapping({"id": doc_id, "item": item}, fields, "item", timestamp_ms)
+        if isinstance(got, Rejected):
+            raise ConfigError(f"document {doc_id!r}: {got.message} ({got.reason})")
+        return got
 
     def check_batch(self, docs: Iterable[Document | tuple[DocId, str]]) -> list[Verdict]:
-        """Check and insert documents in order; one write transaction for all of them."""
-        batch = [d if isinstance(d, Document) else Document(d[0], d[1]) for d in docs]
+        """Check and insert documents in order; one write transaction for all of them
+        (a pair `(id, item)` is made a `Document` as `check` makes it)."""
+        batch = [d if isinstance(d, Document) else self.document(d[0], d[1]) for d in docs]
         return self.apply(self.preparer.prepare(batch, known=self.known))
 
     def known(self, keys: list[bytes], content: list[bytes]) -> set[int]:
@@ -334,6 +369,7 @@ class Deduplicator:
                 sealing.sealed.begin()
                 store = View(t, sealing.sealed)
             batch = self._apply(store, parts)
+            batch.verdicts = self._reported(batch.verdicts)  # (the family's keys)
             batch.dropped = sealing.end_run(t)
             if batch.changes:  # documents stored or forgotten: refused if unlogged
                 check_changelog(self.index, t.meta(MetaKey.CHANGELOG), self.changelog)

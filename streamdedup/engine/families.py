@@ -5,6 +5,7 @@ and the backfill all measure with the same one."""
 from __future__ import annotations
 
 from streamdedup.config import IndexParams
+from streamdedup.engine.hamming_bits import HammingBits
 from streamdedup.engine.jaccard_text import JaccardText
 from streamdedup.engine.similarity import SimilarityFamily
 
@@ -12,6 +13,7 @@ from streamdedup.engine.similarity import SimilarityFamily
 def family_of(params: IndexParams) -> SimilarityFamily:
     """The family an index's parameters name: a new object each call (a family
     keeps its own shingling tables, so a Preparer in a thread and the verifier never
-    share one).  Jaccard on text shingles is the only family so far; the next ones
-    are chosen here by a stored `metric`."""
+    share one), chosen by the stored `metric`."""
+    if params.metric == "hamming":
+        return HammingBits(params)
     return JaccardText(params)

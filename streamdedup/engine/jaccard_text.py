@@ -23,7 +23,7 @@ import numpy.typing as npt
 from streamdedup.config import IndexParams
 from streamdedup.engine.compressed import decompress_text
 from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
-from streamdedup.models import Document
+from streamdedup.models import Document, Verdict
 from streamdedup.sketch.family import Bar
 from streamdedup.sketch.jaccard import (
     Choices,
@@ -172,6 +172,11 @@ class JaccardText:
             first,
             _set_table(table),
         )
+
+    # -- reporting
+
+    def reported(self, verdicts: list[Verdict]) -> list[Verdict]:
+        return verdicts  # (the similarity the engine measured, as it is)
 
 
 def _set_table(table: KeptTable | None) -> SetTable | None:

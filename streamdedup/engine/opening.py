@@ -30,6 +30,10 @@ class Detection:
     seed: int | None = None
     false_positive_weight: float = 0.02
     false_negative_weight: float = 0.98
+    metric: str | None = None
+    item: str | None = None
+    bits: int | None = None
+    max_distance: float | None = None
 
 
 def open_index(

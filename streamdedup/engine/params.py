@@ -14,6 +14,7 @@ from streamdedup.config import (
     check_bands_rows,
     check_threshold,
 )
+from streamdedup.engine.family_params import family_params, refuse_family_options
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.sketch.lsh import banding, check_num_perm, tune
 from streamdedup.store.index import Index
@@ -34,6 +35,10 @@ def resolve_params(
     seed: int | None = None,
     false_positive_weight: float = 0.02,
     false_negative_weight: float = 0.98,
+    metric: str | None = None,
+    item: str | None = None,
+    bits: int | None = None,
+    max_distance: float | None = None,
 ) -> IndexParams:
     """Parameters for an index: the stored ones, which explicit options must match,
     or new ones from the options and defaults."""
@@ -48,6 +53,10 @@ def resolve_params(
             "rows": rows,
             "verify": verify,
             "seed": seed,
+            "metric": metric,
+            "item": item,
+            "bits": bits,
+            "max_distance": max_distance,
         }
         for name, value in asked.items():
             have = getattr(stored, name)
@@ -59,16 +68,26 @@ def resolve_params(
                     params=(name,),
                 )
         return stored
+    if (metric or "jaccard") != "jaccard":
+        return family_params(
+            metric or "jaccard",
+            item,
+            bits,
+            max_distance,
+            threshold,
+            num_perm,
+            bands,
+            rows,
+            verify,
+            _checked_seed(seed),
+        )
+    refuse_family_options(item, bits, max_distance)
     defaults = IndexParams()
     t = defaults.threshold if threshold is None else threshold
     k = defaults.num_perm if num_perm is None else num_perm
     check_threshold(t)
     check_num_perm(k)  # before anything is sized by it
-    s = defaults.seed if seed is None else seed
-    if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
-        raise ConfigError(
-            f"`seed` must be between 0 and {MAX_SEED} (2**64 - 1), got {s}", params=("seed",)
-        )
+    s = _checked_seed(seed)
     if bands is not None and rows is not None:
         band = banding(t, k, bands, rows)
     else:
@@ -82,6 +101,15 @@ def resolve_params(
         verify=verify or defaults.verify,
         seed=s,
     )
+
+
+def _checked_seed(seed: int | None) -> int:
+    s = IndexParams.seed if seed is None else seed
+    if not 0 <= s <= MAX_SEED:  # hashed as a 64-bit key, stored as an unsigned 64-bit value
+        raise ConfigError(
+            f"`seed` must be between 0 and {MAX_SEED} (2**64 - 1), got {s}", params=("seed",)
+        )
+    return s
 
 
 def open_params(index: Index, **options: Any) -> IndexParams:

@@ -102,10 +102,11 @@ def search_batch(
     # exact check tries those within the margin of the bar, at most `max_checks`
     # (one more says whether that cap stopped it); the signature rule the first
     # (on scores: the family's rule, `Bar`; a similarity's score is itself)
-    rule = memory.bar(threshold)
-    bar = -math.inf if signature_only else rule.floor - margin
+    rule, scale = memory.bar(threshold), memory.scale  # (`scale`: see single.py)
+    bar = -math.inf if signature_only else scale.cut(rule.floor - margin)
     limit = 1 if signature_only else max_checks + 1
     kept, ranked, est, at = rank_all(_signatures(docs), matrix, slot, flat, offsets, bar, limit)
+    est = scale.of(est)
     bounds = at.tolist()
     if signature_only:
         for j in np.flatnonzero(np.diff(at)).tolist():
@@ -128,7 +129,7 @@ def search_batch(
     for k in np.flatnonzero(checks >= max_checks).tolist():  # where the cap may have cut
         ranked_est = est[starts[k] : starts[k + 1]]
         out.exact_capped += cap_stopped(
-            ranked_est, int(checks[k]), bests[k], threshold, margin, max_checks
+            ranked_est, int(checks[k]), bests[k], rule, margin, max_checks
         )
     del kept  # (a document none of whose candidates has a signature: no check either)
     return out

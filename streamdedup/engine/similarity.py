@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.models import Document
+from streamdedup.models import Document, Verdict
 from streamdedup.sketch.family import Bar, LshFamily
 from streamdedup.sketch.jaccard import Choices
 from streamdedup.sketch.signature import Sketches
@@ -163,4 +163,13 @@ class SimilarityFamily(Protocol):
         """`choose` for items `first`, ... of a batch in one call (item j's candidates
         `ranked[at[j]:at[j + 1]]`); returns the first item that wants a
         representation no dict holds, or `len(mines)`."""
+        ...
+
+    # -- reporting
+
+    def reported(self, verdicts: list[Verdict]) -> list[Verdict]:
+        """The batch's verdicts with the family's measures as a verdict reports them
+        (Hamming: `distance` and the `similarity` it stands for); the engine decides
+        and stores the family's own measure (`Bar`'s), which a verdict of Jaccard
+        reports as it is."""
         ...

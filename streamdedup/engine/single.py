@@ -90,13 +90,15 @@ class SingleRun(WindowRun):
         c.most_candidates = max(c.most_candidates, len(found))
         if not len(found):
             return None
-        threshold = self.params.threshold
+        threshold = self.params.bar_value
+        rule, scale = self._memory.bar(threshold), self._memory.scale
         signature_only = self.params.verify == "signature"
         # the candidates in rank order (highest estimate first, ties by document
         # number: the stream's tie-break), as far as any rule may look: the exact
         # check tries those within the margin, at most `max_exact_checks` (one more
-        # tells whether that cap stopped it); the signature rule takes the first
-        bar = -math.inf if signature_only else threshold - self._margin
+        # tells whether that cap stopped it); the signature rule takes the first.
+        # (The ranking's estimates are MinHash's: `scale` reads them on the family's.)
+        bar = -math.inf if signature_only else scale.cut(rule.floor - self._margin)
         limit = 1 if signature_only else self.options.max_exact_checks + 1
         if self._expiry.behind:  # successors may stand in: any order
             kept_docnos, rows = self._one_by_one(t, found)
@@ -119,11 +121,12 @@ class SingleRun(WindowRun):
             kept, ranked, ranked_est = self._memory.ranked(t, sig, found, bar, limit)
         if not kept:
             return None
+        ranked_est = scale.of(ranked_est)
         if signature_only:
-            if ranked_est[0] < threshold:
+            if ranked_est[0] < rule.floor:
                 return None
             rec = t.record(ranked[0])
-            return None if rec is None else (float(ranked_est[0]), rec)
+            return None if rec is None else (rule.measured(float(ranked_est[0])), rec)
         best, checks = best_exact(
             t,
             self._memory,
@@ -137,7 +140,7 @@ class SingleRun(WindowRun):
         )
         c.exact_checks += checks
         c.exact_capped += cap_stopped(
-            ranked_est, checks, best, threshold, self._margin, self.options.max_exact_checks
+            ranked_est, checks, best, rule, self._margin, self.options.max_exact_checks
         )
         if best is None:
             return None

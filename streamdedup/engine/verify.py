@@ -31,7 +31,7 @@ from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.roles import Store
 from streamdedup.engine.signature_rows import SignatureRows
 from streamdedup.engine.similarity import ExactPart, Kept, KeptTable, SimilarityFamily
-from streamdedup.sketch.family import Bar
+from streamdedup.sketch.family import Bar, Scale
 from streamdedup.sketch.jaccard import Choices, exact_jaccard
 from streamdedup.sketch.minhash import margin as minhash_margin
 from streamdedup.sketch.shingle import Shingler
@@ -94,6 +94,8 @@ class VerifyCache(SignatureRows):
         self._mine: tuple[Prepared, int, Kept] | None = None
         self._first = 0  # the first document number of the batch: those below committed
         self._bar: Bar | None = None
+        # the ranking's estimates on the family's scale (sketch/family.py `Scale`)
+        self.scale = Scale.of_family(self.family.lsh)
 
     def bar(self, threshold: float) -> Bar:
         """The family's threshold rule at `threshold`, made once (a search asks for

@@ -19,11 +19,15 @@ from streamdedup.config import Fields
 from streamdedup.inputs.html import extract_text, page_text
 from streamdedup.models import (
     BAD_ID,
+    BAD_ITEM_LENGTH,
+    BAD_ITEM_TYPE,
+    BAD_ITEM_VALUE,
     BAD_TEXT,
     INVALID_UTF8,
     MALFORMED,
     MALFORMED_MSGPACK,
     MISSING_ID,
+    MISSING_ITEM,
     MISSING_TEXT,
     NOT_AN_OBJECT,
     TOO_LARGE,
@@ -67,7 +71,7 @@ def decode_json_lines(lines: list[bytes], fields: Fields) -> list[Document | Rej
     refuses lone surrogates, so an id it returns needs no surrogate check.)  One
     function call a line instead of four: a third of the preparing of a one-line
     document was `decode_json`'s checks."""
-    if fields.text_format == "html":
+    if fields.text_format == "html" or fields.item != "text":
         return [decode_json(raw, fields) for raw in lines]
     id_field, text_field, limit = fields.id_field, fields.text_field, fields.max_bytes
     loads, error = orjson.loads, orjson.JSONDecodeError
@@ -155,6 +159,8 @@ def from_mapping(
     checked = check_id(doc_id, fields.id_field)
     if isinstance(checked, Rejected):
         return checked
+    if fields.item != "text":
+        return _with_item(obj, fields, checked, timestamp_ms)
     if fields.text_field not in obj:
         return Rejected(MISSING_TEXT, f"no {fields.text_field!r} field", checked)
     text = obj[fields.text_field]
@@ -165,6 +171,49 @@ def from_mapping(
             checked,
         )
     return Document(checked, text, timestamp_ms)
+
+
+def _with_item(
+    obj: dict[Any, Any], fields: Fields, doc_id: str | int, timestamp_ms: int | None
+) -> Document | Rejected:
+    """A record of an index whose items are not texts: its item, checked and in
+    canonical bytes (`bits`: a string of N bits as N/4 hexadecimal digits, or in
+    msgpack a bin of N/8 bytes; most significant bit first either way)."""
+    name = fields.item_name
+    if name not in obj:
+        return Rejected(MISSING_ITEM, f"no {name!r} field (the item: {fields.item})", doc_id)
+    value = obj[name]
+    width = fields.bits // 8
+    if isinstance(value, bytes):
+        if len(value) != width:
+            return Rejected(
+                BAD_ITEM_LENGTH,
+                f"field {name!r} holds {len(value)} bytes; {fields.bits} bits are {width}",
+                doc_id,
+            )
+        return Document(doc_id, "", timestamp_ms, value)
+    if not isinstance(value, str):
+        return Rejected(
+            BAD_ITEM_TYPE,
+            f"field {name!r} is {json_kind(value)}, not a string of hexadecimal digits",
+            doc_id,
+        )
+    if len(value) != 2 * width:
+        return Rejected(
+            BAD_ITEM_LENGTH,
+            f"field {name!r} holds {len(value)} hexadecimal digits; {fields.bits} bits are "
+            f"{2 * width}",
+            doc_id,
+        )
+    try:
+        bits = bytes.fromhex(value)
+    except ValueError:
+        bits = b""
+    if len(bits) != width:  # (`fromhex` also skips spaces: not digits either)
+        return Rejected(
+            BAD_ITEM_VALUE, f"field {name!r} is not hexadecimal: {value[:80]!r}", doc_id
+        )
+    return Document(doc_id, "", timestamp_ms, bits)
 
 
 # A verdict carries its id up to three times (id, duplicate_of, cluster) and must fit

@@ -315,7 +315,7 @@ class Worker:
             silent_until=self.positions.silent_until,
             sink=self.sink,
             input_format=self.cfg.input_format,
-            fields=self.cfg.fields,
+            fields=self.cfg.fields.for_params(self.dd.params),
             changelog=bool(self.cfg.changelog_topic),
             changed_others=lambda: self.dd.changed_others,
         )

@@ -10,13 +10,10 @@ import msgpack
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.engine.jaccard_text import exact_shingles
+from streamdedup.engine.families import family_of
 from streamdedup.engine.prepare import stored_band_keys
 from streamdedup.errors import IndexOpenError
-from streamdedup.models import Record
-from streamdedup.sketch.jaccard import exact_jaccard
-from streamdedup.sketch.shingle import Shingler
-from streamdedup.sketch.signature import estimate_jaccard
+from streamdedup.models import Record, Verdict
 from streamdedup.store.index import Index
 from streamdedup.store.integrity import check_index
 from streamdedup.store.keys import (
@@ -151,11 +148,21 @@ def _caps_line(capped: dict[str, int]) -> list[str]:
     ]
 
 
+def _family_text(p: dict[str, Any]) -> str:
+    """What an index compares, as `stats` prints it."""
+    if p.get("metric", "jaccard") == "jaccard":
+        return f"threshold {p['threshold']}, {p['shingle']}"
+    return (
+        f"metric {p['metric']} on {p['bits']}-bit strings, max distance {p['max_distance']:g} "
+        f"(threshold {p['threshold']})"
+    )
+
+
 def render_stats(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
         f"index {s['path']}",
-        f"  parameters   threshold {p['threshold']}, K {p['num_perm']}, {p['shingle']}, "
+        f"  parameters   {_family_text(p)}, K {p['num_perm']}, "
         f"{p['bands']} bands x {p['rows']} rows, verify {p['verify']}, seed {p['seed']}",
         f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)"
         if not s["segments"]
@@ -308,7 +315,7 @@ def _describe(
         "verdict": "duplicate" if rec.verdict else "unique",
         "duplicate_of": rec.duplicate_of,
         "cluster": rec.cluster,
-        "similarity": rec.similarity,
+        **_measures(params, rec),
         "exact": rec.exact,
         "reason": rec.reason,
         "shingles": rec.shingles,
@@ -334,9 +341,11 @@ def _id_forms(doc_id: str) -> list[str | int]:
     return forms
 
 
-def _exact_set(t: Tables, shingler: Shingler, docno: int) -> Any:
-    """A document's exact shingle set, from its stored text (as verification reads it)."""
-    return exact_shingles(shingler, t.text(docno))
+def _measures(params: IndexParams, rec: Record) -> dict[str, Any]:
+    """A stored verdict's measures as its verdict reports them (a distance family
+    stores its distance: `similarity` and `distance` from it)."""
+    reported = family_of(params).reported([Verdict.from_record(rec)])[0].to_dict()
+    return {k: reported[k] for k in ("similarity", "distance") if k in reported}
 
 
 def _neighbours(
@@ -361,28 +370,35 @@ def _neighbours(
     rows.sort(key=lambda row: row[1])  # document numbers are the index's, across segments
     mine = np.frombuffer(sig, dtype="<u2")
     others = np.stack([np.frombuffer(s, dtype="<u2") for _, _, s in rows])
-    est = estimate_jaccard(mine, others)
+    family = family_of(params)  # (Jaccard: MinHash's estimate and exact Jaccard)
+    rule = family.lsh.bar(params.bar_value)
+    est = family.lsh.estimate(mine, others)
     order = np.argsort(-est, kind="stable")[:limit]
-    shingler = Shingler(params.shingle, params.hash_key)
-    own_set = (
-        own.index.read(lambda t: _exact_set(t, shingler, docno))
+    own_rep = (
+        own.index.read(lambda t: family.exact_stored(t.text(docno)))
         if params.verify == "exact"
         else None
+    )
+    estimated, exact_key = (
+        ("estimated_similarity", "jaccard")
+        if params.metric == "jaccard"
+        else (f"estimated_{rule.measure}", rule.measure)
     )
     out = []
     for j in order:
         src, d, _ = rows[int(j)]
         entry: dict[str, Any] = {
             "id": None,
-            "estimated_similarity": round(float(est[j]), 4),
+            estimated: round(rule.measured(float(est[j])), 4),
             "segment": src.number,
         }
 
         def describe(t: Tables, d: int = d, entry: dict[str, Any] = entry) -> None:
             rec = t.record(d)
             entry["id"] = None if rec is None else rec.doc_id
-            if own_set is not None:
-                entry["jaccard"] = round(exact_jaccard(own_set, _exact_set(t, shingler, d)), 4)
+            if own_rep is not None:
+                theirs = family.exact_stored(t.text(d))
+                entry[exact_key] = round(family.lsh.exact(own_rep, theirs), 4)
 
         src.index.read(describe)
         out.append(entry)
@@ -410,6 +426,7 @@ def render_inspect(info: dict[str, Any]) -> str:
         f"verdict     {info['verdict']}"
         + (f" of {info['duplicate_of']!r}" if info["duplicate_of"] is not None else "")
         + (f", similarity {info['similarity']}" if info["similarity"] is not None else "")
+        + (f", distance {info['distance']:g}" if info.get("distance") is not None else "")
         + (" (identical content)" if info["exact"] else "")
         + (f" ({info['reason']})" if info["reason"] else ""),
         f"cluster     {info['cluster']!r}",
@@ -420,15 +437,20 @@ def render_inspect(info: dict[str, Any]) -> str:
     if not info["in_buckets"]:
         lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
     elif info["neighbours"]:
+        first = info["neighbours"][0]
+        exact = next((k for k in ("jaccard", "distance") if k in first), None)
+        estimated = (
+            "estimated_similarity" if "estimated_similarity" in first else "estimated_distance"
+        )
         lines.append(
             "nearest indexed neighbours (estimated from signatures"
-            + (", exact Jaccard" if "jaccard" in info["neighbours"][0] else "")
+            + (f", exact {'Jaccard' if exact == 'jaccard' else 'distance'}" if exact else "")
             + "):"
         )
         for n in info["neighbours"]:
-            extra = f"  exact {n['jaccard']:.4f}" if "jaccard" in n else ""
+            extra = f"  exact {n[exact]:.4f}" if exact in n else ""
             where = "" if n["segment"] is None else f"  (sealed segment {n['segment']})"
-            lines.append(f"  {n['id']!r:40}  ~{n['estimated_similarity']:.4f}{extra}{where}")
+            lines.append(f"  {n['id']!r:40}  ~{n[estimated]:.4f}{extra}{where}")
     else:
         lines.append("no neighbours share a bucket")
     if info["remote_segments"]:

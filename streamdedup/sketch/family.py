@@ -16,14 +16,15 @@ what is stored, how stored items are checked) is `engine/similarity.py`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdedup.sketch.hashing import U64
-from streamdedup.sketch.signature import Signatures, Sketches
+from streamdedup.sketch.signature import Signatures, Sketches, estimate_of_agreeing
 
 Measure = Literal["similarity", "distance"]
 
@@ -150,3 +151,50 @@ class LshFamily(Protocol[Batch_contra, Rep_contra]):
     def bar(self, threshold: float) -> Bar:
         """The threshold rule at `threshold` (a similarity, or a distance)."""
         ...
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The ranking's estimates on a family's own scale.
+
+    The compiled ranking (`signature.rank_gathered`, `rank_all`) sorts candidates by
+    their number of agreeing positions and reports MinHash's estimate of that count
+    (`estimate_of_agreeing`), a strictly rising function of it; every family's
+    estimate is one too (`LshFamily.estimate_table`).  So a family's estimate is its
+    table at the count the MinHash estimate stands for (`of`), and a cut on the
+    family's scale is a cut on MinHash's at the least count that meets it (`cut`):
+    one ranking serves every family, and for MinHash itself both are the identity."""
+
+    table: npt.NDArray[np.float64]  # the family's estimate at a = 0 .. K agreeing
+    minhash: npt.NDArray[np.float64]  # MinHash's estimate at the same counts
+    identity: bool
+
+    @classmethod
+    def of_family(cls, family: LshFamily[Any, Any]) -> Scale:
+        counts = np.arange(family.num_perm + 1, dtype=np.int64)
+        minhash = estimate_of_agreeing(counts, family.num_perm)
+        table = family.estimate_table()
+        return cls(table, minhash, bool(np.array_equal(table, minhash)))
+
+    def of(self, est: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """The family's estimates for the ranking's (MinHash) ones: the count each
+        stands for, read between the counts' midpoints (a compiled estimate may
+        differ from numpy's in its last bit)."""
+        if self.identity or not len(est):
+            return est
+        mids = (self.minhash[1:] + self.minhash[:-1]) / 2
+        out: npt.NDArray[np.float64] = self.table[np.searchsorted(mids, est)]
+        return out
+
+    def cut(self, floor: float) -> float:
+        """The ranking's (MinHash) cut for a cut at `floor` on the family's scale: a
+        candidate's family estimate is at least `floor` exactly when its MinHash
+        estimate is at least this."""
+        if self.identity or floor == -math.inf:
+            return floor
+        a = int(np.searchsorted(self.table, floor, side="left"))  # least count meeting it
+        if a == 0:
+            return -math.inf
+        if a > len(self.table) - 1:
+            return math.inf
+        return float((self.minhash[a] + self.minhash[a - 1]) / 2)

@@ -93,3 +93,28 @@ def s_curve_table(banding: Banding, points: int = 10) -> list[tuple[float, float
     """(s, P(candidate)) at s = 0.1 .. 1.0, the table the lecture notes print."""
     s = np.round(np.arange(1, points + 1) / points, 4)
     return list(zip(s.tolist(), s_curve(s, banding.bands, banding.rows).tolist(), strict=True))
+
+
+# What `tune_for_recall` aims at: the share of pairs exactly at the threshold that
+# become candidates (the issue's and the tests' "recall at the threshold").
+RECALL_TARGET = 0.99
+
+
+def tune_for_recall(threshold: float, num_perm: int, target: float = RECALL_TARGET) -> Banding:
+    """The b x r (b * r <= K) whose S-curve reaches `target` at `threshold` with the
+    least false-positive area below it; if none reaches it, the one that comes
+    closest.  For the families whose row probability at the bar is high and whose
+    unrelated pairs are many (bit strings: 1 - d/N is 0.95 at SimHash's d = 3 of 64,
+    and unrelated strings agree in half their bits): the error-area weighting of
+    `tune` picks bands there that miss one pair in twenty at the bar."""
+    check_num_perm(num_perm)
+    best: tuple[tuple[bool, float], Banding] | None = None
+    for rows in range(1, num_perm + 1):
+        bands = num_perm // rows
+        recall = float(s_curve(threshold, bands, rows))
+        fp, fn = error_areas(threshold, bands, rows)
+        key = (recall >= target, -fp if recall >= target else recall)
+        if best is None or key > best[0]:
+            best = (key, Banding(bands, rows, fp, fn))
+    assert best is not None
+    return best[1]

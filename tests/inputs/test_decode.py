@@ -310,3 +310,55 @@ def test_messages_name_kinds_as_json_does() -> None:
         assert isinstance(out, Rejected) and out.message == message, (raw, out)
     assert json_kind(b"\x00") == "binary data" and json_kind({1}) == "a set"
     assert json_kind(1.5) == "a number with a fraction or exponent"
+
+
+# ---------------------------------------------------------------- bits items (hamming)
+
+BITS = Fields(item="bits", bits=64)
+
+
+@given(st.integers(0, 2**64 - 1), st.booleans(), st.sampled_from(["json", "msgpack"]))
+def test_a_bit_string_decodes_to_its_bytes(value: int, upper: bool, fmt: str) -> None:
+    """Hex digits (either case) in JSON and msgpack, or a bin of N/8 bytes in
+    msgpack: the same N/8 bytes, most significant bit first, and no text."""
+    import msgpack
+
+    digits = f"{value:016x}"
+    digits = digits.upper() if upper else digits
+    want = value.to_bytes(8, "big")
+    for item in [digits, want] if fmt == "msgpack" else [digits]:
+        obj = {"id": "d", "bits": item}
+        raw = msgpack.packb(obj) if fmt == "msgpack" else orjson.dumps(obj)
+        got = decode_message(raw, None, fmt, BITS)
+        assert got == Document("d", "", None, want)
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        ("00ff", "bad_item_length"),
+        ("0" * 17, "bad_item_length"),
+        ("0x00000000000000", "bad_item_value"),
+        ("00 0000000000000", "bad_item_value"),
+        ("g000000000000000", "bad_item_value"),
+        (5, "bad_item_type"),
+        (None, "bad_item_type"),
+        ([0, 1], "bad_item_type"),
+    ],
+)
+def test_each_kind_of_bad_bit_string(item: object, reason: str) -> None:
+    got = decode_json(orjson.dumps({"id": 7, "bits": item}), BITS)
+    assert isinstance(got, Rejected) and got.reason == reason and got.id == 7, got
+    assert decode_json(orjson.dumps({"id": 7}), BITS) == Rejected(
+        "missing_item", "no 'bits' field (the item: bits)", 7
+    )
+    import msgpack
+
+    short = msgpack.packb({"id": 7, "bits": b"\x00" * 7})
+    assert decode_message(short, None, "msgpack", BITS).reason == "bad_item_length"  # type: ignore[union-attr]
+
+
+@given(st.lists(lines, max_size=8))
+def test_a_batch_of_bit_lines_decodes_as_each_line_alone(raw: list[bytes]) -> None:
+    fields = Fields(item="bits", bits=8, item_field="text")
+    assert decode_json_lines(raw, fields) == [decode_json(r, fields) for r in raw]

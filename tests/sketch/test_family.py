@@ -1,8 +1,8 @@
 """The maths half of the similarity-family seam (sketch/family.py): the threshold
 rule (`Bar`) and the laws every `LshFamily` keeps, checked here for MinHash /
-Jaccard (sketch/minhash.py).  A new family joins `FAMILIES` with a strategy for its
-batches and must pass every test parametrised over it (docs/architecture.md, "How a
-similarity family plugs in")."""
+Jaccard (sketch/minhash.py) and bit sampling / Hamming (sketch/bitsampling.py).  A
+new family joins `FAMILIES` with a strategy for its batches and must pass every test
+parametrised over it (docs/architecture.md, "How a similarity family plugs in")."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamdedup.sketch.bitsampling import BitSampling, hamming, hamming_rows
 from streamdedup.sketch.family import Bar, LshFamily
 from streamdedup.sketch.jaccard import numpy_jaccard
 from streamdedup.sketch.minhash import MinHashJaccard
@@ -76,11 +77,31 @@ def _elements(batch: ShingleBatch, i: int) -> Any:
     return MinHashJaccard.elements(batch.of(i))
 
 
+def _bit_batches(num_bits: int) -> st.SearchStrategy[np.ndarray]:
+    """(n, N/8) packed bit strings: a few bases, each item a base with a few bits
+    flipped (so items lie near each other as well as far apart)."""
+    base = st.binary(min_size=num_bits // 8, max_size=num_bits // 8)
+    flips = st.lists(st.integers(0, num_bits - 1), max_size=6)
+
+    def batch(bases: list[bytes], items: list[tuple[int, list[int]]]) -> np.ndarray:
+        rows = np.frombuffer(b"".join(bases[k % len(bases)] for k, _ in items), np.uint8)
+        rows = rows.reshape(len(items), num_bits // 8).copy()
+        for row, (_, bits) in zip(rows, items, strict=True):
+            for b in bits:
+                row[b >> 3] ^= np.uint8(0x80 >> (b & 7))
+        return rows
+
+    items = st.lists(st.tuples(st.integers(0, 3), flips), min_size=1, max_size=8)
+    return st.builds(batch, st.lists(base, min_size=1, max_size=3), items)
+
+
 FAMILIES = [
     Case(
         MinHashJaccard(128, 18, 7, 1), _element_batches(), _elements, lambda b: len(b.offsets) - 1
     ),
     Case(MinHashJaccard(64, 8, 8, 99), _element_batches(), _elements, lambda b: len(b.offsets) - 1),
+    Case(BitSampling(64, 128, 8, 16, 1), _bit_batches(64), lambda b, i: b[i], len),
+    Case(BitSampling(256, 96, 6, 16, 7), _bit_batches(256), lambda b, i: b[i], len),
 ]
 ids = [f"{c.family.name}-{c.family.num_perm}" for c in FAMILIES]
 
@@ -164,3 +185,37 @@ def test_minhash_is_the_path_the_engine_always_took(batch: ShingleBatch) -> None
     assert f.exact(a, b) == numpy_jaccard(a, b)
     for t in (0.5, 0.8, 0.9):
         assert f.bar(t) == Bar(t, "similarity")
+
+
+@settings(max_examples=60, deadline=None)
+@given(_bit_batches(64), st.integers(0, 2**32))
+def test_bit_sampling_rows_are_sampled_bits(batch: np.ndarray, seed: int) -> None:
+    """Row i of a signature is bit h(i) of the string (most significant bit of byte
+    0 first, as hex reads), so two strings agree in row i exactly when they agree in
+    that bit: the seeds' row probability 1 - d/N over a uniform h.  The band keys are
+    MinHash's keyed hash of the rows; the exact distance is the XOR's popcount."""
+    f = BitSampling(64, 64, 4, 16, seed)
+    bits = np.unpackbits(batch, axis=1)
+    assert np.array_equal(f.sketch(batch).sigs, bits[:, f.positions].astype(np.uint16))
+    assert np.array_equal(
+        f.band_keys(f.sketch(batch).sigs), band_keys(f.sketch(batch).sigs, 4, 16, seed)
+    )
+    for i in range(len(batch)):
+        want = (bits != bits[i]).sum(axis=1)
+        assert np.array_equal(hamming_rows(batch[i], batch), want)
+        assert [hamming(batch[i], row) for row in batch] == want.tolist()
+    assert f.bar(3) == Bar(3, "distance") and f.bar(3).meets(3) and not f.bar(3).meets(4)
+
+
+def test_bit_sampling_positions_are_uniform_and_seeded() -> None:
+    """h is uniform over the N positions (a chi-square test at 0.1% over 64,000
+    draws) and a function of the seed alone."""
+    f = BitSampling(64, 1024, 64, 16, 5)
+    assert np.array_equal(f.positions, BitSampling(64, 1024, 64, 16, 5).positions)
+    assert not np.array_equal(f.positions, BitSampling(64, 1024, 64, 16, 6).positions)
+    counts = np.zeros(64)
+    for seed in range(64):
+        counts += np.bincount(BitSampling(64, 1000, 1, 1, seed).positions, minlength=64)
+    expected = counts.sum() / 64
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 103.4  # the 99.9% point of chi-square with 63 degrees of freedom

@@ -242,7 +242,7 @@ class StoreRun(WindowRun):
             buckets,
             [(p, i, d) for (p, i), d in zip(where, docnos, strict=True)],
             self.options.max_bucket_candidates,
-            self.params.threshold,
+            self.params.bar_value,
             self._margin,
             self.options.max_exact_checks,
             signature_only=self.params.verify == "signature",

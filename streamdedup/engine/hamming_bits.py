@@ -1,0 +1,234 @@
+"""Hamming distance on bit strings, a `SimilarityFamily` (engine/similarity.py).
+
+An item is a string of N bits (`--item bits --bits N`: a SimHash, a perceptual image
+hash), decoded to its N/8 bytes (inputs/decode.py).  Its canonical bytes are those
+bytes behind a one-byte tag, `b"b"`: their SHA-256 is its content identity, and they
+are what is stored for exact checks -- the tag keeps a stored item from ever
+starting like a zstd frame (engine/compressed.py tells the two apart by their first
+bytes, which a bit string may otherwise have).  Signature and band keys are bit
+sampling's (sketch/bitsampling.py); an exact check is the popcount of the XOR, made
+for all of an item's candidates at once, in rank order, by the rule every family
+keeps (`verify.choose_exact`).
+
+A verdict of this family carries the exact `distance` in bits and the `similarity`
+1 - d/N it stands for (`reported`); the engine measures and stores the distance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdedup.config import IndexParams
+from streamdedup.engine.compressed import decompress_text
+from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
+from streamdedup.models import DistanceVerdict, Document, Verdict
+from streamdedup.sketch.bitsampling import BitRows, BitSampling
+from streamdedup.sketch.family import Bar
+from streamdedup.sketch.jaccard import Choices
+
+TAG = b"b"  # leads a bit string's canonical bytes
+
+
+@dataclass(frozen=True)
+class BitItems:
+    """A batch's bit strings as canonical bytes (`TAG` + N/8 bytes; b"": none)."""
+
+    raw: list[bytes]
+
+    def without(self, resent: set[int]) -> BitItems:
+        return BitItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)])
+
+
+@dataclass(frozen=True)
+class BitPart:
+    """A sub-batch's bit strings, (n, N/8) uint8: what exact checks measure."""
+
+    rows: BitRows
+
+    def of(self, j: int) -> npt.NDArray[np.uint8]:
+        row: npt.NDArray[np.uint8] = self.rows[j]
+        return row
+
+
+class NoTable:
+    """Hamming keeps no pre-filter: a check is one XOR and popcount of N/8 bytes."""
+
+    def put_many(self, docnos: list[int], kept: list[Kept]) -> None:
+        pass
+
+    def drop(self, docno: int) -> None:
+        pass
+
+
+class HammingBits:
+    """`SimilarityFamily`: N-bit strings; bit sampling, Hamming distance <= d."""
+
+    def __init__(self, params: IndexParams) -> None:
+        self.params = params
+        self.width = params.bits // 8
+        self.lsh = BitSampling(params.bits, params.num_perm, params.bands, params.rows, params.seed)
+
+    # -- preparing
+
+    def canonical(self, docs: Sequence[Document]) -> BitItems:
+        return BitItems([b"" if d.item is None else TAG + d.item for d in docs])
+
+    def sketch(self, items: Items, part: slice, exact: bool) -> SketchedPart:
+        raw = items.raw[part]
+        blank = bytes(self.width + 1)
+        have = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw)) > 0
+        joined = b"".join(r if r else blank for r in raw)
+        rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(raw), self.width + 1)[:, 1:]
+        rows = np.ascontiguousarray(rows)
+        sizes = np.where(have, self.params.bits, 0).astype(np.int64)
+        return SketchedPart(sizes, self.lsh.sketch(rows), BitPart(rows) if exact else None)
+
+    # -- verifying
+
+    def kept_own(self, part: ExactPart, j: int) -> Kept:
+        assert isinstance(part, BitPart)
+        return bytes(part.rows[j])
+
+    def kept_own_many(self, part: ExactPart, picks: list[int]) -> list[Kept]:
+        assert isinstance(part, BitPart)
+        rows: list[bytes] = part.rows[picks].view(f"V{self.width}").ravel().tolist()
+        return rows
+
+    def kept_stored(self, stored: bytes) -> Kept:
+        return decompress_text(stored)[len(TAG) :]
+
+    def exact_stored(self, stored: bytes) -> npt.NDArray[np.uint8]:
+        return np.frombuffer(self.kept_stored(stored), dtype=np.uint8)
+
+    def kept_size(self, kept: Kept) -> int:
+        return max(1, len(kept) // 8)
+
+    def table(self) -> NoTable:
+        return NoTable()
+
+    def choose(
+        self,
+        mine: Kept,
+        sets: tuple[dict[int, Kept], ...],
+        ranked: list[int],
+        est: npt.NDArray[np.float64],
+        bar: Bar,
+        margin: float,
+        max_checks: int,
+        start: int,
+        best: int,
+        best_sim: float,
+        table: KeptTable | None,
+    ) -> tuple[int, float, int, bool]:
+        return choose_ranked(
+            mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
+        )
+
+    def choose_all(
+        self,
+        mines: list[Kept],
+        sets: tuple[dict[int, Kept], ...],
+        ranked: npt.NDArray[np.int64],
+        est: npt.NDArray[np.float64],
+        at: npt.NDArray[np.int64],
+        bar: Bar,
+        margin: float,
+        max_checks: int,
+        state: Choices,
+        first: int,
+        table: KeptTable | None,
+    ) -> int:
+        bounds = at.tolist()
+        for j in range(first, len(mines)):
+            a, b = bounds[j], bounds[j + 1]
+            if a == b:
+                continue
+            best, best_sim, checks, more = choose_ranked(
+                mines[j],
+                sets,
+                ranked[a:b].tolist(),
+                est[a:b],
+                bar,
+                margin,
+                max_checks,
+                int(state.checks[j]),
+                int(state.best[j]),
+                float(state.best_sim[j]),
+            )
+            state.best[j], state.best_sim[j], state.checks[j] = best, best_sim, checks
+            if more:
+                return j
+        return len(mines)
+
+    # -- reporting
+
+    def reported(self, verdicts: list[Verdict]) -> list[Verdict]:
+        return [self.report(v) for v in verdicts]
+
+    def report(self, v: Verdict) -> DistanceVerdict:
+        """A verdict as this family reports it: the engine's measure (a distance in
+        bits; an exact copy's 1.0 marks none) as `distance`, and `similarity`
+        1 - d/N."""
+        if v.verdict != "duplicate":
+            distance, similarity = None, None
+        elif v.exact:
+            distance, similarity = 0.0, 1.0
+        else:
+            distance = float(v.similarity or 0.0)
+            similarity = 1.0 - distance / self.params.bits
+        return DistanceVerdict(
+            v.id, v.verdict, v.duplicate_of, v.cluster, similarity, v.exact, v.reason, distance
+        )
+
+
+def choose_ranked(
+    mine: Kept,
+    sets: tuple[dict[int, Kept], ...],
+    ranked: list[int],
+    est: npt.NDArray[np.float64],
+    bar: Bar,
+    margin: float,
+    max_checks: int,
+    start: int = 0,
+    best: int = -1,
+    best_measure: float = 0.0,
+) -> tuple[int, float, int, bool]:
+    """`verify.choose_exact`'s rule over one item's ranked candidates (`ranked`, with
+    estimates `est` in score units, descending), resumable, as
+    `sketch.jaccard.choose_ranked` keeps it: (rank of the best or -1, its distance,
+    checks made, `more`: the string of rank `checks` is in no dict).  The strings the
+    dicts hold, up to the first missing one or the last the rule may reach, are
+    measured at once; the rule then walks those distances."""
+    reach = min(len(ranked), max_checks)
+    got: list[bytes] = []
+    for d in ranked[start:reach]:
+        kept = next((s[d] for s in sets if d in s), None)
+        if kept is None:
+            break
+        got.append(kept)
+    if got:
+        mine_row = np.frombuffer(mine, dtype=np.uint8)
+        theirs = np.frombuffer(b"".join(got), dtype=np.uint8).reshape(len(got), len(mine))
+        distances = np.bitwise_count(theirs ^ mine_row).sum(axis=1, dtype=np.int64).tolist()
+    else:
+        distances = []
+    for k, distance in enumerate(distances):
+        checks = start + k
+        floor = bar.floor if best < 0 else bar.score(best_measure)
+        if est[checks] < floor - margin:
+            return best, best_measure, checks, False
+        if bar.meets(distance) and (best < 0 or bar.better(distance, best_measure)):
+            best, best_measure = checks, float(distance)
+    checks = start + len(distances)
+    if checks >= reach:
+        return best, best_measure, max(start, reach), False
+    floor = bar.floor if best < 0 else bar.score(best_measure)
+    if est[checks] < floor - margin:
+        return best, best_measure, checks, False
+    return best, best_measure, checks, True
+
+
+__all__ = ["HammingBits", "choose_ranked"]

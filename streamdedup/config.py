@@ -77,9 +77,15 @@ class Fields:
         )
 
     def for_params(self, params: IndexParams) -> Fields:
-        """These fields reading the items of an index with `params`."""
+        """These fields reading the items of an index with `params` (refused: HTML
+        pages for an index whose items are not texts)."""
         if (params.item, params.bits) == (self.item, self.bits):
             return self
+        if params.item != "text" and self.text_format == "html":
+            raise ConfigError(
+                f"--text-format html reads pages as texts; this index compares "
+                f"{params.item} items (`metric` {params.metric})"
+            )
         return replace(self, item=params.item, bits=params.bits)
 
     @property

@@ -131,6 +131,12 @@ class Run:
         warc = is_warc(path)
         if not warc:
             warc, source = sniff_warc(source)
+        if warc and self.fields.item != "text":
+            raise ConfigError(
+                f"{path} is a WARC archive, whose records are pages; this index compares "
+                f"{self.fields.item} items (give JSON Lines records with a "
+                f"{self.fields.item_name!r} field)"
+            )
         if warc:
             self.summary.unit = "records"
             report = self.values["report_skipped"]

@@ -14,7 +14,7 @@ from typing import Any
 import msgpack
 
 from streamdedup.errors import StreamDedupError
-from streamdedup.models import Verdict
+from streamdedup.models import DistanceVerdict, Verdict
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
 
@@ -85,9 +85,19 @@ class Progress:
                 t.delete_meta_range(start, start + lo.to_bytes(8, "big"))
         rows: dict[int, list[tuple[Any, ...]]] = {}
         for p, off, v in verdicts:
-            rows.setdefault(p, []).append(
-                (off, v.id, v.verdict, v.duplicate_of, v.cluster, v.similarity, v.exact, v.reason)
+            row: tuple[Any, ...] = (
+                off,
+                v.id,
+                v.verdict,
+                v.duplicate_of,
+                v.cluster,
+                v.similarity,
+                v.exact,
+                v.reason,
             )
+            if isinstance(v, DistanceVerdict):  # (a family with a distance: one field more)
+                row += (v.distance,)
+            rows.setdefault(p, []).append(row)
         # Under every partition's part of the batch: a redelivery of any part of it
         # (the broker may cut it otherwise, a rebalance may split it) re-sends them.
         ids = msgpack.packb(list(dict.fromkeys(touched))) if touched else None
@@ -124,5 +134,6 @@ class Progress:
                     "which the index has already applied; were the consumer group's "
                     "offsets reset while the index was kept?"
                 )
-            out.append(Verdict(*rows[at][1:]))
+            fields = rows[at][1:]
+            out.append(Verdict(*fields) if len(fields) < 8 else DistanceVerdict(*fields))
         return out

@@ -109,6 +109,12 @@ class Worker:
         assign: Callable[[Any], Assigned] | None = None,
         on_batch: Callable[[WorkerStats, list[Outgoing]], None] | None = None,
     ) -> None:
+        if dedup.params.item != "text" and cfg.input_format in ("raw", "html"):
+            raise ConfigError(
+                f"--input-format {cfg.input_format} carries a text; this index compares "
+                f"{dedup.params.item} items: use json or msgpack records with a "
+                f"{cfg.fields.item_field or dedup.params.item!r} field"
+            )
         self.cfg = cfg
         self.dd = dedup
         self.observer = WorkerObserver(metrics, dedup.max_clock_skew_ms)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from streamdedup.errors import StreamDedupError
 from streamdedup.kafka.ledger import Progress
-from streamdedup.models import Verdict
+from streamdedup.models import DistanceVerdict, Verdict
 from streamdedup.store.index import Index
 
 
@@ -44,6 +44,23 @@ def test_a_batch_comes_back_whole_and_in_part(index: Index) -> None:
     index.write(lambda t: prog.keep_verdicts(t, {0: 100, 1: 7}, kept))
     assert stored(index, prog, batch) == [verdict(p, o) for p, o in batch]
     assert stored(index, prog, [(1, 9), (0, 115)]) == [verdict(1, 9), verdict(0, 115)]
+
+
+def test_a_distance_familys_verdicts_come_back_with_their_distance(index: Index) -> None:
+    """A Hamming index's verdicts carry `distance`: kept and read back whole, so a
+    redelivery republishes the record first published (and a Jaccard verdict of the
+    same batch stays a plain one)."""
+    prog = Progress("g", "bits")
+    kept = [
+        (0, 5, DistanceVerdict("a", "duplicate", "b", "b", 1 - 3 / 64, False, None, 3.0)),
+        (0, 6, DistanceVerdict("c", "unique", None, "c", None, False, None, None)),
+        (0, 7, verdict(0, 9)),
+    ]
+    index.write(lambda t: prog.keep_verdicts(t, {0: 5}, kept))
+    back = stored(index, prog, [(0, 5), (0, 6), (0, 7)])
+    assert back == [v for _, _, v in kept]
+    assert [type(v) for v in back] == [DistanceVerdict, DistanceVerdict, Verdict]
+    assert back[0].to_dict()["distance"] == 3.0 and "distance" in back[1].to_dict()
 
 
 def test_a_redelivery_cut_short_keeps_the_rest_of_the_stored_batch(index: Index) -> None:

@@ -1,0 +1,57 @@
+"""The worker on an index of another family than Jaccard on texts (Hamming on bit
+strings), on the real broker: JSON records with hexadecimal digits and msgpack
+records with bins give the verdicts file mode gives, bad items go to the dead-letter
+topic with their reason, and a text-only input format is refused before anything is
+read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import orjson
+import pytest
+
+from tests.engine.test_hamming import fingerprints, hex_of
+from tests.support.cli import run
+from tests.support.kafka import Topics
+
+pytestmark = pytest.mark.integration
+
+FAMILY = ["--metric", "hamming", "--bits", "64", "--max-distance", "3"]
+
+
+def test_bit_strings_through_the_worker_as_in_file_mode(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    values = fingerprints(300, seed=11)
+    t = Topics(kafka_bootstrap)
+    records = [
+        msgpack.packb({"id": i, "bits": v.to_bytes(8, "big")})
+        if i % 2
+        else msgpack.packb({"id": i, "bits": hex_of(v)})
+        for i, v in enumerate(values)
+    ]
+    bad = [msgpack.packb({"id": "short", "bits": b"\x00" * 3}), msgpack.packb({"id": "no-bits"})]
+    t.produce(records + bad)
+    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", *FAMILY)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
+    for v in got:
+        v.pop("source")
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(
+        b"".join(orjson.dumps({"id": i, "bits": hex_of(v)}) + b"\n" for i, v in enumerate(values))
+    )
+    out = tmp_path / "out.jsonl"
+    file_run = run(
+        "dedup", str(src), "--index", str(tmp_path / "file-idx"), "--output", str(out), *FAMILY
+    )
+    assert file_run.returncode == 0, file_run.stderr.decode()
+    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    assert sum(v["verdict"] == "duplicate" for v in got) > 100
+    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=2)]
+    assert reasons == [b"bad_item_length", b"missing_item"]
+    again = t.run_worker(tmp_path / "idx", "--input-format", "raw")
+    assert again.returncode == 2, again.stderr.decode()[-3000:]
+    assert b"--input-format raw carries a text; this index compares bits items" in again.stderr

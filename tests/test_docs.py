@@ -40,6 +40,7 @@ GUIDE = (
     "docs/guide/files.md",
     "docs/guide/worker.md",
     "docs/guide/reading-verdicts.md",
+    "docs/guide/families.md",
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",

@@ -186,8 +186,22 @@ OUTPUT = OptionGroup(
 TUNE = OptionGroup(
     "tune",
     (
-        Opt("threshold", "target Jaccard threshold", float, 0.8, metavar="T"),
-        Opt("num-perm", "signature length K", int, 128, metavar="K"),
+        Opt("threshold", "target Jaccard threshold (default 0.8)", float, metavar="T"),
+        Opt("num-perm", "signature length K (default 128; hamming 256)", int, metavar="K"),
+        Opt(
+            "metric",
+            "the family whose curve to draw: jaccard or hamming (default jaccard)",
+            str,
+            "jaccard",
+            choices=("jaccard", "hamming"),
+        ),
+        Opt("bits", "hamming: the length N of the bit strings", int, metavar="N"),
+        Opt(
+            "max-distance",
+            "hamming: the largest distance in bits that is a duplicate (default 5%% of N)",
+            float,
+            metavar="D",
+        ),
         Opt("bands", "evaluate this b instead of tuning (with --rows)", int, metavar="B"),
         Opt("rows", "evaluate this r instead of tuning (with --bands)", int, metavar="R"),
         Opt("fp-weight", "weight of the false-positive area", float, 0.02),

@@ -9,14 +9,21 @@ from typing import Any
 
 import orjson
 
-from streamdedup.config import check_bands_rows
-from streamdedup.errors import EXIT_OK
-from streamdedup.sketch.lsh import banding, s_curve_table, tune
+from streamdedup.config import check_bands_rows, check_threshold
+from streamdedup.engine.family_params import family_params
+from streamdedup.errors import EXIT_OK, ConfigError
+from streamdedup.sketch.lsh import banding, s_curve, s_curve_table, tune
 
 
 def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    t, k = values["threshold"], values["num_perm"]
     check_bands_rows(values["bands"], values["rows"])
+    if values["metric"] == "hamming":
+        return _tune_hamming(values)
+    if values["bits"] is not None or values["max_distance"] is not None:
+        raise ConfigError("--bits and --max-distance apply to --metric hamming")
+    t = 0.8 if values["threshold"] is None else values["threshold"]
+    k = 128 if values["num_perm"] is None else values["num_perm"]
+    check_threshold(t)
     if values["bands"] is not None and values["rows"] is not None:
         b = banding(t, k, values["bands"], values["rows"])
     else:
@@ -52,4 +59,42 @@ def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
     for s, p in table:
         marker = "  <- threshold" if abs(s - t) < 1e-9 else ""
         print(f"  {s:.1f}  {p:.6f}{marker}")
+    return EXIT_OK
+
+
+def _tune_hamming(values: dict[str, Any]) -> int:
+    """Bit sampling's curve: a pair at distance d shares a bucket with probability
+    1 - (1 - (1 - d/N)**r)**b; b x r as a new index would get them (99% at the bar by
+    default, `tune_for_recall`), at distances from 0 to N/2 (unrelated strings)."""
+    p = family_params(
+        "hamming",
+        None,
+        values["bits"],
+        values["max_distance"],
+        values["threshold"],
+        values["num_perm"],
+        values["bands"],
+        values["rows"],
+        None,
+        1,
+    )
+    n, bar = p.bits, int(p.max_distance or 0)
+    distances = sorted({0, *range(1, 2 * bar + 2), n // 8, n // 4, 3 * n // 8, n // 2})
+    curve = [(d, 1.0 - d / n, float(s_curve(1.0 - d / n, p.bands, p.rows))) for d in distances]
+    at_bar = next(c for d, _, c in curve if d == bar)
+    if values["json"]:
+        rows = [{"distance": d, "row_probability": q, "p_candidate": c} for d, q, c in curve]
+        record = {"metric": "hamming", "bits": n, "max_distance": bar, "num_perm": p.num_perm}
+        record |= {"bands": p.bands, "rows": p.rows, "p_candidate_at_bar": at_bar, "curve": rows}
+        print(orjson.dumps(record).decode())
+        return EXIT_OK
+    print(
+        f"hamming on {n}-bit strings, max distance {bar}, K = {p.num_perm}: b = {p.bands} "
+        f"bands x r = {p.rows} rows; a pair at the bar shares a bucket with P = {at_bar:.4f}"
+    )
+    print()
+    print("     d   1-d/N   P(candidate) = 1-(1-(1-d/N)^r)^b")
+    for d, q, c in curve:
+        marker = "  <- max distance" if d == bar else ""
+        print(f"  {d:4d}  {q:.4f}  {c:.6g}{marker}")
     return EXIT_OK

@@ -163,6 +163,27 @@ def test_tune_prints_the_s_curve(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["bands"] == 20 and round(data["s_curve"][2]["p_candidate"], 3) == 0.047
 
 
+def test_tune_draws_bit_samplings_curve(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune --metric hamming`: the b x r a new index gets (99% of the pairs at the bar
+    share a bucket), and P(candidate) by distance, 1 - (1 - (1 - d/N)^r)^b."""
+    assert main(["tune", "--metric", "hamming", "--bits", "64", "--max-distance", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "K = 256: b = 11 bands x r = 22 rows" in out and "P = 0.9909" in out
+    assert "     3  0.9531  0.990914  <- max distance" in out
+    args = ["tune", "--metric", "hamming", "--bits", "256", "--threshold", "0.95", "--json"]
+    assert main(args) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["max_distance"] == 12 and data["p_candidate_at_bar"] >= 0.99
+    for point in data["curve"]:
+        q = 1 - point["distance"] / 256
+        want = 1 - (1 - q ** data["rows"]) ** data["bands"]
+        assert point["row_probability"] == q and point["p_candidate"] == pytest.approx(want)
+    assert main(["tune", "--metric", "hamming"]) == 2
+    assert "needs --bits, the length N of the bit strings" in capsys.readouterr().err
+    assert main(["tune", "--bits", "64"]) == 2
+    assert "apply to --metric hamming" in capsys.readouterr().err
+
+
 def test_stats_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docs = corpus(tmp_path / "in.jsonl", 200, seed=5)
     idx = str(tmp_path / "idx")

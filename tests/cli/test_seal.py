@@ -119,13 +119,15 @@ def open_documents(index: Path) -> int:
 
 @pytest.mark.slow
 def test_seal_while_dedup_writes_the_same_index(tmp_path: Path) -> None:
-    """`dedup` runs in its own process, in small batches; `seal` runs twice meanwhile,
-    each time once the open index holds 500 documents (not more: under load the poll
-    here must see them before the writer ends).  Every document ends up in
-    exactly one place (a segment or the open index), under its own number, and the
-    segments' ranges follow one another."""
+    """`dedup` runs in its own process, in small batches, reading its input from a
+    pipe; `seal` runs twice meanwhile, each time once the open index holds 500
+    documents, while the writer waits for the rest of its input (so both seals overlap
+    it, however loaded the machine).  Every document ends up in exactly one place (a
+    segment or the open index), under its own number, and the segments' ranges follow
+    one another."""
     n = 8000
     docs = corpus(tmp_path / "in.jsonl", n, seed=5)
+    data = (tmp_path / "in.jsonl").read_bytes().splitlines(keepends=True)
     index, out = tmp_path / "idx", tmp_path / "out.jsonl"
     writer = subprocess.Popen(
         [
@@ -133,7 +135,7 @@ def test_seal_while_dedup_writes_the_same_index(tmp_path: Path) -> None:
             "-m",
             "streamdedup.cli",
             "dedup",
-            str(tmp_path / "in.jsonl"),
+            "-",
             "--index",
             str(index),
             "--output",
@@ -141,21 +143,28 @@ def test_seal_while_dedup_writes_the_same_index(tmp_path: Path) -> None:
             "--batch-size",
             "100",
         ],
+        stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    sealed_meanwhile = 0
+    assert writer.stdin is not None
     try:
-        for k in (1, 2):
-            while writer.poll() is None and open_documents(index) < 500:
+        for k, part in ((1, data[:2000]), (2, data[2000:4000])):
+            writer.stdin.write(b"".join(part))
+            writer.stdin.flush()
+            deadline = time.time() + 120
+            while open_documents(index) < 500:
+                assert writer.poll() is None and time.time() < deadline, "dedup stopped"
                 time.sleep(0.05)
             r = run("seal", "--index", str(index), str(tmp_path / f"seg{k}"))
             assert r.returncode == 0, r.stderr.decode()
-            sealed_meanwhile += writer.poll() is None
-    finally:
-        _, err = writer.communicate(timeout=300)
+            assert writer.poll() is None  # (it waits for the rest of its input)
+    except BaseException:
+        writer.kill()
+        writer.communicate(timeout=60)
+        raise
+    _, err = writer.communicate(input=b"".join(data[4000:]), timeout=300)
     assert writer.returncode == 0, err.decode()
     assert len(lines(out)) == n
-    assert sealed_meanwhile >= 1, "dedup finished before a seal could overlap it"
 
     idx = Index(index, readonly=True)
     try:

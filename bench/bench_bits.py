@@ -148,7 +148,7 @@ def run_faiss(path: Path, radius: int, batch: int) -> dict[str, Any]:
         within = faiss.IndexBinaryFlat(64)
         within.add(x)
         lims, _, ids = within.range_search(x, radius + 1)
-        q = np.repeat(np.arange(len(x)), np.diff(lims))
+        q = np.repeat(np.arange(len(x)), np.diff(lims).astype(np.int64))
         earlier = ids < q
         dup[lo + q[earlier]] = True
         index.add(x)

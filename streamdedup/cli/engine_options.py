@@ -187,7 +187,7 @@ TUNE = OptionGroup(
     "tune",
     (
         Opt("threshold", "target Jaccard threshold (default 0.8)", float, metavar="T"),
-        Opt("num-perm", "signature length K (default 128; hamming 256)", int, metavar="K"),
+        Opt("num-perm", "signature length K (default 128)", int, metavar="K"),
         Opt(
             "metric",
             "the family whose curve to draw: jaccard or hamming (default jaccard)",

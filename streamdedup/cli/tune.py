@@ -84,13 +84,13 @@ def _tune_hamming(values: dict[str, Any]) -> int:
     at_bar = next(c for d, _, c in curve if d == bar)
     if values["json"]:
         rows = [{"distance": d, "row_probability": q, "p_candidate": c} for d, q, c in curve]
-        record = {"metric": "hamming", "bits": n, "max_distance": bar, "num_perm": p.num_perm}
+        record = {"metric": "hamming", "bits": n, "max_distance": bar}
         record |= {"bands": p.bands, "rows": p.rows, "p_candidate_at_bar": at_bar, "curve": rows}
         print(orjson.dumps(record).decode())
         return EXIT_OK
     print(
-        f"hamming on {n}-bit strings, max distance {bar}, K = {p.num_perm}: b = {p.bands} "
-        f"bands x r = {p.rows} rows; a pair at the bar shares a bucket with P = {at_bar:.4f}"
+        f"hamming on {n}-bit strings, max distance {bar}: b = {p.bands} bands x r = {p.rows} "
+        f"sampled bits; a pair at the bar shares a bucket with P = {at_bar:.4f}"
     )
     print()
     print("     d   1-d/N   P(candidate) = 1-(1-(1-d/N)^r)^b")

@@ -12,13 +12,15 @@ from streamdedup.config import ITEMS_OF, METRICS, IndexParams, ItemKind, Metric,
 from streamdedup.errors import ConfigError
 from streamdedup.sketch.lsh import banding, check_num_perm, tune_for_recall
 
-# Hamming: bit strings of 8 to 65,536 bits, in whole bytes (as faiss's binary indexes
-# take them); a duplicate by default within 5% of the bits (SimHash's 3 of 64).
-MIN_BITS, MAX_BITS = 8, 1 << 16
+# Hamming: bit strings of 8 to 4,096 bits, in whole bytes (as faiss's binary indexes
+# take them; the signature is the string, 2 bytes a bit); a duplicate by default
+# within 5% of the bits (SimHash's 3 of 64).
+MIN_BITS, MAX_BITS = 8, 1 << 12
 HAMMING_DEFAULT_SHARE = 0.05
-# 256 sampled bits: at 64-bit SimHash's bar (d = 3) the tuned 22 x 11 reaches 99% of
-# pairs at the bar, where 128 reach at most 94.5% with the same cost in candidates.
-HAMMING_NUM_PERM = 256
+# The bits sampled into bands, b x r at most: at 64-bit SimHash's bar (d = 3) the
+# tuned 11 x 22 reaches 99% of the pairs at the bar; within 128, at most 94.5% with
+# as few candidates.
+HAMMING_SAMPLES = 256
 
 
 def family_params(
@@ -41,16 +43,22 @@ def family_params(
     kind = _item(metric, item)
     n = _bits(bits)
     d = _max_distance(n, max_distance, threshold)
-    k = HAMMING_NUM_PERM if num_perm is None else num_perm
-    check_num_perm(k)
+    if num_perm is not None and num_perm != n:
+        raise ConfigError(
+            f"`num_perm` is the signature's length; a Hamming index's signature is the "
+            f"bit string itself ({n} positions). Choose how many bits are sampled into "
+            "buckets with `bands` x `rows`",
+            params=("num_perm",),
+        )
     similarity = 1.0 - d / n  # the row probability at the bar (seeds: 1 - d/N)
-    if bands is not None and rows is not None:
-        band = banding(min(max(similarity, 1e-9), 1.0), k, bands, rows)
+    if bands is not None and rows is not None:  # (sampled with replacement: any b x r)
+        check_num_perm(bands * rows)
+        band = banding(min(max(similarity, 1e-9), 1.0), bands * rows, bands, rows)
     else:
-        band = tune_for_recall(similarity, k)
+        band = tune_for_recall(similarity, HAMMING_SAMPLES)
     return IndexParams(
         threshold=similarity,
-        num_perm=k,
+        num_perm=n,
         bands=band.bands,
         rows=band.rows,
         verify=verify or "exact",

@@ -69,7 +69,7 @@ class HammingBits:
     def __init__(self, params: IndexParams) -> None:
         self.params = params
         self.width = params.bits // 8
-        self.lsh = BitSampling(params.bits, params.num_perm, params.bands, params.rows, params.seed)
+        self.lsh = BitSampling(params.bits, params.bands, params.rows, params.seed)
 
     # -- preparing
 

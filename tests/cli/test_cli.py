@@ -168,7 +168,7 @@ def test_tune_draws_bit_samplings_curve(capsys: pytest.CaptureFixture[str]) -> N
     share a bucket), and P(candidate) by distance, 1 - (1 - (1 - d/N)^r)^b."""
     assert main(["tune", "--metric", "hamming", "--bits", "64", "--max-distance", "3"]) == 0
     out = capsys.readouterr().out
-    assert "K = 256: b = 11 bands x r = 22 rows" in out and "P = 0.9909" in out
+    assert "b = 11 bands x r = 22 sampled bits" in out and "P = 0.9909" in out
     assert "     3  0.9531  0.990914  <- max distance" in out
     args = ["tune", "--metric", "hamming", "--bits", "256", "--threshold", "0.95", "--json"]
     assert main(args) == 0

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 BENCH = Path(__file__).parent.parent / "bench"
@@ -296,3 +297,40 @@ def test_verdict_equality_runs(tmp_path: Path) -> None:
     r = subprocess.run([*cmd, *cached], capture_output=True, timeout=600)
     assert r.returncode == 0, r.stdout.decode()[-3000:] + r.stderr.decode()[-3000:]
     assert r.stdout.decode().count(": same (") == 8, r.stdout.decode()
+
+
+def test_bench_bits_runs_both_and_measures_against_exact_truth(tmp_path: Path) -> None:
+    """The Hamming benchmark end to end on a short stream (the real SimHashes and a
+    few thousand more): both runs, streamdedup's precision exactly 1, faiss's
+    multi-hash recall exactly 1 (its pigeonhole guarantee: what makes the truth
+    trustworthy), and a ratio."""
+    import faiss  # noqa: F401  (the `test` extra installs the bench extra: no skip)
+
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "bench_bits.py"), "--items", "12000", "--out", str(tmp_path)],
+        capture_output=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    (row,) = json.loads((tmp_path / "bench_bits.json").read_text())
+    assert row["items"] == 12000 and row["true_duplicates"] > 300
+    assert row["streamdedup"]["precision"] == 1.0 and row["streamdedup"]["recall"] >= 0.98
+    assert row["faiss_multihash"]["recall"] == 1.0 and row["faiss_multihash"]["precision"] == 1.0
+    assert row["ratio"] > 0 and "ratio" in r.stdout.decode()
+
+
+def test_the_exact_truth_of_bench_bits_is_brute_force() -> None:
+    """bench_bits.truth (multi-index hashing) against every earlier string measured."""
+    bench_bits = _bench_module("bench_bits")
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 2**64, size=60, dtype=np.uint64)
+    flips = np.uint64(1) << rng.integers(0, 64, size=(300, 4)).astype(np.uint64)
+    values = base[rng.integers(0, 60, size=300)] ^ np.bitwise_xor.reduce(
+        np.where(rng.random((300, 4)) < 0.5, flips, np.uint64(0)), axis=1
+    )
+    for radius in (0, 2, 3):
+        want = [
+            any(bin(int(values[i]) ^ int(values[j])).count("1") <= radius for j in range(i))
+            for i in range(len(values))
+        ]
+        assert bench_bits.truth(values, radius).tolist() == want

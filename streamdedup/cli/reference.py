@@ -64,7 +64,7 @@ def render() -> str:
             ]
             for opt in group.options:
                 flag = f"`--{opt.name}`" + (f" {opt.metavar}" if opt.metavar else "")
-                meaning = opt.help
+                meaning = opt.help.replace("%%", "%")  # (argparse's escape)
                 if opt.choices:
                     meaning += " (one of: " + ", ".join(f"`{c}`" for c in opt.choices) + ")"
                 out.append(

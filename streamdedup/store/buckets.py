@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from streamdedup.config import IndexParams
-from streamdedup.sketch.signature import band_keys
+from streamdedup.sketch.families import lsh_of
 from streamdedup.store.index import Index
 from streamdedup.store.keys import docno_of
 from streamdedup.store.postings import U64
@@ -52,7 +52,7 @@ def _posting_chunk(
     if not docnos:
         return None
     sigs = np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
-    keys = band_keys(sigs, params.bands, params.rows, params.seed).reshape(-1)
+    keys = lsh_of(params).band_keys(sigs).reshape(-1)  # (as the engine banded them)
     numbers = np.array([docno_of(dk) for dk in docnos], dtype=np.uint64)
     t.postings.add(keys.astype(np.uint64), np.repeat(numbers, params.bands))
     return docnos[-1]

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError, ParameterMismatchError, SealRefusedError
+from streamdedup.models import Document
+from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
 
 
@@ -205,3 +207,15 @@ def test_the_command_with_bad_items(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr.decode()
     assert all(orjson.loads(x)["verdict"] == "duplicate" for x in again.read_bytes().splitlines())
+
+
+def test_a_changelog_restore_rebuilds_the_same_index(tmp_path: Path) -> None:
+    """The records a worker mirrors to its changelog, restored into a new index: every
+    table the same as the original's, postings included (rebuilt from the stored
+    signatures with bit sampling's bands, `sketch.families.lsh_of`)."""
+    values = fingerprints(600, seed=9)
+    docs = [Document(i, "", None, v.to_bytes(8, "big")) for i, v in enumerate(values)]
+    _, params, restored = restore_from_changes(
+        tmp_path, docs, metric="hamming", bits=64, max_distance=3
+    )
+    assert restored == params and params.metric == "hamming"

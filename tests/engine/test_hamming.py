@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -219,3 +221,23 @@ def test_a_changelog_restore_rebuilds_the_same_index(tmp_path: Path) -> None:
         tmp_path, docs, metric="hamming", bits=64, max_distance=3
     )
     assert restored == params and params.metric == "hamming"
+
+
+def test_signatures_read_together_equal_those_read_one_by_one(tmp_path: Path) -> None:
+    """`Tables.signatures` (one `getmulti` for a search's candidates): each docno's
+    stored signature or none, in the order asked, repeats and unknown ones included."""
+    values = fingerprints(300, seed=12)
+    with Deduplicator(tmp_path / "idx", metric="hamming", bits=64) as dd:
+        dd.check_batch([(i, hex_of(v)) for i, v in enumerate(values)])
+
+        def both(t: Any) -> None:
+            for asked in ([5, 3, 3, 800, 0, 299], list(range(0, 300, 7)), [], [900, 901]):
+                docnos = np.array(asked, dtype=np.int64)
+                found, sigs = t.signatures(docnos)
+                for j, d in enumerate(asked):
+                    one = t.signature(d)
+                    assert bool(found[j]) == (one is not None)
+                    if one is not None:
+                        assert sigs[j].tobytes() == one
+
+        dd.read(both)

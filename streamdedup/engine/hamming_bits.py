@@ -27,7 +27,7 @@ from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, Ske
 from streamdedup.models import DistanceVerdict, Document, Verdict
 from streamdedup.sketch.bitsampling import BitRows, BitSampling
 from streamdedup.sketch.family import Bar
-from streamdedup.sketch.jaccard import Choices
+from streamdedup.sketch.jaccard import Choices, choose_each
 
 TAG = b"b"  # leads a bit string's canonical bytes
 
@@ -141,27 +141,17 @@ class HammingBits:
         first: int,
         table: KeptTable | None,
     ) -> int:
-        bounds = at.tolist()
-        for j in range(first, len(mines)):
-            a, b = bounds[j], bounds[j + 1]
-            if a == b:
-                continue
-            best, best_sim, checks, more = choose_ranked(
-                mines[j],
-                sets,
-                ranked[a:b].tolist(),
-                est[a:b],
-                bar,
-                margin,
-                max_checks,
-                int(state.checks[j]),
-                int(state.best[j]),
-                float(state.best_sim[j]),
-            )
-            state.best[j], state.best_sim[j], state.checks[j] = best, best_sim, checks
-            if more:
-                return j
-        return len(mines)
+        return choose_each(
+            lambda mine, r, e, start, best, best_sim: choose_ranked(
+                mine, sets, r, e, bar, margin, max_checks, start, best, best_sim
+            ),
+            mines,
+            ranked,
+            est,
+            at,
+            state,
+            first,
+        )
 
     # -- reporting
 
@@ -215,20 +205,16 @@ def choose_ranked(
         distances = np.bitwise_count(theirs ^ mine_row).sum(axis=1, dtype=np.int64).tolist()
     else:
         distances = []
-    for k, distance in enumerate(distances):
-        checks = start + k
+    for checks in range(start, reach):
         floor = bar.floor if best < 0 else bar.score(best_measure)
         if est[checks] < floor - margin:
             return best, best_measure, checks, False
+        if checks - start == len(distances):  # (the string of rank `checks`: in no dict)
+            return best, best_measure, checks, True
+        distance = distances[checks - start]
         if bar.meets(distance) and (best < 0 or bar.better(distance, best_measure)):
             best, best_measure = checks, float(distance)
-    checks = start + len(distances)
-    if checks >= reach:
-        return best, best_measure, max(start, reach), False
-    floor = bar.floor if best < 0 else bar.score(best_measure)
-    if est[checks] < floor - margin:
-        return best, best_measure, checks, False
-    return best, best_measure, checks, True
+    return best, best_measure, max(start, reach), False
 
 
 __all__ = ["HammingBits", "choose_ranked"]

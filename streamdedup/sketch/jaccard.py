@@ -12,6 +12,7 @@ hashes can collide too, with probability about |A||B| / 2^64 for a pair of pages
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,17 +310,50 @@ def choose_all(
             first,
             *_table_args(table),
         )
+    return choose_each(
+        lambda mine, r, e, start, best, best_sim: choose_ranked(
+            mine, sets, r, e, threshold, margin, max_checks, start, best, best_sim
+        ),
+        mines,
+        ranked,
+        est,
+        at,
+        state,
+        first,
+    )
+
+
+# One item's rule, resumable: (its kept representation, its ranked candidates, their
+# estimates, where to resume, the best so far and its measure) -> (best, its measure,
+# checks made, `more`), as `choose_ranked` answers.
+ChooseOne = Callable[
+    [Any, list[int], npt.NDArray[np.float64], int, int, float], tuple[int, float, int, bool]
+]
+
+
+def choose_each(
+    one: ChooseOne,
+    mines: Sequence[Any],
+    ranked: npt.NDArray[np.int64],
+    est: npt.NDArray[np.float64],
+    at: npt.NDArray[np.int64],
+    state: Choices,
+    first: int,
+) -> int:
+    """`choose_all`'s walk over a batch's items with one item's rule `one` (any
+    family's): item j's candidates `ranked[at[j]:at[j + 1]]`, its progress in `state`
+    (resumed from, and updated); the first item whose rule wants a representation no
+    dict holds, or `len(mines)`.  An item without candidates keeps its state (its
+    rule would make no check), so it is not asked."""
     bounds = at.tolist()
     for j in range(first, len(mines)):
         a, b = bounds[j], bounds[j + 1]
-        best, best_sim, checks, more = choose_ranked(
+        if a == b:
+            continue
+        best, best_sim, checks, more = one(
             mines[j],
-            sets,
             ranked[a:b].tolist(),
             est[a:b],
-            threshold,
-            margin,
-            max_checks,
             int(state.checks[j]),
             int(state.best[j]),
             float(state.best_sim[j]),

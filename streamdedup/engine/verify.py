@@ -265,9 +265,10 @@ class VerifyCache(SignatureRows):
 
 def exact_margin(threshold: float, num_perm: int) -> float:
     """How far below the bar a candidate's signature estimate may be and still be
-    checked exactly: the family's `margin` (MinHash: four standard deviations of
-    the estimate).  One definition for the engine and the backfill, which must
-    choose the same candidates."""
+    checked exactly, for Jaccard (MinHash: four standard deviations of the
+    estimate): what the engine's `family.lsh.margin(params.bar_value)` is for a
+    Jaccard index (tests/engine/test_similarity.py holds the two equal), for the
+    backfill, which is Jaccard-only and must choose the same candidates."""
     return minhash_margin(threshold, num_perm)
 
 

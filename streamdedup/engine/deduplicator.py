@@ -173,6 +173,8 @@ class Deduplicator:
         # this batch's indexed documents, and its candidates' exact sets (verify.py)
         self._memory = VerifyCache(family)
         self._reported = family.reported
+        # how `document` reads an item that is not a text (made once, not per item)
+        self._items = Fields(item_field="item").for_params(self.params)
         # Decide a batch's plain documents at once (bulk.py); False: every document
         # one by one (tests compare the two)
         self.bulk = True
@@ -319,8 +321,7 @@ class Deduplicator:
             if not isinstance(item, str):
                 raise ConfigError(f"a document's text is a string, not {type(item).__name__}")
             return Document(doc_id, item, timestamp_ms)
-        fields = Fields(item=self.params.item, item_field="item", bits=self.params.bits)
-        got = from_mapping({"id": doc_id, "item": item}, fields, "item", timestamp_ms)
+        got = from_mapping({"id": doc_id, "item": item}, self._items, "item", timestamp_ms)
         if isinstance(got, Rejected):
             raise ConfigError(f"document {doc_id!r}: {got.message} ({got.reason})")
         return got

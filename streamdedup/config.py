@@ -12,11 +12,17 @@ from streamdedup.errors import ConfigError, IndexOpenError
 Verify = Literal["exact", "signature"]
 # The similarity families (DESIGN.md "Items and similarity families") and the kinds of
 # item they read.  Jaccard on texts is the default; the others are opt-in per index.
-Metric = Literal["jaccard", "hamming"]
-ItemKind = Literal["text", "bits"]
-METRICS: tuple[Metric, ...] = ("jaccard", "hamming")
-ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {"jaccard": ("text",), "hamming": ("bits",)}
-DISTANCE_METRICS = frozenset({"hamming"})
+Metric = Literal["jaccard", "hamming", "cosine", "euclidean"]
+ItemKind = Literal["text", "bits", "vector"]
+METRICS: tuple[Metric, ...] = ("jaccard", "hamming", "cosine", "euclidean")
+ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {
+    "jaccard": ("text",),
+    "hamming": ("bits",),
+    "cosine": ("vector",),
+    "euclidean": ("vector",),
+}
+ITEMS: tuple[ItemKind, ...] = ("text", "bits", "vector")
+DISTANCE_METRICS = frozenset({"hamming", "euclidean"})
 
 
 @dataclass(frozen=True)
@@ -55,12 +61,15 @@ class Fields:
     extract: Literal["main", "all"] = "main"
     id_header: str | None = None
     # The item a record carries besides its id, when it is not a text (`IndexParams`
-    # `item`): its field (`item_field`, default the item's name) and, for `bits`,
-    # its length N.  Set from the index's stored parameters (`for_params`), so that a
-    # run on an existing index reads its items without being told again.
+    # `item`): its field (`item_field`, default the item's name), its length N for
+    # `bits`, its dimension D for `vector` (`nonzero`: a zero vector is refused, it
+    # has no direction).  Set from the index's stored parameters (`for_params`), so
+    # that a run on an existing index reads its items without being told again.
     item: ItemKind = "text"
     item_field: str | None = None
     bits: int = 0
+    dim: int = 0
+    nonzero: bool = False
 
     @classmethod
     def from_options(cls, values: dict[str, Any]) -> Fields:
@@ -79,14 +88,16 @@ class Fields:
     def for_params(self, params: IndexParams) -> Fields:
         """These fields reading the items of an index with `params` (refused: HTML
         pages for an index whose items are not texts)."""
-        if (params.item, params.bits) == (self.item, self.bits):
+        nonzero = params.metric == "cosine"
+        wanted = (params.item, params.bits, params.dim, nonzero)
+        if wanted == (self.item, self.bits, self.dim, self.nonzero):
             return self
         if params.item != "text" and self.text_format == "html":
             raise ConfigError(
                 f"--text-format html reads pages as texts; this index compares "
                 f"{params.item} items (`metric` {params.metric})"
             )
-        return replace(self, item=params.item, bits=params.bits)
+        return replace(self, item=params.item, bits=params.bits, dim=params.dim, nonzero=nonzero)
 
     @property
     def item_name(self) -> str:
@@ -163,13 +174,16 @@ class IndexParams:
     seed: int = 1
     hash_key: bytes = field(default_factory=new_hash_key, repr=False)
     # The family (`metric`) and its item: Jaccard on text shingles unless set.
-    # `bits`: N, the length of a `bits` item; `max_distance`: a distance family's bar
-    # (Hamming: bits), whose `threshold` is then the similarity it stands for
-    # (1 - d/N).
+    # `bits`: N, the length of a `bits` item; `dim`: D, a `vector` item's;
+    # `max_distance`: a distance family's bar (Hamming: bits; Euclidean: L2), whose
+    # `threshold` is then the row probability at the bar (Hamming: 1 - d/N);
+    # `bucket_width`: Euclidean's a, the width of a projection's buckets.
     metric: Metric = "jaccard"
     item: ItemKind = "text"
     bits: int = 0
     max_distance: float | None = None
+    dim: int = 0
+    bucket_width: float | None = None
 
     @property
     def bar_value(self) -> float:
@@ -179,6 +193,12 @@ class IndexParams:
             assert self.max_distance is not None
             return self.max_distance
         return self.threshold
+
+    def reported(self, measure: float) -> float:
+        """A verdict's measure as reported and stored: Jaccard to 4 decimals (more
+        digits are noise; Hamming's distances are whole), a vector family's cosine or
+        distance in full, as computed in double precision from the stored float32."""
+        return measure if self.item == "vector" else round(measure, 4)
 
     def to_record(self) -> dict[str, object]:
         rec: dict[str, object] = {
@@ -198,6 +218,8 @@ class IndexParams:
                 item=self.item,
                 bits=self.bits,
                 max_distance=self.max_distance,
+                dim=self.dim,
+                bucket_width=self.bucket_width,
             )
         return rec
 
@@ -250,12 +272,14 @@ def _family_fields(rec: Mapping[str, object]) -> dict[str, Any]:
             f"the index was built with `metric` {metric!r} on `item` {item!r}, which this "
             f"streamdedup does not know (it knows {', '.join(METRICS)})"
         )
-    distance = rec.get("max_distance")
+    distance, width = rec.get("max_distance"), rec.get("bucket_width")
     return {
         "metric": metric,
         "item": item,
         "bits": int(rec.get("bits", 0)),  # type: ignore[call-overload]
         "max_distance": None if distance is None else float(distance),  # type: ignore[arg-type]
+        "dim": int(rec.get("dim", 0)),  # type: ignore[call-overload]
+        "bucket_width": None if width is None else float(width),  # type: ignore[arg-type]
     }
 
 

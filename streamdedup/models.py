@@ -242,8 +242,10 @@ DUPLICATE_RECORD_ID = "duplicate_record_id"  # a WARC-Record-ID read before in t
 # items other than text (DESIGN.md "Items and similarity families")
 MISSING_ITEM = "missing_item"  # no item field
 BAD_ITEM_TYPE = "bad_item_type"  # the field holds the wrong kind of value
-BAD_ITEM_LENGTH = "bad_item_length"  # a bit string of another length than --bits
-BAD_ITEM_VALUE = "bad_item_value"  # not hexadecimal
+BAD_ITEM_LENGTH = "bad_item_length"  # another length than --bits or --dim
+BAD_ITEM_VALUE = "bad_item_value"  # not hexadecimal; a vector holding a non-number
+ITEM_NOT_FINITE = "item_not_finite"  # a vector holding NaN, an infinity, or beyond float32
+ZERO_VECTOR = "zero_vector"  # a cosine index's vector of zeros (no direction)
 
 
 @dataclass(frozen=True)

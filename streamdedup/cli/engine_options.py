@@ -5,7 +5,7 @@ Part of the option table (table.py)."""
 from __future__ import annotations
 
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import MAX_DOC_BYTES, EngineOptions
+from streamdedup.config import ITEMS, MAX_DOC_BYTES, METRICS, EngineOptions
 
 ENGINE = OptionGroup(
     "detection (stored in the index; an existing index keeps its own)",
@@ -34,23 +34,32 @@ ENGINE = OptionGroup(
         Opt("seed", "hash seed (default 1)", int),
         Opt(
             "metric",
-            "similarity family: jaccard (texts) or hamming (bit strings) (default jaccard)",
+            "similarity family: jaccard (texts), hamming (bit strings), cosine or "
+            "euclidean (vectors) (default jaccard)",
             str,
-            choices=("jaccard", "hamming"),
+            choices=METRICS,
         ),
         Opt(
             "item",
-            "what a record is compared by: text, or bits (hamming) (default: the metric's)",
+            "what a record is compared by: text, bits (hamming) or vector (cosine, "
+            "euclidean) (default: the metric's)",
             str,
-            choices=("text", "bits"),
+            choices=ITEMS,
         ),
         Opt("bits", "length N of a bits item, a multiple of 8 (hamming)", int, metavar="N"),
+        Opt("dim", "dimension D of a vector item (cosine, euclidean)", int, metavar="D"),
         Opt(
             "max-distance",
             "hamming: the largest distance in bits that is a duplicate (default 5%% of N; "
-            "or --threshold as 1 - d/N)",
+            "or --threshold as 1 - d/N); euclidean: the largest L2 distance (required)",
             float,
             metavar="D",
+        ),
+        Opt(
+            "bucket-width",
+            "euclidean: the width w of a projection's buckets (default 4 x --max-distance)",
+            float,
+            metavar="W",
         ),
         Opt("fp-weight", "weight of false-positive area when tuning bands/rows", float, 0.02),
         Opt("fn-weight", "weight of false-negative area when tuning bands/rows", float, 0.98),
@@ -113,7 +122,7 @@ INPUT = OptionGroup(
         Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
         Opt(
             "item-field",
-            "field holding the item of an index of bits items (default: the item's name)",
+            "field holding the item of an index of bits or vector items (default: the item's name)",
             str,
             metavar="NAME",
         ),
@@ -190,17 +199,25 @@ TUNE = OptionGroup(
         Opt("num-perm", "signature length K (default 128)", int, metavar="K"),
         Opt(
             "metric",
-            "the family whose curve to draw: jaccard or hamming (default jaccard)",
+            "the family whose curve to draw: jaccard, hamming, cosine or euclidean "
+            "(default jaccard)",
             str,
             "jaccard",
-            choices=("jaccard", "hamming"),
+            choices=METRICS,
         ),
         Opt("bits", "hamming: the length N of the bit strings", int, metavar="N"),
         Opt(
             "max-distance",
-            "hamming: the largest distance in bits that is a duplicate (default 5%% of N)",
+            "hamming: the largest distance in bits that is a duplicate (default 5%% of N); "
+            "euclidean: the largest L2 distance",
             float,
             metavar="D",
+        ),
+        Opt(
+            "bucket-width",
+            "euclidean: the width of a projection's buckets (default 4 x --max-distance)",
+            float,
+            metavar="W",
         ),
         Opt("bands", "evaluate this b instead of tuning (with --rows)", int, metavar="B"),
         Opt("rows", "evaluate this r instead of tuning (with --bands)", int, metavar="R"),

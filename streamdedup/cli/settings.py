@@ -79,6 +79,8 @@ class Detection:
     item: str | None = None
     bits: int | None = None
     max_distance: float | None = None
+    dim: int | None = None
+    bucket_width: float | None = None
 
 
 def check_detection(values: dict[str, Any]) -> Detection:
@@ -86,7 +88,8 @@ def check_detection(values: dict[str, Any]) -> Detection:
     index open), and the `Detection` they describe."""
     shingle = ShingleSpec.parse(values["shingle"]) if values["shingle"] is not None else None
     check_bands_rows(values["bands"], values["rows"])
-    check_threshold(values["threshold"])
+    if values.get("metric") in (None, "jaccard"):  # (the other families' bars differ)
+        check_threshold(values["threshold"])
     verify = values["verify"]
     return Detection(
         threshold=values["threshold"],
@@ -102,6 +105,8 @@ def check_detection(values: dict[str, Any]) -> Detection:
         item=values.get("item"),
         bits=values.get("bits"),
         max_distance=values.get("max_distance"),
+        dim=values.get("dim"),
+        bucket_width=values.get("bucket_width"),
     )
 
 
@@ -180,6 +185,8 @@ def open_engine(
         item=d.item,
         bits=d.bits,
         max_distance=d.max_distance,
+        dim=d.dim,
+        bucket_width=d.bucket_width,
     )
     try:
         if adds_documents:

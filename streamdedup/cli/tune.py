@@ -7,20 +7,24 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
 import orjson
 
-from streamdedup.config import check_bands_rows, check_threshold
+from streamdedup.config import IndexParams, check_bands_rows, check_threshold
 from streamdedup.engine.family_params import family_params
 from streamdedup.errors import EXIT_OK, ConfigError
 from streamdedup.sketch.lsh import banding, s_curve, s_curve_table, tune
+from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
 
 def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
     check_bands_rows(values["bands"], values["rows"])
-    if values["metric"] == "hamming":
-        return _tune_hamming(values)
-    if values["bits"] is not None or values["max_distance"] is not None:
-        raise ConfigError("--bits and --max-distance apply to --metric hamming")
+    if values["metric"] != "jaccard":
+        return _tune_family(values)
+    for name in ("bits", "max_distance", "bucket_width"):
+        if values[name] is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} applies to another --metric than jaccard")
     t = 0.8 if values["threshold"] is None else values["threshold"]
     k = 128 if values["num_perm"] is None else values["num_perm"]
     check_threshold(t)
@@ -62,39 +66,69 @@ def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-def _tune_hamming(values: dict[str, Any]) -> int:
-    """Bit sampling's curve: a pair at distance d shares a bucket with probability
-    1 - (1 - (1 - d/N)**r)**b; b x r as a new index would get them (99% at the bar by
-    default, `tune_for_recall`), at distances from 0 to N/2 (unrelated strings)."""
+def _tune_family(values: dict[str, Any]) -> int:
+    """Another family's curve: a pair whose row probability is q (Hamming at distance
+    d: 1 - d/N; cosine c: 1 - arccos(c)/pi; Euclidean at distance c: the p-stable
+    formula) shares a bucket with probability 1 - (1 - q**r)**b; b x r as a new index
+    would get them (99% at the bar by default, `tune_for_recall`), from identical
+    items to unrelated ones."""
+    metric = values["metric"]
     p = family_params(
-        "hamming",
-        None,
-        values["bits"],
-        values["max_distance"],
-        values["threshold"],
-        values["num_perm"],
-        values["bands"],
-        values["rows"],
-        None,
-        1,
+        metric,
+        item=None,
+        bits=values["bits"],
+        dim=1 if metric in ("cosine", "euclidean") else None,  # (the curve has no D)
+        max_distance=values["max_distance"],
+        bucket_width=values["bucket_width"],
+        threshold=values["threshold"],
+        num_perm=values["num_perm"],
+        bands=values["bands"],
+        rows=values["rows"],
+        verify=None,
+        seed=1,
     )
-    n, bar = p.bits, int(p.max_distance or 0)
-    distances = sorted({0, *range(1, 2 * bar + 2), n // 8, n // 4, 3 * n // 8, n // 2})
-    curve = [(d, 1.0 - d / n, float(s_curve(1.0 - d / n, p.bands, p.rows))) for d in distances]
-    at_bar = next(c for d, _, c in curve if d == bar)
+    points, name, head = _points(p)
+    curve = [(x, q, float(s_curve(q, p.bands, p.rows))) for x, q in points]
+    bar = p.bar_value
+    at_bar = next(c for x, _, c in curve if x == bar)
     if values["json"]:
-        rows = [{"distance": d, "row_probability": q, "p_candidate": c} for d, q, c in curve]
-        record = {"metric": "hamming", "bits": n, "max_distance": bar}
+        rows = [{name: x, "row_probability": q, "p_candidate": c} for x, q, c in curve]
+        record: dict[str, object] = {"metric": metric, "bar": bar, "num_perm": p.num_perm}
+        if metric == "hamming":
+            record |= {"bits": p.bits, "max_distance": bar}
+        if metric == "euclidean":
+            record |= {"max_distance": bar, "bucket_width": p.bucket_width}
         record |= {"bands": p.bands, "rows": p.rows, "p_candidate_at_bar": at_bar, "curve": rows}
         print(orjson.dumps(record).decode())
         return EXIT_OK
     print(
-        f"hamming on {n}-bit strings, max distance {bar}: b = {p.bands} bands x r = {p.rows} "
-        f"sampled bits; a pair at the bar shares a bucket with P = {at_bar:.4f}"
+        f"{head}: b = {p.bands} bands x r = {p.rows} rows; a pair at the bar shares a "
+        f"bucket with P = {at_bar:.4f}"
     )
     print()
-    print("     d   1-d/N   P(candidate) = 1-(1-(1-d/N)^r)^b")
-    for d, q, c in curve:
-        marker = "  <- max distance" if d == bar else ""
-        print(f"  {d:4d}  {q:.4f}  {c:.6g}{marker}")
+    print(f"  {name:>8}  row P   P(candidate) = 1-(1-q^r)^b")
+    for x, q, c in curve:
+        marker = "  <- the bar" if x == bar else ""
+        print(f"  {x:8.4g}  {q:.4f}  {c:.6g}{marker}")
     return EXIT_OK
+
+
+def _points(p: IndexParams) -> tuple[list[tuple[float, float]], str, str]:
+    """(measure, row probability) from identical items to unrelated ones around the
+    bar, the measure's name, and the curve's heading."""
+    bar = p.bar_value
+    if p.metric == "hamming":
+        n = p.bits
+        ds = sorted({0, *range(1, 2 * int(bar) + 2), n // 8, n // 4, 3 * n // 8, n // 2})
+        head = f"hamming on {n}-bit strings, max distance {int(bar)} (sampled bits)"
+        return [(float(d), 1.0 - d / n) for d in ds], "distance", head
+    if p.metric == "cosine":
+        cs = sorted({1.0, 0.99, 0.95, 0.9, 0.85, 0.8, 0.7, 0.5, 0.3, 0.0, bar}, reverse=True)
+        probability = hyperplane_probability(np.asarray(cs))
+        head = f"cosine >= {bar} by K = {p.num_perm} random hyperplanes"
+        return list(zip(cs, probability.tolist(), strict=True)), "cosine", head
+    width = float(p.bucket_width or 0.0)
+    ds = [bar * m for m in (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0)]
+    probability = pstable_probability(np.asarray(ds), width)
+    head = f"euclidean <= {bar} by K = {p.num_perm} projections in buckets of {width:g}"
+    return list(zip(ds, probability.tolist(), strict=True)), "distance", head

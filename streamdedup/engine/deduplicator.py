@@ -22,6 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from streamdedup.config import EngineOptions, Fields, ShingleSpec, Verify
 from streamdedup.engine.counters import Counters
 from streamdedup.engine.families import family_of
@@ -44,6 +47,8 @@ from streamdedup.store.segment.manifest import Manifest
 from streamdedup.store.tables import Tables
 
 _R = TypeVar("_R")
+# What `check` compares: a text, a bit string (hex or bytes), a vector.
+Item = str | bytes | Sequence[float] | npt.NDArray[np.floating]
 _TEXT = operator.attrgetter("text")  # a document's text
 
 
@@ -97,11 +102,14 @@ class Deduplicator:
         item: str | None = None,
         bits: int | None = None,
         max_distance: float | None = None,
+        dim: int | None = None,
+        bucket_width: float | None = None,
     ) -> None:
-        """`metric`, `item`, `bits`, `max_distance`: the similarity family of a new
-        index (DESIGN.md "Items and similarity families"; None: Jaccard on texts, or
-        the index's own): `metric="hamming", bits=64, max_distance=3` compares 64-bit
-        strings (`check_item`).
+        """`metric`, `item`, `bits`, `max_distance`, `dim`, `bucket_width`: the
+        similarity family of a new index (DESIGN.md "Items and similarity families";
+        None: Jaccard on texts, or the index's own): `metric="hamming", bits=64,
+        max_distance=3` compares 64-bit strings, `metric="cosine", dim=384,
+        threshold=0.9` vectors (`check`).
 
         `remote`: how to reach sealed segments registered as remote (the Kafka
         layer's `RemoteSegments.reader`); an index with remote segments needs it.
@@ -131,6 +139,8 @@ class Deduplicator:
             item,
             bits,
             max_distance,
+            dim,
+            bucket_width,
         )
         self._open(path, detection, options, changelog, remote, base_segment)
 
@@ -296,11 +306,12 @@ class Deduplicator:
 
     # ------------------------------------------------------------------ public API
 
-    def check(self, doc_id: DocId, item: str | bytes, timestamp_ms: int | None = None) -> Verdict:
+    def check(self, doc_id: DocId, item: Item, timestamp_ms: int | None = None) -> Verdict:
         """Check one document against everything indexed before it, then index it.
 
-        `item` is what the index compares: a text, or for an index of `bits` items a
-        bit string as hexadecimal digits (or its N/8 bytes); a malformed item is a
+        `item` is what the index compares: a text; for an index of `bits` items a
+        bit string as hexadecimal digits (or its N/8 bytes); for `vector` items a
+        sequence of D numbers (a list, a numpy array); a malformed item is a
         `ConfigError` naming what is wrong.  The verdict says `unique` or `duplicate`
         (with the best-matching earlier id and its similarity, or distance); the
         document is in the index when this returns, in its own write transaction --
@@ -313,20 +324,20 @@ class Deduplicator:
         command-line flags."""
         return self.check_batch([self.document(doc_id, item, timestamp_ms)])[0]
 
-    def document(
-        self, doc_id: DocId, item: str | bytes, timestamp_ms: int | None = None
-    ) -> Document:
+    def document(self, doc_id: DocId, item: Item, timestamp_ms: int | None = None) -> Document:
         """The `Document` of `doc_id` and its item for this index (`check`)."""
         if self.params.item == "text":
             if not isinstance(item, str):
                 raise ConfigError(f"a document's text is a string, not {type(item).__name__}")
             return Document(doc_id, item, timestamp_ms)
+        if isinstance(item, np.ndarray):
+            item = item.tolist()
         got = from_mapping({"id": doc_id, "item": item}, self._items, "item", timestamp_ms)
         if isinstance(got, Rejected):
             raise ConfigError(f"document {doc_id!r}: {got.message} ({got.reason})")
         return got
 
-    def check_batch(self, docs: Iterable[Document | tuple[DocId, str]]) -> list[Verdict]:
+    def check_batch(self, docs: Iterable[Document | tuple[DocId, Item]]) -> list[Verdict]:
         """Check and insert documents in order; one write transaction for all of them
         (a pair `(id, item)` is made a `Document` as `check` makes it)."""
         batch = [d if isinstance(d, Document) else self.document(d[0], d[1]) for d in docs]

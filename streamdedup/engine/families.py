@@ -8,6 +8,7 @@ from streamdedup.config import IndexParams
 from streamdedup.engine.hamming_bits import HammingBits
 from streamdedup.engine.jaccard_text import JaccardText
 from streamdedup.engine.similarity import SimilarityFamily
+from streamdedup.engine.vector_items import VectorFamily
 
 
 def family_of(params: IndexParams) -> SimilarityFamily:
@@ -16,4 +17,6 @@ def family_of(params: IndexParams) -> SimilarityFamily:
     share one), chosen by the stored `metric`."""
     if params.metric == "hamming":
         return HammingBits(params)
+    if params.item == "vector":
+        return VectorFamily(params)
     return JaccardText(params)

@@ -10,7 +10,8 @@ import math
 
 from streamdedup.config import ITEMS_OF, METRICS, IndexParams, ItemKind, Metric, Verify
 from streamdedup.errors import ConfigError
-from streamdedup.sketch.lsh import banding, check_num_perm, tune_for_recall
+from streamdedup.sketch.lsh import Banding, banding, check_num_perm, tune_for_recall
+from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
 # Hamming: bit strings of 8 to 4,096 bits, in whole bytes (as faiss's binary indexes
 # take them; the signature is the string, 2 bytes a bit); a duplicate by default
@@ -23,11 +24,25 @@ HAMMING_DEFAULT_SHARE = 0.05
 HAMMING_SAMPLES = 256
 
 
+# Vectors: 1 to 16,384 dimensions (embeddings have 64 to 4,096), K = 256 projections
+# by default (the signature: 2 bytes each; b x r from the tuner within them).
+MIN_DIM, MAX_DIM = 1, 1 << 14
+VECTOR_NUM_PERM = 256
+# Cosine: a duplicate by default at 0.9 (semantic de-duplication keeps 0.9 to 0.95).
+COSINE_DEFAULT = 0.9
+# Euclidean: buckets four times the bar wide by default (Datar et al.'s w = 4 in units
+# of the distance that must collide: a row probability of 0.80 at the bar).
+BUCKET_WIDTHS = 4.0
+
+
 def family_params(
     metric: str,
+    *,
     item: str | None,
     bits: int | None,
+    dim: int | None,
     max_distance: float | None,
+    bucket_width: float | None,
     threshold: float | None,
     num_perm: int | None,
     bands: int | None,
@@ -41,48 +56,153 @@ def family_params(
             f"unknown `metric` {metric!r}: one of {', '.join(METRICS)}", params=("metric",)
         )
     kind = _item(metric, item)
-    n = _bits(bits)
-    d = _max_distance(n, max_distance, threshold)
-    if num_perm is not None and num_perm != n:
-        raise ConfigError(
-            f"`num_perm` is the signature's length; a Hamming index's signature is the "
-            f"bit string itself ({n} positions). Choose how many bits are sampled into "
-            "buckets with `bands` x `rows`",
-            params=("num_perm",),
+    _refuse_others(metric, bits=bits, dim=dim, bucket_width=bucket_width)
+    if metric == "hamming":
+        n = _bits(bits)
+        d = _max_distance(n, max_distance, threshold)
+        if num_perm is not None and num_perm != n:
+            raise ConfigError(
+                f"`num_perm` is the signature's length; a Hamming index's signature is the "
+                f"bit string itself ({n} positions). Choose how many bits are sampled into "
+                "buckets with `bands` x `rows`",
+                params=("num_perm",),
+            )
+        share = 1.0 - d / n  # the row probability at the bar (seeds: 1 - d/N)
+        band = _banding(share, HAMMING_SAMPLES, bands, rows, sampled=True)
+        return IndexParams(
+            threshold=share,
+            num_perm=n,
+            bands=band.bands,
+            rows=band.rows,
+            verify=verify or "exact",
+            seed=seed,
+            metric="hamming",
+            item=kind,
+            bits=n,
+            max_distance=float(d),
         )
-    similarity = 1.0 - d / n  # the row probability at the bar (seeds: 1 - d/N)
-    if bands is not None and rows is not None:  # (sampled with replacement: any b x r)
-        check_num_perm(bands * rows)
-        band = banding(min(max(similarity, 1e-9), 1.0), bands * rows, bands, rows)
+    k = VECTOR_NUM_PERM if num_perm is None else num_perm
+    check_num_perm(k)
+    if metric == "cosine":
+        c = _cosine(threshold, max_distance)
+        bar_share, distance, width = float(hyperplane_probability(c)), None, None
     else:
-        band = tune_for_recall(similarity, HAMMING_SAMPLES)
+        distance = _euclidean_bar(max_distance, threshold)
+        width = _bucket_width(distance, bucket_width)
+        c = bar_share = float(pstable_probability(distance, width))
+    band = _banding(bar_share, k, bands, rows, sampled=False)
     return IndexParams(
-        threshold=similarity,
-        num_perm=n,
+        threshold=c,
+        num_perm=k,
         bands=band.bands,
         rows=band.rows,
         verify=verify or "exact",
         seed=seed,
-        metric="hamming",
+        metric="cosine" if metric == "cosine" else "euclidean",
         item=kind,
-        bits=n,
-        max_distance=float(d),
+        dim=_dim(dim),
+        max_distance=distance,
+        bucket_width=width,
     )
 
 
-def refuse_family_options(item: str | None, bits: int | None, max_distance: float | None) -> None:
+def _banding(share: float, k: int, bands: int | None, rows: int | None, sampled: bool) -> Banding:
+    """b x r given (checked against K; bit sampling draws with replacement, so any b
+    x r), or the tuner's for 99% recall at the bar's row probability `share`."""
+    if bands is not None and rows is not None:
+        check_num_perm(bands * rows)
+        return banding(min(max(share, 1e-9), 1.0), bands * rows if sampled else k, bands, rows)
+    return tune_for_recall(share, k)
+
+
+_FAMILY_OPTIONS = {
+    "bits": ("hamming",),
+    "dim": ("cosine", "euclidean"),
+    "bucket_width": ("euclidean",),
+    "max_distance": ("hamming", "euclidean"),
+}
+
+
+def _refuse_others(metric: str, **given: float | None) -> None:
+    """Options of another family than `metric`: a mistake, said as one."""
+    for name, value in given.items():
+        if value is not None and metric not in _FAMILY_OPTIONS[name]:
+            raise ConfigError(
+                f"`{name}` applies to `metric` {' or '.join(_FAMILY_OPTIONS[name])}, "
+                f"not to {metric}",
+                params=(name, "metric"),
+            )
+
+
+def _cosine(threshold: float | None, max_distance: float | None) -> float:
+    if max_distance is not None:
+        raise ConfigError(
+            "`metric` cosine compares by `threshold` (the cosine, -1 < C <= 1), not `max_distance`",
+            params=("max_distance", "metric"),
+        )
+    c = COSINE_DEFAULT if threshold is None else threshold
+    if not -1.0 < c <= 1.0 or not math.isfinite(c):
+        raise ConfigError(
+            f"a cosine `threshold` must be in (-1, 1], got {c}", params=("threshold",)
+        )
+    return c
+
+
+def _euclidean_bar(max_distance: float | None, threshold: float | None) -> float:
+    if threshold is not None:
+        raise ConfigError(
+            "`metric` euclidean compares by `max_distance` (the largest L2 distance that "
+            "is a duplicate), not `threshold`",
+            params=("threshold", "metric"),
+        )
+    if max_distance is None:
+        raise ConfigError(
+            "`metric` euclidean needs `max_distance`, the largest L2 distance between "
+            "two vectors that makes them duplicates (in the vectors' own units)",
+            params=("max_distance",),
+        )
+    if not 0.0 < max_distance < math.inf:
+        raise ConfigError(
+            f"`max_distance` must be a positive, finite distance, got {max_distance}",
+            params=("max_distance",),
+        )
+    return float(max_distance)
+
+
+def _bucket_width(distance: float, width: float | None) -> float:
+    if width is None:
+        return BUCKET_WIDTHS * distance
+    if not 0.0 < width < math.inf:
+        raise ConfigError(
+            f"`bucket_width` must be a positive, finite width, got {width}",
+            params=("bucket_width",),
+        )
+    return float(width)
+
+
+def _dim(dim: int | None) -> int:
+    if dim is None:
+        raise ConfigError(
+            "a `vector` item needs `dim`, the number of values in each vector "
+            "(384 for all-MiniLM-L6-v2, 768 for BERT-base)",
+            params=("dim",),
+        )
+    if not MIN_DIM <= dim <= MAX_DIM:
+        raise ConfigError(
+            f"`dim` must be between {MIN_DIM} and {MAX_DIM}, got {dim}", params=("dim",)
+        )
+    return dim
+
+
+def refuse_family_options(item: str | None, **given: float | None) -> None:
     """A Jaccard index: the other families' options are a mistake, said as one."""
     if item not in (None, "text"):
         raise ConfigError(
             f"`item` {item} needs another `metric`: jaccard compares texts "
-            "(for bit strings: `metric` hamming)",
+            "(bit strings: `metric` hamming; vectors: cosine or euclidean)",
             params=("item", "metric"),
         )
-    for name, value in (("bits", bits), ("max_distance", max_distance)):
-        if value is not None:
-            raise ConfigError(
-                f"`{name}` applies to `metric` hamming, not to jaccard", params=(name, "metric")
-            )
+    _refuse_others("jaccard", **given)
 
 
 def _item(metric: Metric | str, item: str | None) -> ItemKind:

@@ -22,12 +22,14 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
+from streamdedup.engine import rows_family
 from streamdedup.engine.compressed import decompress_text
+from streamdedup.engine.rows_family import NoTable
 from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
 from streamdedup.models import DistanceVerdict, Document, Verdict
 from streamdedup.sketch.bitsampling import BitRows, BitSampling
 from streamdedup.sketch.family import Bar
-from streamdedup.sketch.jaccard import Choices, choose_each
+from streamdedup.sketch.jaccard import Choices
 
 TAG = b"b"  # leads a bit string's canonical bytes
 
@@ -51,16 +53,6 @@ class BitPart:
     def of(self, j: int) -> npt.NDArray[np.uint8]:
         row: npt.NDArray[np.uint8] = self.rows[j]
         return row
-
-
-class NoTable:
-    """Hamming keeps no pre-filter: a check is one XOR and popcount of N/8 bytes."""
-
-    def put_many(self, docnos: list[int], kept: list[Kept]) -> None:
-        pass
-
-    def drop(self, docno: int) -> None:
-        pass
 
 
 class HammingBits:
@@ -123,8 +115,8 @@ class HammingBits:
         best_sim: float,
         table: KeptTable | None,
     ) -> tuple[int, float, int, bool]:
-        return choose_ranked(
-            mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
+        return rows_family.choose_ranked(
+            distances, mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
         )
 
     def choose_all(
@@ -141,16 +133,8 @@ class HammingBits:
         first: int,
         table: KeptTable | None,
     ) -> int:
-        return choose_each(
-            lambda mine, r, e, start, best, best_sim: choose_ranked(
-                mine, sets, r, e, bar, margin, max_checks, start, best, best_sim
-            ),
-            mines,
-            ranked,
-            est,
-            at,
-            state,
-            first,
+        return rows_family.choose_all(
+            distances, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
         )
 
     # -- reporting
@@ -174,47 +158,16 @@ class HammingBits:
         )
 
 
-def choose_ranked(
-    mine: Kept,
-    sets: tuple[dict[int, Kept], ...],
-    ranked: list[int],
-    est: npt.NDArray[np.float64],
-    bar: Bar,
-    margin: float,
-    max_checks: int,
-    start: int = 0,
-    best: int = -1,
-    best_measure: float = 0.0,
-) -> tuple[int, float, int, bool]:
-    """`verify.choose_exact`'s rule over one item's ranked candidates (`ranked`, with
-    estimates `est` in score units, descending), resumable, as
-    `sketch.jaccard.choose_ranked` keeps it: (rank of the best or -1, its distance,
-    checks made, `more`: the string of rank `checks` is in no dict).  The strings the
-    dicts hold, up to the first missing one or the last the rule may reach, are
-    measured at once; the rule then walks those distances."""
-    reach = min(len(ranked), max_checks)
-    got: list[bytes] = []
-    for d in ranked[start:reach]:
-        kept = next((s[d] for s in sets if d in s), None)
-        if kept is None:
-            break
-        got.append(kept)
-    if got:
-        mine_row = np.frombuffer(mine, dtype=np.uint8)
-        theirs = np.frombuffer(b"".join(got), dtype=np.uint8).reshape(len(got), len(mine))
-        distances = np.bitwise_count(theirs ^ mine_row).sum(axis=1, dtype=np.int64).tolist()
-    else:
-        distances = []
-    for checks in range(start, reach):
-        floor = bar.floor if best < 0 else bar.score(best_measure)
-        if est[checks] < floor - margin:
-            return best, best_measure, checks, False
-        if checks - start == len(distances):  # (the string of rank `checks`: in no dict)
-            return best, best_measure, checks, True
-        distance = distances[checks - start]
-        if bar.meets(distance) and (best < 0 or bar.better(distance, best_measure)):
-            best, best_measure = checks, float(distance)
-    return best, best_measure, max(start, reach), False
+def distances(mine: bytes, theirs: bytes, n: int) -> list[float]:
+    """The Hamming distances of one packed string to `n` packed strings joined."""
+    rows = np.frombuffer(theirs, dtype=np.uint8).reshape(n, len(mine))
+    out: list[float] = (
+        np.bitwise_count(rows ^ np.frombuffer(mine, dtype=np.uint8))
+        .sum(axis=1, dtype=np.int64)
+        .astype(np.float64)
+        .tolist()
+    )
+    return out
 
 
-__all__ = ["HammingBits", "choose_ranked"]
+__all__ = ["HammingBits", "distances"]

@@ -34,6 +34,8 @@ class Detection:
     item: str | None = None
     bits: int | None = None
     max_distance: float | None = None
+    dim: int | None = None
+    bucket_width: float | None = None
 
 
 def open_index(

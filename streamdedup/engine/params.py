@@ -39,6 +39,8 @@ def resolve_params(
     item: str | None = None,
     bits: int | None = None,
     max_distance: float | None = None,
+    dim: int | None = None,
+    bucket_width: float | None = None,
 ) -> IndexParams:
     """Parameters for an index: the stored ones, which explicit options must match,
     or new ones from the options and defaults."""
@@ -57,6 +59,8 @@ def resolve_params(
             "item": item,
             "bits": bits,
             "max_distance": max_distance,
+            "dim": dim,
+            "bucket_width": bucket_width,
         }
         for name, value in asked.items():
             have = getattr(stored, name)
@@ -71,23 +75,51 @@ def resolve_params(
     if (metric or "jaccard") != "jaccard":
         return family_params(
             metric or "jaccard",
-            item,
-            bits,
-            max_distance,
-            threshold,
-            num_perm,
-            bands,
-            rows,
-            verify,
-            _checked_seed(seed),
+            item=item,
+            bits=bits,
+            dim=dim,
+            max_distance=max_distance,
+            bucket_width=bucket_width,
+            threshold=threshold,
+            num_perm=num_perm,
+            bands=bands,
+            rows=rows,
+            verify=verify,
+            seed=_checked_seed(seed),
         )
-    refuse_family_options(item, bits, max_distance)
+    refuse_family_options(
+        item, bits=bits, max_distance=max_distance, dim=dim, bucket_width=bucket_width
+    )
+    return _new_jaccard(
+        threshold,
+        num_perm,
+        spec,
+        bands,
+        rows,
+        verify,
+        _checked_seed(seed),
+        false_positive_weight,
+        false_negative_weight,
+    )
+
+
+def _new_jaccard(
+    threshold: float | None,
+    num_perm: int | None,
+    spec: ShingleSpec | None,
+    bands: int | None,
+    rows: int | None,
+    verify: Verify | None,
+    seed: int,
+    false_positive_weight: float,
+    false_negative_weight: float,
+) -> IndexParams:
+    """A new Jaccard index's parameters: the options, tuned b x r, defaults."""
     defaults = IndexParams()
     t = defaults.threshold if threshold is None else threshold
     k = defaults.num_perm if num_perm is None else num_perm
     check_threshold(t)
     check_num_perm(k)  # before anything is sized by it
-    s = _checked_seed(seed)
     if bands is not None and rows is not None:
         band = banding(t, k, bands, rows)
     else:
@@ -99,7 +131,7 @@ def resolve_params(
         bands=band.bands,
         rows=band.rows,
         verify=verify or defaults.verify,
-        seed=s,
+        seed=seed,
     )
 
 

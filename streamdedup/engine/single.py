@@ -74,7 +74,12 @@ class SingleRun(WindowRun):
         else:
             similarity, rec = best
             verdict = Verdict(
-                doc.id, "duplicate", rec.doc_id, rec.cluster, round(similarity, 4), False
+                doc.id,
+                "duplicate",
+                rec.doc_id,
+                rec.cluster,
+                self.params.reported(similarity),
+                False,
             )
         self._insert(t, p, i, docno, verdict, ts, index_it=True, row=row)
         return verdict, 1

@@ -17,11 +17,9 @@ import orjson
 
 from streamdedup.config import Fields
 from streamdedup.inputs.html import extract_text, page_text
+from streamdedup.inputs.items import bits_item, json_kind, vector_item
 from streamdedup.models import (
     BAD_ID,
-    BAD_ITEM_LENGTH,
-    BAD_ITEM_TYPE,
-    BAD_ITEM_VALUE,
     BAD_TEXT,
     INVALID_UTF8,
     MALFORMED,
@@ -161,29 +159,6 @@ def _slow_json(raw: bytes) -> Any:
 
 # What a decoded JSON or msgpack value is, in the words of those formats: the
 # messages read "field 'id' is null", not Python's "is a NoneType" / "is a int".
-_KINDS: dict[type, str] = {
-    type(None): "null",
-    bool: "a boolean",
-    int: "an integer",
-    float: "a number with a fraction or exponent",
-    str: "a string",
-    list: "an array",
-    tuple: "an array",
-    dict: "an object",
-    bytes: "binary data",
-}
-
-
-def json_kind(value: Any) -> str:
-    """`value`'s kind as JSON (and msgpack) name it, with its article: "null",
-    "an integer", "an array", ... (a type of neither: "a <Python type>")."""
-    kind = _KINDS.get(type(value))
-    if kind is not None:
-        return kind
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
-
-
 def from_mapping(
     obj: Any, fields: Fields, what: str, timestamp_ms: int | None = None
 ) -> Document | Rejected:
@@ -214,43 +189,15 @@ def _with_item(
     obj: dict[Any, Any], fields: Fields, doc_id: str | int, timestamp_ms: int | None
 ) -> Document | Rejected:
     """A record of an index whose items are not texts: its item, checked and in
-    canonical bytes (`bits`: a string of N bits as N/4 hexadecimal digits, or in
-    msgpack a bin of N/8 bytes; most significant bit first either way)."""
+    canonical bytes (inputs/items.py)."""
     name = fields.item_name
     if name not in obj:
         return Rejected(MISSING_ITEM, f"no {name!r} field (the item: {fields.item})", doc_id)
-    value = obj[name]
-    width = fields.bits // 8
-    if isinstance(value, bytes):
-        if len(value) != width:
-            return Rejected(
-                BAD_ITEM_LENGTH,
-                f"field {name!r} holds {len(value)} bytes; {fields.bits} bits are {width}",
-                doc_id,
-            )
-        return Document(doc_id, "", timestamp_ms, value)
-    if not isinstance(value, str):
-        return Rejected(
-            BAD_ITEM_TYPE,
-            f"field {name!r} is {json_kind(value)}, not a string of hexadecimal digits",
-            doc_id,
-        )
-    if len(value) != 2 * width:
-        return Rejected(
-            BAD_ITEM_LENGTH,
-            f"field {name!r} holds {len(value)} hexadecimal digits; {fields.bits} bits are "
-            f"{2 * width}",
-            doc_id,
-        )
-    try:
-        bits = bytes.fromhex(value)
-    except ValueError:
-        bits = b""
-    if len(bits) != width:  # (`fromhex` also skips spaces: not digits either)
-        return Rejected(
-            BAD_ITEM_VALUE, f"field {name!r} is not hexadecimal: {value[:80]!r}", doc_id
-        )
-    return Document(doc_id, "", timestamp_ms, bits)
+    check = bits_item if fields.item == "bits" else vector_item
+    item = check(obj[name], fields, name)
+    if isinstance(item, tuple):
+        return Rejected(item[0], item[1], doc_id)
+    return Document(doc_id, "", timestamp_ms, item)
 
 
 # A verdict carries its id up to three times (id, duplicate_of, cluster) and must fit

@@ -150,11 +150,19 @@ def _caps_line(capped: dict[str, int]) -> list[str]:
 
 def _family_text(p: dict[str, Any]) -> str:
     """What an index compares, as `stats` prints it."""
-    if p.get("metric", "jaccard") == "jaccard":
+    metric = p.get("metric", "jaccard")
+    if metric == "jaccard":
         return f"threshold {p['threshold']}, {p['shingle']}"
+    if metric == "hamming":
+        return (
+            f"metric hamming on {p['bits']}-bit strings, max distance "
+            f"{p['max_distance']:g} (threshold {p['threshold']})"
+        )
+    if metric == "cosine":
+        return f"metric cosine on {p['dim']}-dimensional vectors, threshold {p['threshold']}"
     return (
-        f"metric {p['metric']} on {p['bits']}-bit strings, max distance {p['max_distance']:g} "
-        f"(threshold {p['threshold']})"
+        f"metric euclidean on {p['dim']}-dimensional vectors, max distance "
+        f"{p['max_distance']:g}, buckets {p['bucket_width']:g} wide"
     )
 
 
@@ -389,7 +397,7 @@ def _neighbours(
         src, d, _ = rows[int(j)]
         entry: dict[str, Any] = {
             "id": None,
-            estimated: round(rule.measured(float(est[j])), 4),
+            estimated: params.reported(rule.measured(float(est[j]))),
             "segment": src.number,
         }
 
@@ -398,7 +406,7 @@ def _neighbours(
             entry["id"] = None if rec is None else rec.doc_id
             if own_rep is not None:
                 theirs = family.exact_stored(t.text(d))
-                entry[exact_key] = round(family.lsh.exact(own_rep, theirs), 4)
+                entry[exact_key] = params.reported(family.lsh.exact(own_rep, theirs))
 
         src.index.read(describe)
         out.append(entry)

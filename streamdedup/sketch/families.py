@@ -11,10 +11,18 @@ from streamdedup.config import IndexParams
 from streamdedup.sketch.bitsampling import BitSampling
 from streamdedup.sketch.family import LshFamily
 from streamdedup.sketch.minhash import MinHashJaccard
+from streamdedup.sketch.projections import PStable, RandomHyperplanes
 
 
 def lsh_of(params: IndexParams) -> LshFamily[Any, Any]:
-    """MinHash for Jaccard, bit sampling for Hamming (`IndexParams.metric`)."""
-    if params.metric == "hamming":
-        return BitSampling(params.bits, params.bands, params.rows, params.seed)
+    """MinHash for Jaccard, bit sampling for Hamming, random hyperplanes for cosine,
+    p-stable projections for Euclidean (`IndexParams.metric`)."""
+    p = params
+    if p.metric == "hamming":
+        return BitSampling(p.bits, p.bands, p.rows, p.seed)
+    if p.metric == "cosine":
+        return RandomHyperplanes(p.dim, p.num_perm, p.bands, p.rows, p.seed)
+    if p.metric == "euclidean":
+        assert p.bucket_width is not None
+        return PStable(p.dim, p.num_perm, p.bands, p.rows, p.seed, p.bucket_width)
     return MinHashJaccard(params.num_perm, params.bands, params.rows, params.seed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -168,8 +169,8 @@ def test_tune_draws_bit_samplings_curve(capsys: pytest.CaptureFixture[str]) -> N
     share a bucket), and P(candidate) by distance, 1 - (1 - (1 - d/N)^r)^b."""
     assert main(["tune", "--metric", "hamming", "--bits", "64", "--max-distance", "3"]) == 0
     out = capsys.readouterr().out
-    assert "b = 11 bands x r = 22 sampled bits" in out and "P = 0.9909" in out
-    assert "     3  0.9531  0.990914  <- max distance" in out
+    assert "(sampled bits): b = 11 bands x r = 22 rows" in out and "P = 0.9909" in out
+    assert "         3  0.9531  0.990914  <- the bar" in out
     args = ["tune", "--metric", "hamming", "--bits", "256", "--threshold", "0.95", "--json"]
     assert main(args) == 0
     data = orjson.loads(capsys.readouterr().out)
@@ -181,7 +182,31 @@ def test_tune_draws_bit_samplings_curve(capsys: pytest.CaptureFixture[str]) -> N
     assert main(["tune", "--metric", "hamming"]) == 2
     assert "needs --bits, the length N of the bit strings" in capsys.readouterr().err
     assert main(["tune", "--bits", "64"]) == 2
-    assert "apply to --metric hamming" in capsys.readouterr().err
+    assert "--bits applies to another --metric than jaccard" in capsys.readouterr().err
+
+
+def test_tune_draws_the_vector_families_curves(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune --metric cosine|euclidean`: each family's row probability (1 - theta/pi;
+    the p-stable formula, 1 at distance 0 and falling) in the S-curve, 99% of the
+    pairs at the bar candidates with the default b x r."""
+    assert main(["tune", "--metric", "cosine", "--threshold", "0.9", "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["bar"] == 0.9 and data["p_candidate_at_bar"] >= 0.99
+    for point in data["curve"]:
+        q = 1 - math.acos(point["cosine"]) / math.pi
+        assert point["row_probability"] == pytest.approx(q, abs=1e-12)
+        want = 1 - (1 - q ** data["rows"]) ** data["bands"]
+        assert point["p_candidate"] == pytest.approx(want)
+    args = ["tune", "--metric", "euclidean", "--max-distance", "2", "--json"]
+    assert main(args) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["bucket_width"] == 8.0 and data["p_candidate_at_bar"] >= 0.99
+    rows = [p["row_probability"] for p in data["curve"]]
+    assert rows[0] == 1.0 and rows == sorted(rows, reverse=True) and rows[-1] < 0.2
+    assert main(["tune", "--metric", "euclidean", "--max-distance", "2"]) == 0
+    assert "euclidean <= 2.0 by K = 256 projections in buckets of 8" in capsys.readouterr().out
+    assert main(["tune", "--metric", "euclidean"]) == 2
+    assert "needs --max-distance" in capsys.readouterr().err
 
 
 def test_stats_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

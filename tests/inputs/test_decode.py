@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import orjson
 import pytest
 from hypothesis import given
@@ -376,3 +377,64 @@ def test_a_batch_of_bit_lines_decodes_as_each_line_alone(raw: list[bytes]) -> No
     `decode_json` gives line by line."""
     fields = Fields(item="bits", bits=8, item_field="text")
     assert decode_json_lines(raw, fields) == [decode_json(r, fields) for r in raw]
+
+
+VECTORS = Fields(item="vector", dim=4)
+COSINE = Fields(item="vector", dim=4, nonzero=True)
+f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(f32, min_size=4, max_size=4), st.sampled_from(["json", "msgpack", "bin"]))
+def test_a_vector_decodes_to_its_float32_bytes(values: list[float], fmt: str) -> None:
+    """A JSON or msgpack array of D numbers, or a msgpack bin of D little-endian
+    float32: the same 4 D bytes, each value exactly its float32, and no text."""
+    import msgpack
+
+    want = np.array(values, dtype="<f4").tobytes()
+    item: object = want if fmt == "bin" else values
+    obj = {"id": "d", "vector": item}
+    raw = orjson.dumps(obj) if fmt == "json" else msgpack.packb(obj)
+    got = decode_message(raw, None, "json" if fmt == "json" else "msgpack", VECTORS)
+    assert got == Document("d", "", None, want)
+
+
+@pytest.mark.parametrize(
+    ("item", "fields", "reason"),
+    [
+        ([1, 2, 3], VECTORS, "bad_item_length"),
+        ([1, 2, 3, 4, 5], VECTORS, "bad_item_length"),
+        ("1 2 3 4", VECTORS, "bad_item_type"),
+        ({"x": 1}, VECTORS, "bad_item_type"),
+        (None, VECTORS, "bad_item_type"),
+        ([1, 2, 3, "4"], VECTORS, "bad_item_value"),
+        ([1, 2, 3, None], VECTORS, "bad_item_value"),
+        ([1, 2, 3, True], VECTORS, "bad_item_value"),
+        ([1, 2, 3, [4]], VECTORS, "bad_item_value"),
+        ([1, 2, 3, 1e39], VECTORS, "item_not_finite"),
+        ([1, 2, 3, -(10**400)], VECTORS, "item_not_finite"),
+        ([0, 0, 0, 0], COSINE, "zero_vector"),
+        ([0.0, -0.0, 0, 0], COSINE, "zero_vector"),
+    ],
+)
+def test_each_kind_of_bad_vector(item: object, fields: Fields, reason: str) -> None:
+    raw = json.dumps({"id": 7, "vector": item}).encode()
+    got = decode_json(raw, fields)
+    assert isinstance(got, Rejected) and got.reason == reason and got.id == 7, got
+    assert decode_json(b'{"id": 7, "vector": [0, 0, 0, 0]}', VECTORS).item == bytes(16)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (np.array([1, 2, 3], dtype="<f4").tobytes(), "bad_item_length"),
+        (np.array([1, 2, 3, np.nan], dtype="<f4").tobytes(), "item_not_finite"),
+        (np.array([1, 2, 3, np.inf], dtype="<f4").tobytes(), "item_not_finite"),
+        ([1.0, 2.0, float("nan"), 4.0], "item_not_finite"),
+        ([1.0, 2.0, float("-inf"), 4.0], "item_not_finite"),
+    ],
+)
+def test_each_kind_of_bad_vector_in_msgpack(raw: object, reason: str) -> None:
+    import msgpack
+
+    got = decode_message(msgpack.packb({"id": 7, "vector": raw}), None, "msgpack", VECTORS)
+    assert isinstance(got, Rejected) and got.reason == reason, got

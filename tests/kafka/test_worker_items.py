@@ -1,11 +1,12 @@
 """The worker on an index of another family than Jaccard on texts (Hamming on bit
-strings), on the real broker: JSON records with hexadecimal digits and msgpack
-records with bins give the verdicts file mode gives, bad items go to the dead-letter
-topic with their reason, and a text-only input format is refused before anything is
-read."""
+strings, cosine on vectors), on the real broker: JSON records and msgpack records
+with bins or arrays give the verdicts file mode gives, bad items go to the
+dead-letter topic with their reason, and a text-only input format is refused before
+anything is read."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import msgpack
@@ -13,6 +14,7 @@ import orjson
 import pytest
 
 from tests.engine.test_hamming import fingerprints, hex_of
+from tests.engine.test_vectors import clustered
 from tests.support.cli import run
 from tests.support.kafka import Topics
 
@@ -55,3 +57,53 @@ def test_bit_strings_through_the_worker_as_in_file_mode(
     again = t.run_worker(tmp_path / "idx", "--input-format", "raw")
     assert again.returncode == 2, again.stderr.decode()[-3000:]
     assert b"--input-format raw carries a text; this index compares bits items" in again.stderr
+
+
+COSINE = ["--metric", "cosine", "--dim", "16", "--threshold", "0.95"]
+
+
+def test_vectors_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Cosine on vectors: msgpack bins of float32 and msgpack arrays give the verdicts
+    (and the exact cosines) file mode gives on the same vectors as JSON arrays; a
+    vector of zeros and a NaN go to the dead-letter topic with their reasons."""
+    rows = clustered(300, seed=12, dim=16, bases=30)
+    t = Topics(kafka_bootstrap)
+    records = [
+        msgpack.packb({"id": str(i), "vector": r.astype("<f4").tobytes() if i % 2 else r.tolist()})
+        for i, r in enumerate(rows)
+    ]
+    bad = [
+        msgpack.packb({"id": "zero", "vector": [0.0] * 16}),
+        msgpack.packb({"id": "nan", "vector": [float("nan")] * 16}),
+    ]
+    t.produce(records + bad)
+    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", *COSINE)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
+    for v in got:
+        v.pop("source")
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(
+        b"".join(
+            orjson.dumps({"id": str(i), "vector": r.tolist()}) + b"\n" for i, r in enumerate(rows)
+        )
+    )
+    out = tmp_path / "out.jsonl"
+    file_run = run(
+        "dedup", str(src), "--index", str(tmp_path / "file-idx"), "--output", str(out), *COSINE
+    )
+    assert file_run.returncode == 0, file_run.stderr.decode()
+    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    assert sum(v["verdict"] == "duplicate" for v in got) > 100
+    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=2)]
+    assert reasons == [b"zero_vector", b"item_not_finite"]
+    # replay into a fresh index: the same verdicts, the same two errors
+    replayed = tmp_path / "replay.jsonl"
+    args = t.replay_args(tmp_path / "rebuilt", "--input-format", "msgpack", *COSINE)
+    r = subprocess.run([*args, "--from-beginning", "--output", str(replayed)], capture_output=True)
+    assert r.returncode == 1, r.stderr.decode()[-3000:]  # (two rejected records)
+    again = [orjson.loads(x) for x in replayed.read_bytes().splitlines()]
+    for v in again:
+        v.pop("source")
+    assert again[:300] == got
+    assert [v["error"] for v in again[300:]] == ["zero_vector", "item_not_finite"]

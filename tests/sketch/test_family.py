@@ -20,6 +20,7 @@ from streamdedup.sketch.bitsampling import BitSampling, hamming, hamming_rows
 from streamdedup.sketch.family import Bar, LshFamily
 from streamdedup.sketch.jaccard import numpy_jaccard
 from streamdedup.sketch.minhash import MinHashJaccard
+from streamdedup.sketch.projections import PStable, RandomHyperplanes
 from streamdedup.sketch.shingle import ShingleBatch, offsets_of
 from streamdedup.sketch.signature import band_keys, estimate_jaccard, estimate_rows, sketch
 
@@ -95,6 +96,24 @@ def _bit_batches(num_bits: int) -> st.SearchStrategy[np.ndarray]:
     return st.builds(batch, st.lists(base, min_size=1, max_size=3), items)
 
 
+def _vector_batches(dim: int) -> st.SearchStrategy[np.ndarray]:
+    """(n, D) float32 vectors: a few integer bases, each item a base moved by a unit
+    in a few coordinates (so items lie near each other as well as far apart, and two
+    different items never measure as the same one), zero vectors possible."""
+    base = st.lists(st.integers(-5, 5), min_size=dim, max_size=dim)
+    moves = st.lists(st.tuples(st.integers(0, dim - 1), st.sampled_from([-1, 1])), max_size=3)
+
+    def batch(bases: list[list[int]], items: list[tuple[int, list[tuple[int, int]]]]) -> Any:
+        rows = np.array([bases[k % len(bases)] for k, _ in items], dtype=np.float32)
+        for row, (_, step) in zip(rows, items, strict=True):
+            for j, by in step:
+                row[j] += by
+        return rows
+
+    items = st.lists(st.tuples(st.integers(0, 3), moves), min_size=1, max_size=8)
+    return st.builds(batch, st.lists(base, min_size=1, max_size=3), items)
+
+
 FAMILIES = [
     Case(
         MinHashJaccard(128, 18, 7, 1), _element_batches(), _elements, lambda b: len(b.offsets) - 1
@@ -102,8 +121,12 @@ FAMILIES = [
     Case(MinHashJaccard(64, 8, 8, 99), _element_batches(), _elements, lambda b: len(b.offsets) - 1),
     Case(BitSampling(64, 8, 16, 1), _bit_batches(64), lambda b, i: b[i], len),
     Case(BitSampling(256, 11, 22, 7), _bit_batches(256), lambda b, i: b[i], len),
+    Case(RandomHyperplanes(16, 256, 23, 11, 1), _vector_batches(16), lambda b, i: b[i], len),
+    Case(RandomHyperplanes(5, 64, 8, 8, 3), _vector_batches(5), lambda b, i: b[i], len),
+    Case(PStable(16, 256, 32, 8, 1, 4.0), _vector_batches(16), lambda b, i: b[i], len),
+    Case(PStable(5, 64, 16, 4, 3, 0.5), _vector_batches(5), lambda b, i: b[i], len),
 ]
-ids = [f"{c.family.name}-{c.family.num_perm}" for c in FAMILIES]
+ids = [f"{c.family.name}-{c.family.num_perm}-{c.family.bands}" for c in FAMILIES]
 
 
 @pytest.mark.parametrize("case", FAMILIES, ids=ids)

@@ -265,7 +265,7 @@ class StoreRun(WindowRun):
                 if match is None and (rec := t.record(best[1])) is not None:
                     match = (rec.doc_id, rec.cluster)
                 if match is not None:
-                    v = Verdict(d, "duplicate", *match, round(best[0], 4), False)
+                    v = Verdict(d, "duplicate", *match, self.params.reported(best[0]), False)
             if v is None:
                 v = Verdict(d, "unique", None, d, None, False)
             mine[docno] = (d, v.cluster)

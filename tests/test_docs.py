@@ -41,6 +41,7 @@ GUIDE = (
     "docs/guide/worker.md",
     "docs/guide/reading-verdicts.md",
     "docs/guide/families.md",
+    "docs/guide/vectors.md",
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",

@@ -62,15 +62,19 @@ def vector_item(value: Any, fields: Fields, name: str) -> bytes | Refusal:
     elif isinstance(value, list):
         if len(value) != dim:
             return BAD_ITEM_LENGTH, f"field {name!r} holds {len(value)} numbers, not {dim}"
-        wrong = next((x for x in value if type(x) not in (int, float)), _NONE)
-        if wrong is not _NONE:
+        if not _NUMBERS.issuperset(map(type, value)):  # (bool, None, str: not numbers)
+            wrong = next(x for x in value if type(x) not in _NUMBERS)
             return BAD_ITEM_VALUE, f"field {name!r} holds {json_kind(wrong)}, not only numbers"
-        if not all(abs(x) <= _FLOAT32_MAX for x in value):  # (False for NaN too)
+        try:
+            wide = np.asarray(value, dtype=np.float64)
+        except OverflowError:  # (an integer beyond a double)
+            wide = np.full(1, np.inf)
+        if not (np.abs(wide) <= _FLOAT32_MAX).all():  # (False for NaN too)
             return ITEM_NOT_FINITE, (
                 f"field {name!r} holds a value that is not a finite float32 number "
                 "(NaN, infinite, or beyond 3.4e38)"
             )
-        row = np.asarray(value, dtype="<f4")
+        row = wide.astype("<f4")
     else:
         return BAD_ITEM_TYPE, f"field {name!r} is {json_kind(value)}, not an array of {dim} numbers"
     if not np.isfinite(row).all():
@@ -80,7 +84,7 @@ def vector_item(value: Any, fields: Fields, name: str) -> bytes | Refusal:
     return row.tobytes()
 
 
-_NONE = object()
+_NUMBERS = frozenset({int, float})
 
 
 _KINDS: dict[type, str] = {

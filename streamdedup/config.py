@@ -13,15 +13,15 @@ Verify = Literal["exact", "signature"]
 # The similarity families (DESIGN.md "Items and similarity families") and the kinds of
 # item they read.  Jaccard on texts is the default; the others are opt-in per index.
 Metric = Literal["jaccard", "hamming", "cosine", "euclidean"]
-ItemKind = Literal["text", "bits", "vector"]
+ItemKind = Literal["text", "bits", "vector", "set"]
 METRICS: tuple[Metric, ...] = ("jaccard", "hamming", "cosine", "euclidean")
 ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {
-    "jaccard": ("text",),
+    "jaccard": ("text", "set"),
     "hamming": ("bits",),
     "cosine": ("vector",),
     "euclidean": ("vector",),
 }
-ITEMS: tuple[ItemKind, ...] = ("text", "bits", "vector")
+ITEMS: tuple[ItemKind, ...] = ("text", "bits", "vector", "set")
 DISTANCE_METRICS = frozenset({"hamming", "euclidean"})
 
 
@@ -212,7 +212,7 @@ class IndexParams:
             "hash_key": self.hash_key.hex(),
             "format": INDEX_FORMAT,
         }
-        if self.metric != "jaccard":  # (a Jaccard index's record stays as it always was)
+        if (self.metric, self.item) != ("jaccard", "text"):  # (as it always was on texts)
             rec.update(
                 metric=self.metric,
                 item=self.item,
@@ -264,7 +264,7 @@ class IndexParams:
 def _family_fields(rec: Mapping[str, object]) -> dict[str, Any]:
     """The family part of a stored parameter record (absent: Jaccard on texts)."""
     metric = rec.get("metric", "jaccard")
-    if metric == "jaccard":
+    if metric == "jaccard" and "item" not in rec:  # (on texts: the record as it always was)
         return {}
     item = rec.get("item")
     if metric not in METRICS or item not in ITEMS_OF[str(metric)]:

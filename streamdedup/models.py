@@ -246,6 +246,7 @@ BAD_ITEM_LENGTH = "bad_item_length"  # another length than --bits or --dim
 BAD_ITEM_VALUE = "bad_item_value"  # not hexadecimal; a vector holding a non-number
 ITEM_NOT_FINITE = "item_not_finite"  # a vector holding NaN, an infinity, or beyond float32
 ZERO_VECTOR = "zero_vector"  # a cosine index's vector of zeros (no direction)
+MIXED_SET = "mixed_set"  # a set holding both strings and integers
 
 
 @dataclass(frozen=True)

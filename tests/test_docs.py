@@ -42,6 +42,7 @@ GUIDE = (
     "docs/guide/reading-verdicts.md",
     "docs/guide/families.md",
     "docs/guide/vectors.md",
+    "docs/guide/sets.md",
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",

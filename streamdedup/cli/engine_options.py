@@ -41,8 +41,8 @@ ENGINE = OptionGroup(
         ),
         Opt(
             "item",
-            "what a record is compared by: text, bits (hamming) or vector (cosine, "
-            "euclidean) (default: the metric's)",
+            "what a record is compared by: text or set (jaccard), bits (hamming), vector "
+            "(cosine, euclidean) (default: the metric's first)",
             str,
             choices=ITEMS,
         ),
@@ -122,7 +122,8 @@ INPUT = OptionGroup(
         Opt("text-field", "field holding the document text", str, "text", metavar="NAME"),
         Opt(
             "item-field",
-            "field holding the item of an index of bits or vector items (default: the item's name)",
+            "field holding the item of an index of sets, bits or vectors "
+            "(default: the item's name)",
             str,
             metavar="NAME",
         ),

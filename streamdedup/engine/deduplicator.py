@@ -47,8 +47,18 @@ from streamdedup.store.segment.manifest import Manifest
 from streamdedup.store.tables import Tables
 
 _R = TypeVar("_R")
-# What `check` compares: a text, a bit string (hex or bytes), a vector.
-Item = str | bytes | Sequence[float] | npt.NDArray[np.floating]
+# What `check` compares: a text, a bit string (hex or bytes), a vector, a set.
+Item = (
+    str
+    | bytes
+    | Sequence[float]
+    | npt.NDArray[np.floating]
+    | Sequence[str | int]
+    | set[str]
+    | set[int]
+    | frozenset[str]
+    | frozenset[int]
+)
 _TEXT = operator.attrgetter("text")  # a document's text
 
 
@@ -331,7 +341,9 @@ class Deduplicator:
                 raise ConfigError(f"a document's text is a string, not {type(item).__name__}")
             return Document(doc_id, item, timestamp_ms)
         if isinstance(item, np.ndarray):
-            item = item.tolist()
+            item = item.tolist()  # (its values as Python numbers)
+        elif isinstance(item, set | frozenset | tuple):
+            item = list(item)
         got = from_mapping({"id": doc_id, "item": item}, self._items, "item", timestamp_ms)
         if isinstance(got, Rejected):
             raise ConfigError(f"document {doc_id!r}: {got.message} ({got.reason})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from streamdedup.config import IndexParams
 from streamdedup.engine.hamming_bits import HammingBits
+from streamdedup.engine.jaccard_sets import JaccardSets
 from streamdedup.engine.jaccard_text import JaccardText
 from streamdedup.engine.similarity import SimilarityFamily
 from streamdedup.engine.vector_items import VectorFamily
@@ -19,4 +20,6 @@ def family_of(params: IndexParams) -> SimilarityFamily:
         return HammingBits(params)
     if params.item == "vector":
         return VectorFamily(params)
+    if params.item == "set":
+        return JaccardSets(params)
     return JaccardText(params)

@@ -194,15 +194,17 @@ def _dim(dim: int | None) -> int:
     return dim
 
 
-def refuse_family_options(item: str | None, **given: float | None) -> None:
-    """A Jaccard index: the other families' options are a mistake, said as one."""
-    if item not in (None, "text"):
+def jaccard_item(item: str | None, **given: float | None) -> ItemKind:
+    """A Jaccard index's item (texts or sets); the other families' options are a
+    mistake, said as one."""
+    if item not in (None, "text", "set"):
         raise ConfigError(
-            f"`item` {item} needs another `metric`: jaccard compares texts "
+            f"`item` {item} needs another `metric`: jaccard compares texts or sets "
             "(bit strings: `metric` hamming; vectors: cosine or euclidean)",
             params=("item", "metric"),
         )
     _refuse_others("jaccard", **given)
+    return "set" if item == "set" else "text"
 
 
 def _item(metric: Metric | str, item: str | None) -> ItemKind:

@@ -9,12 +9,13 @@ from typing import Any
 
 from streamdedup.config import (
     IndexParams,
+    ItemKind,
     ShingleSpec,
     Verify,
     check_bands_rows,
     check_threshold,
 )
-from streamdedup.engine.family_params import family_params, refuse_family_options
+from streamdedup.engine.family_params import family_params, jaccard_item
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.sketch.lsh import banding, check_num_perm, tune
 from streamdedup.store.index import Index
@@ -87,10 +88,11 @@ def resolve_params(
             verify=verify,
             seed=_checked_seed(seed),
         )
-    refuse_family_options(
+    kind = jaccard_item(
         item, bits=bits, max_distance=max_distance, dim=dim, bucket_width=bucket_width
     )
     return _new_jaccard(
+        kind,
         threshold,
         num_perm,
         spec,
@@ -104,6 +106,7 @@ def resolve_params(
 
 
 def _new_jaccard(
+    item: ItemKind,
     threshold: float | None,
     num_perm: int | None,
     spec: ShingleSpec | None,
@@ -132,6 +135,7 @@ def _new_jaccard(
         rows=band.rows,
         verify=verify or defaults.verify,
         seed=seed,
+        item=item,
     )
 
 

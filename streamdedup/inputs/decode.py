@@ -17,7 +17,7 @@ import orjson
 
 from streamdedup.config import Fields
 from streamdedup.inputs.html import extract_text, page_text
-from streamdedup.inputs.items import bits_item, json_kind, vector_item
+from streamdedup.inputs.items import bits_item, json_kind, set_item, vector_item
 from streamdedup.models import (
     BAD_ID,
     BAD_TEXT,
@@ -193,7 +193,7 @@ def _with_item(
     name = fields.item_name
     if name not in obj:
         return Rejected(MISSING_ITEM, f"no {name!r} field (the item: {fields.item})", doc_id)
-    check = bits_item if fields.item == "bits" else vector_item
+    check = {"bits": bits_item, "vector": vector_item, "set": set_item}[fields.item]
     item = check(obj[name], fields, name)
     if isinstance(item, tuple):
         return Rejected(item[0], item[1], doc_id)

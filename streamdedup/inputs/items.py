@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from streamdedup.config import Fields
@@ -17,6 +18,7 @@ from streamdedup.models import (
     BAD_ITEM_TYPE,
     BAD_ITEM_VALUE,
     ITEM_NOT_FINITE,
+    MIXED_SET,
     ZERO_VECTOR,
 )
 
@@ -84,6 +86,32 @@ def vector_item(value: Any, fields: Fields, name: str) -> bytes | Refusal:
     return row.tobytes()
 
 
+def set_item(value: Any, fields: Fields, name: str) -> bytes | Refusal:
+    """A set of strings or of integers (not both), as the msgpack array of its
+    distinct elements' canonical bytes, sorted: a tag (b"s" a string's UTF-8, b"i" an
+    integer's decimal digits, so "1" and 1 differ) and the value.  Equal sets, in any
+    order and with any repeats, have equal bytes."""
+    if not isinstance(value, list):
+        return BAD_ITEM_TYPE, f"field {name!r} is {json_kind(value)}, not an array (a set)"
+    kinds = set(map(type, value))
+    if not kinds <= _ELEMENTS:
+        wrong = next(x for x in value if type(x) not in _ELEMENTS)
+        what = f"{json_kind(wrong)}, not only strings or integers"
+        return BAD_ITEM_VALUE, f"field {name!r} holds {what}"
+    if len(kinds) > 1:
+        return MIXED_SET, (
+            f"field {name!r} mixes strings and integers: a set holds one kind "
+            '(send "1" or 1, not both)'
+        )
+    if str in kinds:
+        tagged = {b"s" + x.encode("utf-8", "surrogatepass") for x in value}
+    else:
+        tagged = {b"i" + str(x).encode() for x in value}
+    out: bytes = msgpack.packb(sorted(tagged))
+    return out
+
+
+_ELEMENTS = frozenset({str, int})
 _NUMBERS = frozenset({int, float})
 
 

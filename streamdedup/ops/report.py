@@ -152,7 +152,8 @@ def _family_text(p: dict[str, Any]) -> str:
     """What an index compares, as `stats` prints it."""
     metric = p.get("metric", "jaccard")
     if metric == "jaccard":
-        return f"threshold {p['threshold']}, {p['shingle']}"
+        on = "sets" if p.get("item") == "set" else p["shingle"]
+        return f"threshold {p['threshold']}, {on}"
     if metric == "hamming":
         return (
             f"metric hamming on {p['bits']}-bit strings, max distance "

@@ -438,3 +438,45 @@ def test_each_kind_of_bad_vector_in_msgpack(raw: object, reason: str) -> None:
 
     got = decode_message(msgpack.packb({"id": 7, "vector": raw}), None, "msgpack", VECTORS)
     assert isinstance(got, Rejected) and got.reason == reason, got
+
+
+SETS = Fields(item="set")
+
+
+int64s = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(
+    st.one_of(st.lists(st.text(max_size=5), max_size=10), st.lists(int64s, max_size=10)),
+    st.sampled_from(["json", "msgpack"]),
+)
+def test_a_set_decodes_to_its_sorted_distinct_elements(values: list[object], fmt: str) -> None:
+    """A JSON or msgpack array of strings or of integers: the msgpack array of its
+    distinct elements' tagged bytes, sorted, whatever the order and repeats sent."""
+    import msgpack
+
+    obj = {"id": "d", "set": values + values[:2]}
+    raw = orjson.dumps(obj) if fmt == "json" else msgpack.packb(obj)
+    tagged = {
+        b"s" + v.encode("utf-8", "surrogatepass") if isinstance(v, str) else b"i" + str(v).encode()
+        for v in values
+    }
+    got = decode_message(raw, None, fmt, SETS)
+    assert got == Document("d", "", None, msgpack.packb(sorted(tagged)))
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        (["a", 1], "mixed_set"),
+        ([1.5], "bad_item_value"),
+        ([None], "bad_item_value"),
+        ([True], "bad_item_value"),
+        ([["a"]], "bad_item_value"),
+        ("a b", "bad_item_type"),
+        ({"a": 1}, "bad_item_type"),
+    ],
+)
+def test_each_kind_of_bad_set(item: object, reason: str) -> None:
+    got = decode_json(json.dumps({"id": 7, "set": item}).encode(), SETS)
+    assert isinstance(got, Rejected) and got.reason == reason and got.id == 7, got

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from tests.engine.test_hamming import fingerprints, hex_of
+from tests.engine.test_sets import baskets
 from tests.engine.test_vectors import clustered
 from tests.support.cli import run
 from tests.support.kafka import Topics
@@ -107,3 +108,34 @@ def test_vectors_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_pa
         v.pop("source")
     assert again[:300] == got
     assert [v["error"] for v in again[300:]] == ["zero_vector", "item_not_finite"]
+
+
+def test_sets_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """Jaccard on sets: msgpack arrays (half reversed, with a repeat) give the verdicts
+    file mode gives on the JSON arrays; a set of strings and integers is a dead
+    letter."""
+    sets = baskets(300, seed=13)
+    t = Topics(kafka_bootstrap)
+    records = [
+        msgpack.packb({"id": str(i), "set": (s[::-1] + s[:1]) if i % 2 else s})
+        for i, s in enumerate(sets)
+    ]
+    t.produce([*records, msgpack.packb({"id": "mixed", "set": ["a", 1]})])
+    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", "--item", "set")
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
+    for v in got:
+        v.pop("source")
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(
+        b"".join(orjson.dumps({"id": str(i), "set": s}) + b"\n" for i, s in enumerate(sets))
+    )
+    out = tmp_path / "out.jsonl"
+    file_run = run(
+        "dedup", str(src), "--index", str(tmp_path / "f"), "--output", str(out), "--item", "set"
+    )
+    assert file_run.returncode == 0, file_run.stderr.decode()
+    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    assert sum(v["verdict"] == "duplicate" for v in got) > 50
+    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=1)]
+    assert reasons == [b"mixed_set"]

@@ -18,7 +18,7 @@ METRICS: tuple[Metric, ...] = ("jaccard", "hamming", "cosine", "euclidean")
 ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {
     "jaccard": ("text", "set"),
     "hamming": ("bits",),
-    "cosine": ("vector",),
+    "cosine": ("vector", "text"),
     "euclidean": ("vector",),
 }
 ITEMS: tuple[ItemKind, ...] = ("text", "bits", "vector", "set")
@@ -196,9 +196,9 @@ class IndexParams:
 
     def reported(self, measure: float) -> float:
         """A verdict's measure as reported and stored: Jaccard to 4 decimals (more
-        digits are noise; Hamming's distances are whole), a vector family's cosine or
-        distance in full, as computed in double precision from the stored float32."""
-        return measure if self.item == "vector" else round(measure, 4)
+        digits are noise; Hamming's distances are whole), a cosine or an L2 distance in
+        full, as computed in double precision (from the stored float32 or counts)."""
+        return measure if self.metric in ("cosine", "euclidean") else round(measure, 4)
 
     def to_record(self) -> dict[str, object]:
         rec: dict[str, object] = {

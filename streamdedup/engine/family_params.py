@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import math
 
-from streamdedup.config import ITEMS_OF, METRICS, IndexParams, ItemKind, Metric, Verify
+from streamdedup.config import (
+    ITEMS_OF,
+    METRICS,
+    IndexParams,
+    ItemKind,
+    Metric,
+    ShingleSpec,
+    Verify,
+)
 from streamdedup.errors import ConfigError
 from streamdedup.sketch.lsh import Banding, banding, check_num_perm, tune_for_recall
 from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
@@ -49,6 +57,7 @@ def family_params(
     rows: int | None,
     verify: Verify | None,
     seed: int,
+    shingle: ShingleSpec | None = None,
 ) -> IndexParams:
     """The parameters of a new index of family `metric` (not Jaccard)."""
     if metric not in METRICS:
@@ -83,6 +92,13 @@ def family_params(
         )
     k = VECTOR_NUM_PERM if num_perm is None else num_perm
     check_num_perm(k)
+    if kind == "text":  # (cosine of shingle counts: SimHash's signs come 64 at a time)
+        _no_dim(dim)
+        if k % 64:
+            raise ConfigError(
+                f"`num_perm` of a cosine index on texts is a multiple of 64, got {k}",
+                params=("num_perm",),
+            )
     if metric == "cosine":
         c = _cosine(threshold, max_distance)
         bar_share, distance, width = float(hyperplane_probability(c)), None, None
@@ -100,9 +116,10 @@ def family_params(
         seed=seed,
         metric="cosine" if metric == "cosine" else "euclidean",
         item=kind,
-        dim=_dim(dim),
+        dim=0 if kind == "text" else _dim(dim),
         max_distance=distance,
         bucket_width=width,
+        shingle=shingle or ShingleSpec(),
     )
 
 
@@ -178,6 +195,14 @@ def _bucket_width(distance: float, width: float | None) -> float:
             params=("bucket_width",),
         )
     return float(width)
+
+
+def _no_dim(dim: int | None) -> None:
+    if dim is not None:
+        raise ConfigError(
+            "`dim` is a vector's length; a text's vector is its shingle counts",
+            params=("dim", "item"),
+        )
 
 
 def _dim(dim: int | None) -> int:

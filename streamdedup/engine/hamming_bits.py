@@ -158,9 +158,9 @@ class HammingBits:
         )
 
 
-def distances(mine: bytes, theirs: bytes, n: int) -> list[float]:
-    """The Hamming distances of one packed string to `n` packed strings joined."""
-    rows = np.frombuffer(theirs, dtype=np.uint8).reshape(n, len(mine))
+def distances(mine: bytes, theirs: list[bytes]) -> list[float]:
+    """The Hamming distances of one packed string to several."""
+    rows = np.frombuffer(b"".join(theirs), dtype=np.uint8).reshape(len(theirs), len(mine))
     out: list[float] = (
         np.bitwise_count(rows ^ np.frombuffer(mine, dtype=np.uint8))
         .sum(axis=1, dtype=np.int64)

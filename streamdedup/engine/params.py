@@ -87,6 +87,7 @@ def resolve_params(
             rows=rows,
             verify=verify,
             seed=_checked_seed(seed),
+            shingle=spec,
         )
     kind = jaccard_item(
         item, bits=bits, max_distance=max_distance, dim=dim, bucket_width=bucket_width

@@ -1,7 +1,7 @@
-"""The exact-check rule for the families whose items are fixed-width rows (bit
-strings, float32 vectors): a kept representation is the row's bytes, and all of an
-item's candidates that the verifier holds are measured in one numpy call
-(`Measure`), then walked in rank order by the rule every family keeps
+"""The exact-check rule for the families without a compiled check (bit strings,
+float32 vectors, texts' count vectors): all of an item's candidates that the
+verifier holds are measured in one call (`Measure`: for rows of one width, one numpy
+pass), then walked in rank order by the rule every family keeps
 (`verify.choose_exact`).  Apart from the families so that Hamming, cosine and
 Euclidean share one walk instead of a copy each."""
 
@@ -16,8 +16,8 @@ from streamdedup.engine.similarity import Kept
 from streamdedup.sketch.family import Bar
 from streamdedup.sketch.jaccard import Choices, choose_each
 
-# The measures of one kept row against several: (mine, theirs joined) -> one a row.
-Measure = Callable[[bytes, bytes, int], list[float]]
+# The measures of one kept representation against several, in one call.
+Measure = Callable[[bytes, list[bytes]], list[float]]
 
 
 class NoTable:
@@ -56,7 +56,7 @@ def choose_ranked(
         if kept is None:
             break
         got.append(kept)
-    measures = measure(mine, b"".join(got), len(got)) if got else []
+    measures = measure(mine, got) if got else []
     for checks in range(start, reach):
         floor = bar.floor if best < 0 else bar.score(best_measure)
         if est[checks] < floor - margin:

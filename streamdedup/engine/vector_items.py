@@ -60,18 +60,18 @@ class VectorPart:
         return row
 
 
-def cosines(mine: bytes, theirs: bytes, n: int) -> list[float]:
-    """The cosines of one float32 vector to `n` float32 vectors joined."""
+def cosines(mine: bytes, theirs: list[bytes]) -> list[float]:
+    """The cosines of one float32 vector to several."""
     x = np.frombuffer(mine, dtype="<f4")
-    rows = np.frombuffer(theirs, dtype="<f4").reshape(n, len(x))
+    rows = np.frombuffer(b"".join(theirs), dtype="<f4").reshape(len(theirs), len(x))
     out: list[float] = cosine_rows(x, rows).tolist()
     return out
 
 
-def distances(mine: bytes, theirs: bytes, n: int) -> list[float]:
-    """The L2 distances of one float32 vector to `n` float32 vectors joined."""
+def distances(mine: bytes, theirs: list[bytes]) -> list[float]:
+    """The L2 distances of one float32 vector to several."""
     x = np.frombuffer(mine, dtype="<f4")
-    rows = np.frombuffer(theirs, dtype="<f4").reshape(n, len(x))
+    rows = np.frombuffer(b"".join(theirs), dtype="<f4").reshape(len(theirs), len(x))
     out: list[float] = euclidean_rows(x, rows).tolist()
     return out
 

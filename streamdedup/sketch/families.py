@@ -12,6 +12,7 @@ from streamdedup.sketch.bitsampling import BitSampling
 from streamdedup.sketch.family import LshFamily
 from streamdedup.sketch.minhash import MinHashJaccard
 from streamdedup.sketch.projections import PStable, RandomHyperplanes
+from streamdedup.sketch.simhash import SimHash
 
 
 def lsh_of(params: IndexParams) -> LshFamily[Any, Any]:
@@ -20,6 +21,8 @@ def lsh_of(params: IndexParams) -> LshFamily[Any, Any]:
     p = params
     if p.metric == "hamming":
         return BitSampling(p.bits, p.bands, p.rows, p.seed)
+    if p.metric == "cosine" and p.item == "text":
+        return SimHash(0, p.num_perm, p.bands, p.rows, p.seed)
     if p.metric == "cosine":
         return RandomHyperplanes(p.dim, p.num_perm, p.bands, p.rows, p.seed)
     if p.metric == "euclidean":

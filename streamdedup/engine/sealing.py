@@ -20,6 +20,8 @@ from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.sealed.asking import Sealed, Sent
 from streamdedup.engine.sealed.probes import LocalReader, SegmentReader
 from streamdedup.errors import ConfigError, ParameterMismatchError
+from streamdedup.sketch.families import lsh_of
+from streamdedup.sketch.family import Scale
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.segment.manifest import Manifest
@@ -56,6 +58,19 @@ def start_from(index: Index, segment: str | os.PathLike[str], **asked: Any) -> N
     attach(index, segment)
 
 
+def probe_cut(params: IndexParams, margin: float) -> tuple[float, float]:
+    """The threshold and margin a probe carries: a segment returns the stored items of
+    the candidates whose MinHash estimate (`estimate_jaccard`) is at least threshold
+    - margin.  Jaccard's own; for another family, its cut (the bar's score less its
+    margin) read on MinHash's scale (`Scale.cut`), so a segment sends exactly the
+    items the writer may check."""
+    lsh = lsh_of(params)
+    scale = Scale.of_family(lsh)
+    if scale.identity:
+        return params.threshold, margin
+    return scale.cut(lsh.bar(params.bar_value).floor - margin), 0.0
+
+
 class Sealing:
     """An engine's sealed segments, open (`sealed`; None: the index has none)."""
 
@@ -70,7 +85,7 @@ class Sealing:
         self.index = index
         self.params = params
         self.options = options
-        self._margin = margin
+        self._cut = probe_cut(params, margin)
         self._remote = remote
         self._seen: list[int] = []
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead
@@ -145,8 +160,7 @@ class Sealing:
         return self.sealed.send(
             parts,
             self.options.max_bucket_candidates,
-            self.params.threshold,
-            self._margin,
+            *self._cut,
             self.options.max_expire_per_batch if self.options.ttl_ms else 0,
         )
 

@@ -45,30 +45,31 @@ _SIGMAS = 4.0  # the margin: estimates this many standard deviations below the b
 
 def cosine(a: Vector, b: Vector) -> float:
     """The cosine of two vectors, in double precision (0 if either is zero)."""
-    x, y = a.astype(np.float64), b.astype(np.float64)
-    norms = math.sqrt(float(x @ x) * float(y @ y))
-    return float(x @ y) / norms if norms else 0.0
+    return float(cosine_rows(a, b[None, :])[0])
 
 
 def cosine_rows(mine: Vector, others: VectorRows) -> npt.NDArray[np.float64]:
-    """`cosine` of one vector against each row of `others`, in one pass."""
+    """`cosine` of one vector against each row of `others`: products of float32
+    values are exact in double precision, and each row's sums are numpy's pairwise
+    sums of that row alone -- never BLAS, whose order of summation changes with the
+    number of rows, so a pair's cosine would depend on the candidates beside it."""
     x, ys = mine.astype(np.float64), others.astype(np.float64)
-    norms = np.sqrt(float(x @ x) * np.einsum("ij,ij->i", ys, ys))
-    dots = ys @ x
+    norms = np.sqrt(float((x * x).sum()) * (ys * ys).sum(axis=1))
+    dots = (ys * x).sum(axis=1)
     out: npt.NDArray[np.float64] = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
     return out
 
 
 def euclidean(a: Vector, b: Vector) -> float:
     """The L2 distance of two vectors, in double precision."""
-    d = a.astype(np.float64) - b.astype(np.float64)
-    return math.sqrt(float(d @ d))
+    return float(euclidean_rows(a, b[None, :])[0])
 
 
 def euclidean_rows(mine: Vector, others: VectorRows) -> npt.NDArray[np.float64]:
-    """`euclidean` of one vector against each row of `others`, in one pass."""
+    """`euclidean` of one vector against each row of `others`, each row summed on
+    its own (as `cosine_rows`)."""
     d = others.astype(np.float64) - mine.astype(np.float64)
-    out: npt.NDArray[np.float64] = np.sqrt(np.einsum("ij,ij->i", d, d))
+    out: npt.NDArray[np.float64] = np.sqrt((d * d).sum(axis=1))
     return out
 
 

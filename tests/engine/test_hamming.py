@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import ConfigError, ParameterMismatchError, SealRefusedError
+from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Document
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
@@ -114,8 +114,6 @@ def test_a_reopened_index_keeps_its_family(tmp_path: Path) -> None:
             dd.check("c", "zz000000000000fe")
         with pytest.raises(ConfigError, match="bad_item_length"):
             dd.check("c", "fe")
-        with pytest.raises(SealRefusedError, match="Jaccard indexes only"):
-            dd.seal()
     with pytest.raises(ParameterMismatchError, match=r"`max_distance` 3\.0"):
         Deduplicator(tmp_path / "idx", max_distance=4)
     with pytest.raises(ParameterMismatchError, match="`metric` hamming"):

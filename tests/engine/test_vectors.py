@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.errors import ConfigError, ParameterMismatchError, SealRefusedError
+from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Document
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
@@ -151,8 +151,6 @@ def test_a_reopened_index_keeps_its_family(tmp_path: Path) -> None:
             dd.check("c", [1.0, 2.0])
         with pytest.raises(ConfigError, match="item_not_finite"):
             dd.check("c", [1.0, 2.0, float("nan"), 0.0])
-        with pytest.raises(SealRefusedError, match="Jaccard indexes only"):
-            dd.seal()
     with pytest.raises(ParameterMismatchError, match="`dim` 4"):
         Deduplicator(tmp_path / "idx", dim=8)
     with pytest.raises(ParameterMismatchError, match="`metric` euclidean"):

@@ -116,3 +116,17 @@ def test_projections_are_pure_functions_of_the_seed() -> None:
     b = PStable(8, 64, 8, 8, 5, 1.0)
     assert np.array_equal(b.offsets, PStable(8, 64, 8, 8, 5, 1.0).offsets)
     assert b.offsets.min() >= 0.0 and b.offsets.max() < 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 70), st.integers(0, 2**32))
+def test_a_pairs_measure_does_not_depend_on_the_rows_beside_it(dim: int, n: int, seed: int) -> None:
+    """Bit for bit: a candidate's cosine and distance are the same measured alone or
+    among others (a segment's answer and the writer's own index check different
+    lists of candidates; BLAS would sum in another order)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(dim).astype(np.float32)
+    ys = rng.standard_normal((n, dim)).astype(np.float32)
+    many_c, many_d = cosine_rows(x, ys), euclidean_rows(x, ys)
+    for i in range(n):
+        assert many_c[i] == cosine(x, ys[i]) and many_d[i] == euclidean(x, ys[i])

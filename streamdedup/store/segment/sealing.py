@@ -164,12 +164,6 @@ def _plan(t: Tables, index: Index, target: Path) -> _Plan:
     params = t.meta(MetaKey.PARAMS)
     if params is None:
         raise SealRefusedError(f"{index.path} is not a streamdedup index (no parameters)")
-    metric = params.get("metric", "jaccard")
-    if metric != "jaccard":
-        raise SealRefusedError(
-            f"sealed segments hold Jaccard indexes only so far; the index at {index.path} "
-            f"compares by metric {metric}. Keep it as one open segment."
-        )
     stored = segments(t)
     now = [e.located(index.path) for e in stored]
     if any(Path(e.path) == target for e in now):

@@ -52,8 +52,10 @@ def check_against_truth(sets: list[list[str]], verdicts: list[dict[str, Any]], t
     """Precision 1 at the exact Jaccard (to the 4 decimals reported); returns the
     duplicates LSH missed."""
     missed = 0
+    frozen = [frozenset(s) for s in sets]
     for k, v in enumerate(verdicts):
-        best = max((jaccard(sets[k], s) for s in sets[:k]), default=0.0)
+        mine = frozen[k]
+        best = max((len(mine & s) / len(mine | s) for s in frozen[:k]), default=0.0)
         if v["verdict"] == "duplicate":
             j = jaccard(sets[k], sets[int(v["duplicate_of"])])
             assert int(v["duplicate_of"]) < k and j >= t and v["similarity"] == round(j, 4), v
@@ -64,12 +66,12 @@ def check_against_truth(sets: list[list[str]], verdicts: list[dict[str, Any]], t
 
 
 def test_duplicates_meet_the_threshold_at_their_exact_jaccard(tmp_path: Path) -> None:
-    sets = baskets(2000, seed=1)
+    sets = baskets(1200, seed=1)
     with Deduplicator(tmp_path / "idx", item="set", threshold=0.7) as dd:
         got = [v.to_dict() for v in dd.check_batch([(str(i), s) for i, s in enumerate(sets)])]
         assert (dd.params.metric, dd.params.item) == ("jaccard", "set")
     dups = sum(v["verdict"] == "duplicate" for v in got)
-    assert dups > 500 and check_against_truth(sets, got, 0.7) <= dups // 100
+    assert dups > 300 and check_against_truth(sets, got, 0.7) <= dups // 100
 
 
 @settings(max_examples=10, deadline=None)

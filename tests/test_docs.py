@@ -271,7 +271,7 @@ def test_parameters_table_is_the_tuners() -> None:
 
 
 def test_scurve_script_draws_what_the_page_shows(tmp_path: Path) -> None:
-    """docs/scripts/scurves.py (the `docs` extra's matplotlib) writes the three pictures
+    """docs/scripts/scurves.py (the `docs` extra's matplotlib) writes the four pictures
     the page shows and prints the page's table."""
     pytest.importorskip("matplotlib")
     r = subprocess.run(
@@ -285,7 +285,7 @@ def test_scurve_script_draws_what_the_page_shows(tmp_path: Path) -> None:
     for name in sorted(p.name for p in tmp_path.iterdir()):
         assert f"img/{name}" in page
         assert (ROOT / "docs/img" / name).exists()
-    assert len(list(tmp_path.iterdir())) == 3
+    assert len(list(tmp_path.iterdir())) == 4
     for png in tmp_path.iterdir():
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,5 +1,6 @@
 """Draw the S-curves of docs/parameters.md: for each signature length K, the banding that
-`streamdedup tune` picks for the common thresholds, as PNGs in docs/img/.
+`streamdedup tune` picks for the common thresholds, and the other families' curves
+with their default banding, as PNGs in docs/img/.
 
 Why a script: the pictures must show what the package's own tuner chooses today, not what
 it chose when someone last drew them by hand.  It calls `streamdedup.sketch.lsh.tune` and
@@ -8,7 +9,7 @@ table of chosen b x r that docs/parameters.md quotes (tests/test_docs.py holds t
 to the tuner).
 
     .venv/bin/pip install -e '.[docs]'
-    .venv/bin/python docs/scripts/scurves.py          # writes docs/img/scurves-k*.png
+    .venv/bin/python docs/scripts/scurves.py          # writes docs/img/scurves-*.png
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ matplotlib.use("Agg")  # files only, no display needed (CI, a server)
 import matplotlib.pyplot as plt
 import numpy as np
 
+from streamdedup.engine.family_params import family_params
 from streamdedup.sketch.lsh import Banding, s_curve, tune
+from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
 THRESHOLDS = (0.5, 0.7, 0.8, 0.9)
 NUM_PERMS = (64, 128, 256)
@@ -58,6 +61,49 @@ def draw(num_perm: int, bandings: dict[float, Banding], out: Path) -> None:
     plt.close(fig)
 
 
+def draw_families(out: Path) -> None:
+    """One figure, a panel per family other than Jaccard on texts: P(candidate)
+    against the family's own measure, 1 - (1 - q^r)^b with q its row probability and
+    b x r what a new index gets by default (`family_params`), the bar dotted."""
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.4), dpi=100)
+    panels = [
+        ("hamming", {"bits": 64, "max_distance": 3.0}, np.linspace(0, 24, 241)),
+        ("cosine", {"dim": 1, "threshold": 0.9}, np.linspace(0.0, 1.0, 401)),
+        ("euclidean", {"dim": 1, "max_distance": 1.0}, np.linspace(0.0, 6.0, 401)),
+    ]
+    for ax, (metric, given, x) in zip(axes, panels, strict=True):
+        p = family_params(
+            metric,
+            item=None,
+            bits=given.get("bits"),  # type: ignore[arg-type]
+            dim=given.get("dim"),  # type: ignore[arg-type]
+            max_distance=given.get("max_distance"),
+            bucket_width=None,
+            threshold=given.get("threshold"),
+            num_perm=None,
+            bands=None,
+            rows=None,
+            verify=None,
+            seed=1,
+        )
+        if metric == "hamming":
+            q, label = 1.0 - x / p.bits, "Hamming distance d (64-bit strings)"
+        elif metric == "cosine":
+            q, label = hyperplane_probability(x), "cosine of a pair"
+        else:
+            q, label = pstable_probability(x, p.bucket_width or 4.0), "L2 distance / R"
+        ax.plot(x, s_curve(q, p.bands, p.rows))
+        ax.axvline(p.bar_value, linestyle=":", color="grey")
+        ax.set_title(f"{metric}: b = {p.bands}, r = {p.rows}", fontsize="medium")
+        ax.set_xlabel(label)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("P(pair becomes a candidate)")
+    fig.tight_layout()
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+
+
 def table(bands: dict[tuple[int, float], Banding]) -> str:
     """The Markdown table docs/parameters.md carries (same rows, same order)."""
     rows = [
@@ -82,6 +128,7 @@ def main() -> None:
     bands = tuned()
     for k in NUM_PERMS:
         draw(k, {t: bands[(k, t)] for t in THRESHOLDS}, args.out / f"scurves-k{k}.png")
+    draw_families(args.out / "scurves-families.png")
     print(table(bands))
 
 

@@ -328,6 +328,7 @@ def _describe(
         "exact": rec.exact,
         "reason": rec.reason,
         "shingles": rec.shingles,
+        "item": params.item,
         "timestamp_ms": rec.timestamp_ms,
         "docno": docno,
         "segment": src.number,
@@ -414,6 +415,11 @@ def _neighbours(
     return out
 
 
+# What `inspect` calls an item's size and its exact measure, by item and by key.
+_SIZE_LABEL = {"text": "shingles", "set": "elements", "bits": "bits", "vector": "dimensions"}
+_EXACT_LABEL = {"jaccard": "Jaccard", "similarity": "cosine", "distance": "distance"}
+
+
 def _remote_note(numbers: list[int]) -> str:
     listed = ", ".join(map(str, numbers))
     return f"remote sealed segment{'s' * (len(numbers) != 1)} {listed} (only their servers can)"
@@ -439,7 +445,7 @@ def render_inspect(info: dict[str, Any]) -> str:
         + (" (identical content)" if info["exact"] else "")
         + (f" ({info['reason']})" if info["reason"] else ""),
         f"cluster     {info['cluster']!r}",
-        f"shingles    {info['shingles']}",
+        f"{_SIZE_LABEL.get(info.get('item', 'text'), 'shingles'):<12}{info['shingles']}",
         "stored in   "
         + ("the open index" if info["segment"] is None else f"sealed segment {info['segment']}"),
     ]
@@ -447,13 +453,13 @@ def render_inspect(info: dict[str, Any]) -> str:
         lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
     elif info["neighbours"]:
         first = info["neighbours"][0]
-        exact = next((k for k in ("jaccard", "distance") if k in first), None)
+        exact = next((k for k in ("jaccard", "similarity", "distance") if k in first), None)
         estimated = (
             "estimated_similarity" if "estimated_similarity" in first else "estimated_distance"
         )
         lines.append(
             "nearest indexed neighbours (estimated from signatures"
-            + (f", exact {'Jaccard' if exact == 'jaccard' else 'distance'}" if exact else "")
+            + (f", exact {_EXACT_LABEL[exact]}" if exact else "")
             + "):"
         )
         for n in info["neighbours"]:

@@ -150,6 +150,9 @@ def test_the_command_with_bad_sets(tmp_path: Path) -> None:
     assert (got[305]["verdict"], got[305]["reason"]) == ("unique", "empty")
     stats = run("stats", "--index", idx)
     assert b"threshold 0.7, sets" in stats.stdout
+    dup = next(g for g in got if g.get("verdict") == "duplicate" and not g["exact"])
+    shown = run("inspect", "--index", idx, dup["id"]).stdout.decode()
+    assert "elements    " in shown and f"exact {dup['similarity']:.4f}" in shown, shown
 
 
 def test_a_changelog_restore_rebuilds_the_same_index(tmp_path: Path) -> None:

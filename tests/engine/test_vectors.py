@@ -232,6 +232,10 @@ def test_the_command_with_bad_items(tmp_path: Path) -> None:
     assert all(orjson.loads(x)["verdict"] == "duplicate" for x in again.read_bytes().splitlines())
     stats = run("stats", "--index", idx)
     assert b"metric cosine on 8-dimensional vectors, threshold 0.95" in stats.stdout
+    dup = next(g for g in got if g.get("verdict") == "duplicate" and not g["exact"])
+    shown = run("inspect", "--index", idx, dup["id"]).stdout.decode()
+    assert "dimensions  8" in shown and "exact cosine" in shown, shown
+    assert f"exact {dup['similarity']:.4f}" in shown, shown
 
 
 @pytest.mark.parametrize(("metric", "bar_option", "bar"), FAMILIES)

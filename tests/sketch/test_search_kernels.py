@@ -246,3 +246,29 @@ def test_gather_refuses_what_is_not_postings() -> None:
         compiled.gather([keys[0]], {}, {}, [], 10)  # type: ignore[arg-type]
     with pytest.raises(OverflowError):
         compiled.gather([keys[0]], {keys[0]: [2**70]}, {}, set(), 10)
+
+
+@needs_compiled
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 1024), st.integers(1, 40), st.integers(0, 2**32))
+def test_the_compiled_ranking_counts_agreeing_positions_at_any_length(
+    k: int, n: int, seed: int
+) -> None:
+    """Whichever lanes the CPU offers (AVX2's 16, SSE2's 8, the tail one by one), the
+    compiled ranking orders candidates by their agreeing positions, most first, ties
+    by docno, with MinHash's estimate of that count: numpy's lexsort, value for value."""
+    from streamdedup.sketch.signature import estimate_of_agreeing
+
+    assert compiled is not None
+    rng = np.random.default_rng(seed)
+    sig = rng.integers(0, 3, size=k).astype(np.uint16)
+    matrix = np.where(rng.random((n, k)) < rng.random((n, 1)), sig, rng.integers(0, 3, (n, k)))
+    matrix = matrix.astype(np.uint16)
+    docnos = np.arange(n, dtype=np.int64)
+    _, kept, ranked, est = compiled.rank(
+        sig, matrix, np.arange(n, dtype=np.int32), docnos, -1.0, n, False
+    )
+    agree = (matrix == sig).sum(axis=1)
+    assert kept == n and list(ranked) == np.lexsort((docnos, -agree)).tolist()
+    want = estimate_of_agreeing(np.sort(agree)[::-1].astype(np.int64), k)
+    assert np.frombuffer(est, dtype=np.float64).tolist() == want.tolist()

@@ -21,12 +21,9 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
-from streamdedup.engine import rows_family
 from streamdedup.engine.jaccard_text import JaccardText, TextItems, stored_hashes
-from streamdedup.engine.rows_family import NoTable
-from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
-from streamdedup.sketch.family import Bar
-from streamdedup.sketch.jaccard import Choices
+from streamdedup.engine.rows_family import RowsChecks
+from streamdedup.engine.similarity import ExactPart, Items, Kept, SketchedPart
 from streamdedup.sketch.shingle import ShingleBatch
 from streamdedup.sketch.simhash import SimHash
 
@@ -65,8 +62,10 @@ def cosines(mine: bytes, theirs: list[bytes]) -> list[float]:
     return [cosine_of(a, unpacked(t)) for t in theirs]
 
 
-class CosineText(JaccardText):
+class CosineText(RowsChecks, JaccardText):  # type: ignore[misc]
     """`SimilarityFamily`: texts as shingle-count vectors; SimHash, cosine."""
+
+    measure = staticmethod(cosines)  # (a class attribute: pickled families keep it)
 
     def __init__(self, params: IndexParams) -> None:
         super().__init__(params)
@@ -92,48 +91,6 @@ class CosineText(JaccardText):
 
     def exact_stored(self, stored: bytes) -> Any:
         return count_vector(stored_hashes(self.shingler, stored))
-
-    def kept_size(self, kept: Kept) -> int:
-        return max(1, len(kept) // 8)
-
-    def table(self) -> NoTable:  # type: ignore[override]
-        return NoTable()
-
-    def choose(
-        self,
-        mine: Kept,
-        sets: tuple[dict[int, Kept], ...],
-        ranked: list[int],
-        est: npt.NDArray[np.float64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        start: int,
-        best: int,
-        best_sim: float,
-        table: KeptTable | None,
-    ) -> tuple[int, float, int, bool]:
-        return rows_family.choose_ranked(
-            cosines, mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
-        )
-
-    def choose_all(
-        self,
-        mines: list[Kept],
-        sets: tuple[dict[int, Kept], ...],
-        ranked: npt.NDArray[np.int64],
-        est: npt.NDArray[np.float64],
-        at: npt.NDArray[np.int64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        state: Choices,
-        first: int,
-        table: KeptTable | None,
-    ) -> int:
-        return rows_family.choose_all(
-            cosines, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
-        )
 
 
 __all__ = ["CosineText", "cosine_of", "count_vector"]

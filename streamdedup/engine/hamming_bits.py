@@ -16,47 +16,35 @@ A verdict of this family carries the exact `distance` in bits and the `similarit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
-from streamdedup.engine import rows_family
-from streamdedup.engine.compressed import decompress_text
-from streamdedup.engine.rows_family import NoTable
-from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
+from streamdedup.engine.rows_family import RowPart, RowsChecks, TaggedItems, fixed_rows, untagged
+from streamdedup.engine.similarity import ExactPart, Items, Kept, SketchedPart
 from streamdedup.models import DistanceVerdict, Document, Verdict
-from streamdedup.sketch.bitsampling import BitRows, BitSampling
-from streamdedup.sketch.family import Bar
-from streamdedup.sketch.jaccard import Choices
+from streamdedup.sketch.bitsampling import BitSampling
 
 TAG = b"b"  # leads a bit string's canonical bytes
 
 
-@dataclass(frozen=True)
-class BitItems:
-    """A batch's bit strings as canonical bytes (`TAG` + N/8 bytes; b"": none)."""
-
-    raw: list[bytes]
-
-    def without(self, resent: set[int]) -> BitItems:
-        return BitItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)])
-
-
-@dataclass(frozen=True)
-class BitPart:
-    """A sub-batch's bit strings, (n, N/8) uint8: what exact checks measure."""
-
-    rows: BitRows
-
-    def of(self, j: int) -> npt.NDArray[np.uint8]:
-        row: npt.NDArray[np.uint8] = self.rows[j]
-        return row
+def distances(mine: bytes, theirs: list[bytes]) -> list[float]:
+    """The Hamming distances of one packed string to several."""
+    rows = np.frombuffer(b"".join(theirs), dtype=np.uint8).reshape(len(theirs), len(mine))
+    out: list[float] = (
+        np.bitwise_count(rows ^ np.frombuffer(mine, dtype=np.uint8))
+        .sum(axis=1, dtype=np.int64)
+        .astype(np.float64)
+        .tolist()
+    )
+    return out
 
 
-class HammingBits:
+class HammingBits(RowsChecks):
     """`SimilarityFamily`: N-bit strings; bit sampling, Hamming distance <= d."""
+
+    measure = staticmethod(distances)
 
     def __init__(self, params: IndexParams) -> None:
         self.params = params
@@ -65,77 +53,30 @@ class HammingBits:
 
     # -- preparing
 
-    def canonical(self, docs: Sequence[Document]) -> BitItems:
-        return BitItems([b"" if d.item is None else TAG + d.item for d in docs])
+    def canonical(self, docs: Sequence[Document]) -> TaggedItems:
+        return TaggedItems.of(docs, TAG)
 
     def sketch(self, items: Items, part: slice, exact: bool) -> SketchedPart:
-        raw = items.raw[part]
-        blank = bytes(self.width + 1)
-        have = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw)) > 0
-        joined = b"".join(r if r else blank for r in raw)
-        rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(raw), self.width + 1)[:, 1:]
-        rows = np.ascontiguousarray(rows)
+        rows, have = fixed_rows(items.raw[part], self.width)
         sizes = np.where(have, self.params.bits, 0).astype(np.int64)
-        return SketchedPart(sizes, self.lsh.sketch(rows), BitPart(rows) if exact else None)
+        return SketchedPart(sizes, self.lsh.sketch(rows), RowPart(rows) if exact else None)
 
     # -- verifying
 
     def kept_own(self, part: ExactPart, j: int) -> Kept:
-        assert isinstance(part, BitPart)
+        assert isinstance(part, RowPart)
         return bytes(part.rows[j])
 
     def kept_own_many(self, part: ExactPart, picks: list[int]) -> list[Kept]:
-        assert isinstance(part, BitPart)
+        assert isinstance(part, RowPart)
         rows: list[bytes] = part.rows[picks].view(f"V{self.width}").ravel().tolist()
         return rows
 
     def kept_stored(self, stored: bytes) -> Kept:
-        return decompress_text(stored)[len(TAG) :]
+        return untagged(stored)
 
     def exact_stored(self, stored: bytes) -> npt.NDArray[np.uint8]:
         return np.frombuffer(self.kept_stored(stored), dtype=np.uint8)
-
-    def kept_size(self, kept: Kept) -> int:
-        return max(1, len(kept) // 8)
-
-    def table(self) -> NoTable:
-        return NoTable()
-
-    def choose(
-        self,
-        mine: Kept,
-        sets: tuple[dict[int, Kept], ...],
-        ranked: list[int],
-        est: npt.NDArray[np.float64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        start: int,
-        best: int,
-        best_sim: float,
-        table: KeptTable | None,
-    ) -> tuple[int, float, int, bool]:
-        return rows_family.choose_ranked(
-            distances, mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
-        )
-
-    def choose_all(
-        self,
-        mines: list[Kept],
-        sets: tuple[dict[int, Kept], ...],
-        ranked: npt.NDArray[np.int64],
-        est: npt.NDArray[np.float64],
-        at: npt.NDArray[np.int64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        state: Choices,
-        first: int,
-        table: KeptTable | None,
-    ) -> int:
-        return rows_family.choose_all(
-            distances, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
-        )
 
     # -- reporting
 
@@ -156,18 +97,6 @@ class HammingBits:
         return DistanceVerdict(
             v.id, v.verdict, v.duplicate_of, v.cluster, similarity, v.exact, v.reason, distance
         )
-
-
-def distances(mine: bytes, theirs: list[bytes]) -> list[float]:
-    """The Hamming distances of one packed string to several."""
-    rows = np.frombuffer(b"".join(theirs), dtype=np.uint8).reshape(len(theirs), len(mine))
-    out: list[float] = (
-        np.bitwise_count(rows ^ np.frombuffer(mine, dtype=np.uint8))
-        .sum(axis=1, dtype=np.int64)
-        .astype(np.float64)
-        .tolist()
-    )
-    return out
 
 
 __all__ = ["HammingBits", "distances"]

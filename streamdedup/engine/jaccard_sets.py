@@ -15,7 +15,6 @@ sets, the compiled check and its pre-filter, the verdicts -- is the text family'
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import msgpack
 import numpy as np
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from streamdedup.config import IndexParams
 from streamdedup.engine.compressed import decompress_text
 from streamdedup.engine.jaccard_text import JaccardText, distinct
+from streamdedup.engine.rows_family import TaggedItems
 from streamdedup.engine.similarity import Items, Kept, SketchedPart
 from streamdedup.models import Document
 from streamdedup.sketch.elements import ElementHasher
@@ -32,16 +32,6 @@ from streamdedup.sketch.jaccard import summary_of
 from streamdedup.sketch.shingle import ShingleBatch, offsets_of
 
 TAG = b"S"  # leads a set's canonical bytes
-
-
-@dataclass(frozen=True)
-class SetItems:
-    """A batch's sets as canonical bytes (`TAG` + payload; b"": none)."""
-
-    raw: list[bytes]
-
-    def without(self, resent: set[int]) -> SetItems:
-        return SetItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)])
 
 
 def elements_of(canonical: bytes) -> list[bytes]:
@@ -63,8 +53,8 @@ class JaccardSets(JaccardText):
     def __getstate__(self) -> dict[str, object]:
         return {**super().__getstate__(), "public": self.public, "secret": self.secret}
 
-    def canonical(self, docs: Sequence[Document]) -> SetItems:  # type: ignore[override]
-        return SetItems([b"" if d.item is None else TAG + d.item for d in docs])
+    def canonical(self, docs: Sequence[Document]) -> TaggedItems:  # type: ignore[override]
+        return TaggedItems.of(docs, TAG)
 
     def sketch(self, items: Items, part: slice, exact: bool) -> SketchedPart:
         sets = [elements_of(raw) for raw in items.raw[part]]

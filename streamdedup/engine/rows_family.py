@@ -1,23 +1,71 @@
-"""The exact-check rule for the families without a compiled check (bit strings,
-float32 vectors, texts' count vectors): all of an item's candidates that the
-verifier holds are measured in one call (`Measure`: for rows of one width, one numpy
-pass), then walked in rank order by the rule every family keeps
-(`verify.choose_exact`).  Apart from the families so that Hamming, cosine and
-Euclidean share one walk instead of a copy each."""
+"""What the families without a compiled check share (bit strings, float32 vectors,
+sets, texts' count vectors): their items as tagged canonical bytes
+(`TaggedItems`), fixed-width rows read out of them (`fixed_rows`, `RowPart`), and
+the exact-check rule (`RowsChecks`): all of an item's candidates that the verifier
+holds are measured in one call (`Measure`: for rows of one width, one numpy pass),
+then walked in rank order by the rule every family keeps (`verify.choose_exact`).
+Apart from the families so that Hamming, cosine, Euclidean and sets share one copy
+of each instead of one a family."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.engine.similarity import Kept
+from streamdedup.engine.compressed import decompress_text
+from streamdedup.engine.similarity import Kept, KeptTable
+from streamdedup.models import Document
 from streamdedup.sketch.family import Bar
 from streamdedup.sketch.jaccard import Choices, choose_each
 
 # The measures of one kept representation against several, in one call.
 Measure = Callable[[bytes, list[bytes]], list[float]]
+
+
+@dataclass(frozen=True)
+class TaggedItems:
+    """A batch's items as canonical bytes: the family's one-byte tag, then the item's
+    own bytes (b"": none).  The tag keeps a stored item from ever starting like a zstd
+    frame (engine/compressed.py tells the two apart by their first bytes)."""
+
+    raw: list[bytes]
+
+    @classmethod
+    def of(cls, docs: Sequence[Document], tag: bytes) -> TaggedItems:
+        return cls([b"" if d.item is None else tag + d.item for d in docs])
+
+    def without(self, resent: set[int]) -> TaggedItems:
+        return TaggedItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)])
+
+
+def untagged(stored: bytes) -> bytes:
+    """A stored item's own bytes: its stored form decompressed, without the tag."""
+    return decompress_text(stored)[1:]
+
+
+def fixed_rows(raw: list[bytes], width: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+    """Tagged items of `width` bytes each as one (n, width) uint8 array (an absent
+    item: a row of zeros), and which are present."""
+    have = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw)) > 0
+    blank = bytes(width + 1)
+    joined = b"".join(r if r else blank for r in raw)
+    rows = np.frombuffer(joined, dtype=np.uint8).reshape(len(raw), width + 1)[:, 1:]
+    return np.ascontiguousarray(rows), have
+
+
+@dataclass(frozen=True)
+class RowPart:
+    """A sub-batch's items as rows of one array: what exact checks measure."""
+
+    rows: npt.NDArray[Any]
+
+    def of(self, j: int) -> npt.NDArray[Any]:
+        row: npt.NDArray[Any] = self.rows[j]
+        return row
 
 
 class NoTable:
@@ -94,3 +142,53 @@ def choose_all(
         state,
         first,
     )
+
+
+class RowsChecks:
+    """The exact-check half of a `SimilarityFamily` whose candidates are measured by
+    `measure` in one call (no pre-filter table): `choose` and `choose_all` are the
+    walk above."""
+
+    measure: Measure
+
+    def kept_size(self, kept: Kept) -> int:
+        return max(1, len(kept) // 8)
+
+    def table(self) -> NoTable:
+        return NoTable()
+
+    def choose(
+        self,
+        mine: Kept,
+        sets: tuple[dict[int, Kept], ...],
+        ranked: list[int],
+        est: npt.NDArray[np.float64],
+        bar: Bar,
+        margin: float,
+        max_checks: int,
+        start: int,
+        best: int,
+        best_sim: float,
+        table: KeptTable | None,
+    ) -> tuple[int, float, int, bool]:
+        return choose_ranked(
+            self.measure, mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
+        )
+
+    def choose_all(
+        self,
+        mines: list[Kept],
+        sets: tuple[dict[int, Kept], ...],
+        ranked: npt.NDArray[np.int64],
+        est: npt.NDArray[np.float64],
+        at: npt.NDArray[np.int64],
+        bar: Bar,
+        margin: float,
+        max_checks: int,
+        state: Choices,
+        first: int,
+        table: KeptTable | None,
+    ) -> int:
+        return choose_all(
+            self.measure, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
+        )

@@ -19,45 +19,20 @@ families")."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdedup.config import IndexParams
-from streamdedup.engine import rows_family
-from streamdedup.engine.compressed import decompress_text
-from streamdedup.engine.rows_family import NoTable
-from streamdedup.engine.similarity import ExactPart, Items, Kept, KeptTable, SketchedPart
+from streamdedup.engine.rows_family import RowPart, RowsChecks, TaggedItems, fixed_rows, untagged
+from streamdedup.engine.similarity import ExactPart, Items, Kept, SketchedPart
 from streamdedup.models import DistanceVerdict, Document, Verdict
 from streamdedup.sketch.families import lsh_of
-from streamdedup.sketch.family import Bar, LshFamily
-from streamdedup.sketch.jaccard import Choices
-from streamdedup.sketch.projections import VectorRows, cosine_rows, euclidean_rows
+from streamdedup.sketch.family import LshFamily
+from streamdedup.sketch.projections import cosine_rows, euclidean_rows
 
 TAG = b"v"  # leads a vector's canonical bytes
-
-
-@dataclass(frozen=True)
-class VectorItems:
-    """A batch's vectors as canonical bytes (`TAG` + 4 D bytes; b"": none)."""
-
-    raw: list[bytes]
-
-    def without(self, resent: set[int]) -> VectorItems:
-        return VectorItems([(b"" if i in resent else r) for i, r in enumerate(self.raw)])
-
-
-@dataclass(frozen=True)
-class VectorPart:
-    """A sub-batch's vectors, (n, D) float32: what exact checks measure."""
-
-    rows: VectorRows
-
-    def of(self, j: int) -> npt.NDArray[np.float32]:
-        row: npt.NDArray[np.float32] = self.rows[j]
-        return row
 
 
 def cosines(mine: bytes, theirs: list[bytes]) -> list[float]:
@@ -76,7 +51,7 @@ def distances(mine: bytes, theirs: list[bytes]) -> list[float]:
     return out
 
 
-class VectorFamily:
+class VectorFamily(RowsChecks):
     """`SimilarityFamily`: D-dimensional float32 vectors; random hyperplanes and the
     cosine (`metric` cosine), or p-stable projections and the L2 distance
     (`metric` euclidean)."""
@@ -89,78 +64,31 @@ class VectorFamily:
 
     # -- preparing
 
-    def canonical(self, docs: Sequence[Document]) -> VectorItems:
-        return VectorItems([b"" if d.item is None else TAG + d.item for d in docs])
+    def canonical(self, docs: Sequence[Document]) -> TaggedItems:
+        return TaggedItems.of(docs, TAG)
 
     def sketch(self, items: Items, part: slice, exact: bool) -> SketchedPart:
-        raw = items.raw[part]
-        width = 4 * self.dim + len(TAG)
-        blank = bytes(width)
-        have = np.fromiter(map(len, raw), dtype=np.int64, count=len(raw)) > 0
-        joined = b"".join(r if r else blank for r in raw)
-        packed = np.frombuffer(joined, dtype=np.uint8).reshape(len(raw), width)[:, len(TAG) :]
-        rows = np.ascontiguousarray(packed).view("<f4").reshape(len(raw), self.dim)
+        packed, have = fixed_rows(items.raw[part], 4 * self.dim)
+        rows = packed.view("<f4")
         sizes = np.where(have, self.dim, 0).astype(np.int64)
-        return SketchedPart(sizes, self.lsh.sketch(rows), VectorPart(rows) if exact else None)
+        return SketchedPart(sizes, self.lsh.sketch(rows), RowPart(rows) if exact else None)
 
     # -- verifying
 
     def kept_own(self, part: ExactPart, j: int) -> Kept:
-        assert isinstance(part, VectorPart)
+        assert isinstance(part, RowPart)
         return bytes(part.rows[j].data)
 
     def kept_own_many(self, part: ExactPart, picks: list[int]) -> list[Kept]:
-        assert isinstance(part, VectorPart)
+        assert isinstance(part, RowPart)
         rows: list[bytes] = part.rows[picks].view(f"V{4 * self.dim}").ravel().tolist()
         return rows
 
     def kept_stored(self, stored: bytes) -> Kept:
-        return decompress_text(stored)[len(TAG) :]
+        return untagged(stored)
 
     def exact_stored(self, stored: bytes) -> npt.NDArray[np.float32]:
         return np.frombuffer(self.kept_stored(stored), dtype="<f4")
-
-    def kept_size(self, kept: Kept) -> int:
-        return max(1, len(kept) // 8)
-
-    def table(self) -> NoTable:
-        return NoTable()
-
-    def choose(
-        self,
-        mine: Kept,
-        sets: tuple[dict[int, Kept], ...],
-        ranked: list[int],
-        est: npt.NDArray[np.float64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        start: int,
-        best: int,
-        best_sim: float,
-        table: KeptTable | None,
-    ) -> tuple[int, float, int, bool]:
-        return rows_family.choose_ranked(
-            self.measure, mine, sets, ranked, est, bar, margin, max_checks, start, best, best_sim
-        )
-
-    def choose_all(
-        self,
-        mines: list[Kept],
-        sets: tuple[dict[int, Kept], ...],
-        ranked: npt.NDArray[np.int64],
-        est: npt.NDArray[np.float64],
-        at: npt.NDArray[np.int64],
-        bar: Bar,
-        margin: float,
-        max_checks: int,
-        state: Choices,
-        first: int,
-        table: KeptTable | None,
-    ) -> int:
-        return rows_family.choose_all(
-            self.measure, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
-        )
 
     # -- reporting
 

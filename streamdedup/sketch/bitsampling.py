@@ -25,9 +25,9 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.sketch.family import Bar, Measure
+from streamdedup.sketch.family import Bar, ByAgreeing, Measure
 from streamdedup.sketch.hashing import U64
-from streamdedup.sketch.signature import Signatures, Sketches, band_keys
+from streamdedup.sketch.signature import Signatures, band_keys
 
 Bits = npt.NDArray[np.uint8]  # one item: N/8 bytes, most significant bit first
 BitRows = npt.NDArray[np.uint8]  # a batch: (n, N/8)
@@ -49,7 +49,7 @@ def hamming_rows(mine: Bits, others: BitRows) -> npt.NDArray[np.int64]:
 
 
 @dataclass(frozen=True)
-class BitSampling:
+class BitSampling(ByAgreeing):
     """`LshFamily[BitRows, Bits]`: N-bit strings, `bands` bands of `rows` bits sampled
     with replacement; Hamming distance, `distance <= max_distance`."""
 
@@ -71,10 +71,6 @@ class BitSampling:
         rng = np.random.default_rng([self.seed, _POSITIONS_SALT])
         return rng.integers(0, self.num_bits, size=self.bands * self.rows).astype(np.intp)
 
-    def sketch(self, batch: BitRows) -> Sketches:
-        sigs = self.signatures(batch)
-        return Sketches(sigs, self.band_keys(sigs).astype(">u8").tobytes())
-
     def signatures(self, batch: BitRows) -> Signatures:
         """(n, N) uint16, each 0 or 1: the bits of each row."""
         return np.unpackbits(batch, axis=1).astype(np.uint16)
@@ -82,17 +78,10 @@ class BitSampling:
     def band_keys(self, sigs: Signatures) -> U64:
         return band_keys(sigs[:, self.positions], self.bands, self.rows, self.seed)
 
-    def estimate(self, sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        return self._of_agreeing((others == sig).sum(axis=1, dtype=np.int64))
-
-    def estimate_table(self) -> npt.NDArray[np.float64]:
-        return self._of_agreeing(np.arange(self.num_bits + 1, dtype=np.int64))
-
-    def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        return self._of_agreeing((others == sigs[:, None, :]).sum(axis=2, dtype=np.int64))
-
-    def _of_agreeing(self, agreeing: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    @cached_property
+    def estimates(self) -> npt.NDArray[np.float64]:  # type: ignore[override]
         """The score of a of N bits agreeing: -(N - a), the distance, negated."""
+        agreeing = np.arange(self.num_bits + 1, dtype=np.int64)
         out: npt.NDArray[np.float64] = (agreeing - self.num_bits).astype(np.float64)
         return out
 

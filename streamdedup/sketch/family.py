@@ -153,6 +153,38 @@ class LshFamily(Protocol[Batch_contra, Rep_contra]):
         ...
 
 
+class ByAgreeing:
+    """The parts a family shares whose estimate is a table of its count of agreeing
+    positions (`estimates`: K + 1 values, strictly rising; bit sampling, random
+    hyperplanes, p-stable projections): `estimate`, `estimate_rows` and
+    `estimate_table` read that table, and `sketch` is its `signatures` with their
+    `band_keys`.  MinHash computes its estimate in compiled code, apart."""
+
+    estimates: npt.NDArray[np.float64]
+
+    def signatures(self, batch: Any) -> Signatures:
+        raise NotImplementedError
+
+    def band_keys(self, sigs: Signatures) -> U64:
+        raise NotImplementedError
+
+    def sketch(self, batch: Any) -> Sketches:
+        sigs = self.signatures(batch)
+        return Sketches(sigs, self.band_keys(sigs).astype(">u8").tobytes())
+
+    def estimate(self, sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
+        out: npt.NDArray[np.float64] = self.estimates[(others == sig).sum(axis=1, dtype=np.int64)]
+        return out
+
+    def estimate_table(self) -> npt.NDArray[np.float64]:
+        return self.estimates.copy()
+
+    def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
+        agreeing = (others == sigs[:, None, :]).sum(axis=2, dtype=np.int64)
+        out: npt.NDArray[np.float64] = self.estimates[agreeing]
+        return out
+
+
 @dataclass(frozen=True)
 class Scale:
     """The ranking's estimates on a family's own scale.

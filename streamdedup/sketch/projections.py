@@ -31,9 +31,9 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.sketch.family import Bar, Measure
+from streamdedup.sketch.family import Bar, ByAgreeing, Measure
 from streamdedup.sketch.hashing import U64
-from streamdedup.sketch.signature import Signatures, Sketches, band_keys
+from streamdedup.sketch.signature import Signatures, band_keys
 
 Vector = npt.NDArray[np.float32]  # one item: (D,)
 VectorRows = npt.NDArray[np.float32]  # a batch: (n, D)
@@ -116,7 +116,7 @@ def _share_margin(table: npt.NDArray[np.float64], share: float, num_perm: int) -
 
 
 @dataclass(frozen=True)
-class RandomHyperplanes:
+class RandomHyperplanes(ByAgreeing):
     """`LshFamily[VectorRows, Vector]`: the sides of `num_perm` random hyperplanes,
     banded `bands` x `rows`; cosine, similarity >= threshold."""
 
@@ -133,10 +133,6 @@ class RandomHyperplanes:
         """(D, K): the hyperplanes' normals, one a column."""
         return np.ascontiguousarray(_gaussian(self.seed, _PLANES_SALT, self.num_perm, self.dim).T)
 
-    def sketch(self, batch: VectorRows) -> Sketches:
-        sigs = self.signatures(batch)
-        return Sketches(sigs, self.band_keys(sigs).astype(">u8").tobytes())
-
     def signatures(self, batch: VectorRows) -> Signatures:
         """(n, K) uint16: 1 where r . x > 0."""
         return np.asarray(batch @ self.planes > 0, dtype=np.uint16)
@@ -144,23 +140,16 @@ class RandomHyperplanes:
     def band_keys(self, sigs: Signatures) -> U64:
         return band_keys(sigs, self.bands, self.rows, self.seed)
 
-    def estimate(self, sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        return self._of_agreeing((others == sig).sum(axis=1, dtype=np.int64))
-
-    def estimate_table(self) -> npt.NDArray[np.float64]:
-        return self._of_agreeing(np.arange(self.num_perm + 1, dtype=np.int64))
-
-    def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        return self._of_agreeing((others == sigs[:, None, :]).sum(axis=2, dtype=np.int64))
-
-    def _of_agreeing(self, agreeing: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    @cached_property
+    def estimates(self) -> npt.NDArray[np.float64]:  # type: ignore[override]
         """cos(pi (1 - a/K)): the angle whose row probability is the share agreeing."""
+        agreeing = np.arange(self.num_perm + 1, dtype=np.int64)
         out: npt.NDArray[np.float64] = np.cos(math.pi * (1.0 - agreeing / self.num_perm))
         return out
 
     def margin(self, threshold: float) -> float:
         share = float(hyperplane_probability(threshold))
-        return _share_margin(self.estimate_table(), share, self.num_perm)
+        return _share_margin(self.estimates, share, self.num_perm)
 
     def exact(self, a: Vector, b: Vector) -> float:
         return cosine(a, b)
@@ -170,7 +159,7 @@ class RandomHyperplanes:
 
 
 @dataclass(frozen=True)
-class PStable:
+class PStable(ByAgreeing):
     """`LshFamily[VectorRows, Vector]`: `num_perm` Gaussian projections cut into
     buckets of width `width`, banded `bands` x `rows`; L2 distance <= max_distance."""
 
@@ -194,10 +183,6 @@ class PStable:
         rng = np.random.default_rng([self.seed, _LINES_SALT, 1])
         return rng.uniform(0.0, self.width, size=self.num_perm)
 
-    def sketch(self, batch: VectorRows) -> Sketches:
-        sigs = self.signatures(batch)
-        return Sketches(sigs, self.band_keys(sigs).astype(">u8").tobytes())
-
     def signatures(self, batch: VectorRows) -> Signatures:
         """(n, K) uint16: the low 16 bits of each projection's bucket number."""
         buckets = np.floor(((batch @ self.lines).astype(np.float64) + self.offsets) / self.width)
@@ -206,20 +191,8 @@ class PStable:
     def band_keys(self, sigs: Signatures) -> U64:
         return band_keys(sigs, self.bands, self.rows, self.seed)
 
-    def estimate(self, sig: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        out: npt.NDArray[np.float64] = self._table[(others == sig).sum(axis=1, dtype=np.int64)]
-        return out
-
-    def estimate_table(self) -> npt.NDArray[np.float64]:
-        return self._table.copy()
-
-    def estimate_rows(self, sigs: Signatures, others: Signatures) -> npt.NDArray[np.float64]:
-        agreeing = (others == sigs[:, None, :]).sum(axis=2, dtype=np.int64)
-        out: npt.NDArray[np.float64] = self._table[agreeing]
-        return out
-
     @cached_property
-    def _table(self) -> npt.NDArray[np.float64]:
+    def estimates(self) -> npt.NDArray[np.float64]:  # type: ignore[override]
         """The score (negated distance) when a of K positions agree: the distance
         whose row probability is a/K (a = 0 read as half a position, so that every
         estimate is finite), found by bisection on log t, t = w / c."""
@@ -235,7 +208,7 @@ class PStable:
 
     def margin(self, threshold: float) -> float:
         share = float(pstable_probability(threshold, self.width))
-        return _share_margin(self._table, share, self.num_perm)
+        return _share_margin(self.estimates, share, self.num_perm)
 
     def exact(self, a: Vector, b: Vector) -> float:
         return euclidean(a, b)

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from streamdedup.sketch.hashing import U64, fmix64_np
 from streamdedup.sketch.projections import RandomHyperplanes
 from streamdedup.sketch.shingle import ShingleBatch
-from streamdedup.sketch.signature import Signatures, Sketches
+from streamdedup.sketch.signature import Signatures
 
 _SIGNS_SALT = 0x7369_6D68_6173_6821  # b"simhash!"
 _CHUNK = 1 << 14  # occurrences whose K signs are made at once (16k x 256 bytes)
@@ -36,11 +36,7 @@ class SimHash(RandomHyperplanes):
     """`LshFamily[ShingleBatch, ...]`: hyperplane sides of texts' shingle-count vectors
     (`num_perm` a multiple of 64); cosine, similarity >= threshold."""
 
-    def sketch(self, batch: ShingleBatch) -> Sketches:  # type: ignore[override]
-        sigs = self.signatures_of(batch)
-        return Sketches(sigs, self.band_keys(sigs).astype(">u8").tobytes())
-
-    def signatures_of(self, batch: ShingleBatch) -> Signatures:
+    def signatures(self, batch: ShingleBatch) -> Signatures:  # type: ignore[override]
         """(n, K) uint16: 1 where a text's signed sum is positive (an empty text: all 0)."""
         n, k = len(batch.offsets) - 1, self.num_perm
         sums = np.zeros((n, k), dtype=np.int64)

@@ -107,7 +107,7 @@ def test_simhash_bits_agree_with_probability_one_minus_theta_over_pi(shared: int
         common, mine, theirs = (rng.integers(0, 2**63, 200, dtype=np.uint64) for _ in range(3))
         a = np.concatenate([np.repeat(common, shared), np.repeat(mine, own)])
         b = np.concatenate([np.repeat(common, shared), np.repeat(theirs, own)])
-        sigs = f.signatures_of(
+        sigs = f.signatures(
             ShingleBatch(np.concatenate([a, b]), offsets_of(np.array([len(a), len(b)])))
         )
         agree += int((sigs[0] == sigs[1]).sum())

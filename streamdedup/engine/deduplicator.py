@@ -35,7 +35,7 @@ from streamdedup.engine.roles import Store
 from streamdedup.engine.run import BatchRun
 from streamdedup.engine.sealed.asking import Sealed
 from streamdedup.engine.sealed.view import View
-from streamdedup.engine.sealing import RemoteSegments, Sealing, SegmentsChanged
+from streamdedup.engine.sealing import RemoteSegments, Sealing, SegmentsChanged, probe_cut
 from streamdedup.engine.state import Settings
 from streamdedup.engine.verify import VerifyCache
 from streamdedup.engine.window import chained
@@ -201,7 +201,8 @@ class Deduplicator:
         # Search a batch's near duplicates all at once when no verdict can change
         # them (engine/search.py; only with `bulk`); False: one by one in the loop
         self.bulk_search = True
-        self._sealing = Sealing(self.index, self.params, self.options, self._margin, remote)
+        cut = probe_cut(family.lsh, self.params, self._margin)
+        self._sealing = Sealing(self.index, self.params, self.options, cut, remote)
         try:
             self._sealing.open()
         except BaseException:

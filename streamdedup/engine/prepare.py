@@ -27,6 +27,7 @@ from streamdedup.engine.families import family_of
 from streamdedup.engine.jaccard_text import distinct
 from streamdedup.engine.similarity import ExactPart, SimilarityFamily
 from streamdedup.models import Document
+from streamdedup.sketch.families import lsh_of
 from streamdedup.sketch.shingle import split_by_length
 from streamdedup.store.keys import id_key
 
@@ -215,7 +216,7 @@ def _rows(a: npt.NDArray[Any]) -> list[bytes]:
 def stored_band_keys(signature: bytes, params: IndexParams) -> list[bytes]:
     """The bucket keys of a stored signature (to remove or inspect its postings)."""
     sig = np.frombuffer(signature, dtype="<u2")[None, :]
-    keys = family_of(params).lsh.band_keys(sig)[0]
+    keys = lsh_of(params).band_keys(sig)[0]
     return [k.to_bytes(8, "big") for k in keys.tolist()]
 
 

@@ -20,8 +20,7 @@ from streamdedup.engine.prepare import Prepared
 from streamdedup.engine.sealed.asking import Sealed, Sent
 from streamdedup.engine.sealed.probes import LocalReader, SegmentReader
 from streamdedup.errors import ConfigError, ParameterMismatchError
-from streamdedup.sketch.families import lsh_of
-from streamdedup.sketch.family import Scale
+from streamdedup.sketch.family import LshFamily, Scale
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.segment.manifest import Manifest
@@ -58,13 +57,12 @@ def start_from(index: Index, segment: str | os.PathLike[str], **asked: Any) -> N
     attach(index, segment)
 
 
-def probe_cut(params: IndexParams, margin: float) -> tuple[float, float]:
+def probe_cut(lsh: LshFamily[Any, Any], params: IndexParams, margin: float) -> tuple[float, float]:
     """The threshold and margin a probe carries: a segment returns the stored items of
     the candidates whose MinHash estimate (`estimate_jaccard`) is at least threshold
     - margin.  Jaccard's own; for another family, its cut (the bar's score less its
     margin) read on MinHash's scale (`Scale.cut`), so a segment sends exactly the
     items the writer may check."""
-    lsh = lsh_of(params)
     scale = Scale.of_family(lsh)
     if scale.identity:
         return params.threshold, margin
@@ -79,13 +77,13 @@ class Sealing:
         index: Index,
         params: IndexParams,
         options: EngineOptions,
-        margin: float,
+        cut: tuple[float, float],
         remote: RemoteSegments | None,
     ) -> None:
         self.index = index
         self.params = params
         self.options = options
-        self._cut = probe_cut(params, margin)
+        self._cut = cut  # (what a probe asks for: `probe_cut`)
         self._remote = remote
         self._seen: list[int] = []
         self._ahead: list[tuple[list[int], Sent]] = []  # batches asked ahead

@@ -68,8 +68,8 @@ def backfill_job(args: argparse.Namespace, values: dict[str, Any]) -> Backfill:
         rows=d.rows,
         verify=d.verify,
         seed=d.seed,
-        false_positive_weight=d.fp_weight,
-        false_negative_weight=d.fn_weight,
+        false_positive_weight=d.false_positive_weight,
+        false_negative_weight=d.false_negative_weight,
     )
     for path in inputs:
         _check_input(path, output)

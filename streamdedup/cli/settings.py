@@ -25,12 +25,11 @@ from typing import Any
 from streamdedup.config import (
     EngineOptions,
     ShingleSpec,
-    Verify,
     check_bands_rows,
     check_threshold,
     parse_duration_ms,
 )
-from streamdedup.engine.deduplicator import Deduplicator
+from streamdedup.engine.deduplicator import Deduplicator, Detection
 from streamdedup.engine.deduplicator import RemoteSegments as RemoteFactory
 from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, StreamDedupError
 from streamdedup.store.keys import MetaKey
@@ -61,28 +60,6 @@ def check_at_least_one(values: dict[str, Any]) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
 
 
-@dataclass(frozen=True)
-class Detection:
-    """The detection parameters a run asks for.  None: the value stored in an
-    existing index, or the default for a new one (`resolve_params` decides)."""
-
-    threshold: float | None = None
-    num_perm: int | None = None
-    shingle: ShingleSpec | None = None
-    bands: int | None = None
-    rows: int | None = None
-    verify: Verify | None = None
-    seed: int | None = None
-    fp_weight: float = 0.02
-    fn_weight: float = 0.98
-    metric: str | None = None
-    item: str | None = None
-    bits: int | None = None
-    max_distance: float | None = None
-    dim: int | None = None
-    bucket_width: float | None = None
-
-
 def check_detection(values: dict[str, Any]) -> Detection:
     """The detection options' cheap checks (as `resolve_params` makes them with the
     index open), and the `Detection` they describe."""
@@ -99,8 +76,8 @@ def check_detection(values: dict[str, Any]) -> Detection:
         rows=values["rows"],
         verify=None if verify is None else "exact" if verify == "exact" else "signature",
         seed=values["seed"],
-        fp_weight=values["fp_weight"],
-        fn_weight=values["fn_weight"],
+        false_positive_weight=values["fp_weight"],
+        false_negative_weight=values["fn_weight"],
         metric=values.get("metric"),
         item=values.get("item"),
         bits=values.get("bits"),
@@ -165,28 +142,13 @@ def open_engine(
     write (`dedup`, `worker`); `replay` is refused only by a batch adding documents.
     `remote`: how to reach the index's remote sealed segments (`segment_server.remote_for`)."""
     s = values if isinstance(values, EngineSettings) else engine_settings(values)
-    d = s.detection
-    dd = Deduplicator(
+    dd = Deduplicator.open(
         s.index,
-        threshold=d.threshold,
-        num_perm=d.num_perm,
-        shingle=d.shingle,
-        bands=d.bands,
-        rows=d.rows,
-        verify=d.verify,
-        seed=d.seed,
+        s.detection,
         options=s.options,
-        false_positive_weight=d.fp_weight,
-        false_negative_weight=d.fn_weight,
         changelog=s.changelog,
         remote=remote,
         base_segment=s.base_segment,
-        metric=d.metric,
-        item=d.item,
-        bits=d.bits,
-        max_distance=d.max_distance,
-        dim=d.dim,
-        bucket_width=d.bucket_width,
     )
     try:
         if adds_documents:

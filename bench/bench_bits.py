@@ -109,12 +109,13 @@ def truth(values: U64, radius: int) -> npt.NDArray[np.bool_]:
     return found
 
 
-def run_streamdedup(path: Path, out: Path, radius: int) -> dict[str, Any]:
-    index = out / "streamdedup-index"
-    verdicts = out / "streamdedup-verdicts.jsonl"
+def run_streamdedup(path: Path, out: Path, name: str, *options: str) -> dict[str, Any]:
+    """`streamdedup dedup PATH OPTIONS` as a user runs it, into OUT/streamdedup-NAME-*:
+    its wall time, its verdicts and the bytes its index uses (bench_vectors.py too)."""
+    index = out / f"streamdedup-{name}-index"
+    verdicts = out / f"streamdedup-{name}-verdicts.jsonl"
     cmd = [sys.executable, "-m", "streamdedup.cli", "dedup", str(path), "--index", str(index)]
-    cmd += ["--output", str(verdicts), "--metric", "hamming", "--bits", "64"]
-    cmd += ["--max-distance", str(radius), "--progress", "never"]
+    cmd += ["--output", str(verdicts), *options, "--progress", "never"]
     started = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, check=False)
     wall = time.perf_counter() - started
@@ -168,7 +169,8 @@ def measure(n: int, radius: int, batch: int, out: Path, seed: int) -> dict[str, 
         )
     )
     want = truth(values, radius)
-    ours = run_streamdedup(path, out, radius)
+    family = ("--metric", "hamming", "--bits", "64", "--max-distance", str(radius))
+    ours = run_streamdedup(path, out, "hamming", *family)
     theirs = run_faiss(path, radius, batch)
     v = ours["verdicts"]
     is_dup = np.array([x["verdict"] == "duplicate" for x in v])

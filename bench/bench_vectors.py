@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import zlib
@@ -47,6 +46,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).parent))
 import corpus
+from bench_bits import run_streamdedup
 
 F32 = npt.NDArray[np.float32]
 SLOTS = 1 << 16
@@ -108,28 +108,6 @@ def meets(metric: str, value: npt.NDArray[np.float64], bar: float) -> npt.NDArra
     return value >= bar if metric == "cosine" else value <= bar
 
 
-def run_streamdedup(path: Path, out: Path, metric: str, dim: int, bar: float) -> dict[str, Any]:
-    index = out / f"streamdedup-{metric}-index"
-    verdicts = out / f"streamdedup-{metric}-verdicts.jsonl"
-    option = "--threshold" if metric == "cosine" else "--max-distance"
-    cmd = [sys.executable, "-m", "streamdedup.cli", "dedup", str(path), "--index", str(index)]
-    cmd += ["--output", str(verdicts), "--metric", metric, "--dim", str(dim)]
-    cmd += [option, str(bar), "--progress", "never"]
-    started = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, check=False)
-    wall = time.perf_counter() - started
-    if r.returncode != 0:
-        raise SystemExit(r.stderr.decode()[-2000:])
-    got = [orjson.loads(line) for line in verdicts.read_bytes().splitlines()]
-    stats = subprocess.run(
-        [sys.executable, "-m", "streamdedup.cli", "stats", "--index", str(index), "--json"],
-        capture_output=True,
-        check=True,
-    )
-    used = orjson.loads(stats.stdout)["bytes_used"]
-    return {"wall_s": wall, "verdicts": got, "bytes": used}
-
-
 def run_faiss(path: Path, metric: str, dim: int, bar: float, batch: int) -> dict[str, Any]:
     """The stream through faiss's exact search; also each vector's earlier neighbours
     near the bar (for the truth)."""
@@ -175,7 +153,10 @@ def measure(
                 orjson.dumps({"id": i, "vector": v}) + b"\n" for i, v in enumerate(values.tolist())
             )
         )
-    ours = run_streamdedup(path, out, metric, dim, bar)
+    option = "--threshold" if metric == "cosine" else "--max-distance"
+    ours = run_streamdedup(
+        path, out, metric, "--metric", metric, "--dim", str(dim), option, str(bar)
+    )
     theirs = run_faiss(path, metric, dim, bar, batch)
     x = theirs["vectors"]
     a, b = theirs["pairs"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import orjson
@@ -24,6 +25,29 @@ pytestmark = pytest.mark.integration
 FAMILY = ["--metric", "hamming", "--bits", "64", "--max-distance", "3"]
 
 
+def as_in_file_mode(
+    t: Topics, tmp_path: Path, lines: list[bytes], family: list[str]
+) -> list[dict[str, Any]]:
+    """The worker over what `t`'s input topic holds (msgpack) and `dedup` over the same
+    items as JSON `lines`, both with the `family` options: the worker's verdicts
+    (without their source), which must be file mode's, record for record."""
+    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", *family)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    got = [orjson.loads(m.value) for m in t.read(t.output, expect=len(lines))]
+    for v in got:
+        v.pop("source")
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_bytes(b"".join(line + b"\n" for line in lines))
+    file_run = run("dedup", str(src), "--index", str(tmp_path / "f"), "--output", str(out), *family)
+    assert file_run.returncode == 0, file_run.stderr.decode()
+    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    return got
+
+
+def dead_letter_reasons(t: Topics, n: int) -> list[bytes]:
+    return [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=n)]
+
+
 def test_bit_strings_through_the_worker_as_in_file_mode(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -37,24 +61,10 @@ def test_bit_strings_through_the_worker_as_in_file_mode(
     ]
     bad = [msgpack.packb({"id": "short", "bits": b"\x00" * 3}), msgpack.packb({"id": "no-bits"})]
     t.produce(records + bad)
-    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", *FAMILY)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
-    for v in got:
-        v.pop("source")
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(
-        b"".join(orjson.dumps({"id": i, "bits": hex_of(v)}) + b"\n" for i, v in enumerate(values))
-    )
-    out = tmp_path / "out.jsonl"
-    file_run = run(
-        "dedup", str(src), "--index", str(tmp_path / "file-idx"), "--output", str(out), *FAMILY
-    )
-    assert file_run.returncode == 0, file_run.stderr.decode()
-    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    lines = [orjson.dumps({"id": i, "bits": hex_of(v)}) for i, v in enumerate(values)]
+    got = as_in_file_mode(t, tmp_path, lines, FAMILY)
     assert sum(v["verdict"] == "duplicate" for v in got) > 100
-    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=2)]
-    assert reasons == [b"bad_item_length", b"missing_item"]
+    assert dead_letter_reasons(t, 2) == [b"bad_item_length", b"missing_item"]
     again = t.run_worker(tmp_path / "idx", "--input-format", "raw")
     assert again.returncode == 2, again.stderr.decode()[-3000:]
     assert b"--input-format raw carries a text; this index compares bits items" in again.stderr
@@ -78,26 +88,10 @@ def test_vectors_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_pa
         msgpack.packb({"id": "nan", "vector": [float("nan")] * 16}),
     ]
     t.produce(records + bad)
-    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", *COSINE)
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
-    for v in got:
-        v.pop("source")
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(
-        b"".join(
-            orjson.dumps({"id": str(i), "vector": r.tolist()}) + b"\n" for i, r in enumerate(rows)
-        )
-    )
-    out = tmp_path / "out.jsonl"
-    file_run = run(
-        "dedup", str(src), "--index", str(tmp_path / "file-idx"), "--output", str(out), *COSINE
-    )
-    assert file_run.returncode == 0, file_run.stderr.decode()
-    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    lines = [orjson.dumps({"id": str(i), "vector": r.tolist()}) for i, r in enumerate(rows)]
+    got = as_in_file_mode(t, tmp_path, lines, COSINE)
     assert sum(v["verdict"] == "duplicate" for v in got) > 100
-    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=2)]
-    assert reasons == [b"zero_vector", b"item_not_finite"]
+    assert dead_letter_reasons(t, 2) == [b"zero_vector", b"item_not_finite"]
     # replay into a fresh index: the same verdicts, the same two errors
     replayed = tmp_path / "replay.jsonl"
     args = t.replay_args(tmp_path / "rebuilt", "--input-format", "msgpack", *COSINE)
@@ -121,21 +115,7 @@ def test_sets_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_path:
         for i, s in enumerate(sets)
     ]
     t.produce([*records, msgpack.packb({"id": "mixed", "set": ["a", 1]})])
-    r = t.run_worker(tmp_path / "idx", "--input-format", "msgpack", "--item", "set")
-    assert r.returncode == 0, r.stderr.decode()[-3000:]
-    got = [orjson.loads(m.value) for m in t.read(t.output, expect=300)]
-    for v in got:
-        v.pop("source")
-    src = tmp_path / "in.jsonl"
-    src.write_bytes(
-        b"".join(orjson.dumps({"id": str(i), "set": s}) + b"\n" for i, s in enumerate(sets))
-    )
-    out = tmp_path / "out.jsonl"
-    file_run = run(
-        "dedup", str(src), "--index", str(tmp_path / "f"), "--output", str(out), "--item", "set"
-    )
-    assert file_run.returncode == 0, file_run.stderr.decode()
-    assert got == [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    lines = [orjson.dumps({"id": str(i), "set": s}) for i, s in enumerate(sets)]
+    got = as_in_file_mode(t, tmp_path, lines, ["--item", "set"])
     assert sum(v["verdict"] == "duplicate" for v in got) > 50
-    reasons = [dict(m.headers)["streamdedup.reason"] for m in t.read(t.dlq, expect=1)]
-    assert reasons == [b"mixed_set"]
+    assert dead_letter_reasons(t, 1) == [b"mixed_set"]

@@ -12,14 +12,15 @@ from streamdedup.errors import ConfigError, IndexOpenError
 Verify = Literal["exact", "signature"]
 # The similarity families (DESIGN.md "Items and similarity families") and the kinds of
 # item they read.  Jaccard on texts is the default; the others are opt-in per index.
-Metric = Literal["jaccard", "hamming", "cosine", "euclidean"]
+Metric = Literal["jaccard", "hamming", "cosine", "euclidean", "containment"]
 ItemKind = Literal["text", "bits", "vector", "set"]
-METRICS: tuple[Metric, ...] = ("jaccard", "hamming", "cosine", "euclidean")
+METRICS: tuple[Metric, ...] = ("jaccard", "hamming", "cosine", "euclidean", "containment")
 ITEMS_OF: dict[str, tuple[ItemKind, ...]] = {
     "jaccard": ("text", "set"),
     "hamming": ("bits",),
     "cosine": ("vector", "text"),
     "euclidean": ("vector",),
+    "containment": ("text", "set"),
 }
 ITEMS: tuple[ItemKind, ...] = ("text", "bits", "vector", "set")
 DISTANCE_METRICS = frozenset({"hamming", "euclidean"})

@@ -5,6 +5,7 @@ and the backfill all measure with the same one."""
 from __future__ import annotations
 
 from streamdedup.config import IndexParams
+from streamdedup.engine.containment import ContainmentSets, ContainmentText
 from streamdedup.engine.cosine_text import CosineText
 from streamdedup.engine.hamming_bits import HammingBits
 from streamdedup.engine.jaccard_sets import JaccardSets
@@ -21,6 +22,8 @@ def family_of(params: IndexParams) -> SimilarityFamily:
         return HammingBits(params)
     if params.metric == "cosine" and params.item == "text":
         return CosineText(params)
+    if params.metric == "containment":
+        return ContainmentSets(params) if params.item == "set" else ContainmentText(params)
     if params.item == "vector":
         return VectorFamily(params)
     if params.item == "set":

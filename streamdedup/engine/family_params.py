@@ -18,6 +18,7 @@ from streamdedup.config import (
     Verify,
 )
 from streamdedup.errors import ConfigError
+from streamdedup.sketch.containment import plan
 from streamdedup.sketch.lsh import Banding, banding, check_num_perm, tune_for_recall
 from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
@@ -38,6 +39,11 @@ MIN_DIM, MAX_DIM = 1, 1 << 14
 VECTOR_NUM_PERM = 256
 # Cosine: a duplicate by default at 0.9 (semantic de-duplication keeps 0.9 to 0.95).
 COSINE_DEFAULT = 0.9
+# Containment: K = 128 MinHash positions (the Jaccard default): at T = 0.8 the plan
+# promises an earlier item up to 8 times the new one's size, with 391 bucket keys an
+# item; K = 256 reaches 16 times with 989 (sketch/containment.py).
+CONTAINMENT_NUM_PERM = 128
+CONTAINMENT_DEFAULT = 0.8
 # Euclidean: buckets four times the bar wide by default (Datar et al.'s w = 4 in units
 # of the distance that must collide: a row probability of 0.80 at the bar).
 BUCKET_WIDTHS = 4.0
@@ -66,6 +72,10 @@ def family_params(
         )
     kind = _item(metric, item)
     _refuse_others(metric, bits=bits, dim=dim, bucket_width=bucket_width)
+    if metric == "containment":
+        return _containment(
+            kind, threshold, num_perm, bands, rows, verify, seed, shingle or ShingleSpec()
+        )
     if metric == "hamming":
         n = _bits(bits)
         d = _max_distance(n, max_distance, threshold)
@@ -120,6 +130,57 @@ def family_params(
         max_distance=distance,
         bucket_width=width,
         shingle=shingle or ShingleSpec(),
+    )
+
+
+def _containment(
+    kind: ItemKind,
+    threshold: float | None,
+    num_perm: int | None,
+    bands: int | None,
+    rows: int | None,
+    verify: Verify | None,
+    seed: int,
+    shingle: ShingleSpec,
+) -> IndexParams:
+    """A containment index: T, K, and the bands of every class offset from the plan
+    (`IndexParams.bands`: the bucket keys an item carries; `rows` 1)."""
+    if bands is not None or rows is not None:
+        raise ConfigError(
+            "`metric` containment bands each pair of size classes its own way, from "
+            "`threshold` and `num_perm`; leave `bands` and `rows` out",
+            params=("bands", "rows"),
+        )
+    if verify == "signature":
+        raise ConfigError(
+            "`metric` containment decides by the exact check only: a signature "
+            "estimates a Jaccard, which says little of a containment without the sizes",
+            params=("verify", "metric"),
+        )
+    t = CONTAINMENT_DEFAULT if threshold is None else threshold
+    if not 0.0 < t <= 1.0 or not math.isfinite(t):
+        raise ConfigError(
+            f"a containment `threshold` must be in (0, 1], got {t}", params=("threshold",)
+        )
+    k = CONTAINMENT_NUM_PERM if num_perm is None else num_perm
+    check_num_perm(k)
+    pairings = plan(t, k)
+    if not any(p.offset == 0 for p in pairings):
+        raise ConfigError(
+            f"`num_perm` {k} is too few positions for containment at `threshold` {t}: "
+            "no banding reaches 99% recall even for items of one size class",
+            params=("num_perm",),
+        )
+    return IndexParams(
+        threshold=t,
+        num_perm=k,
+        bands=sum(p.keys for p in pairings),
+        rows=1,
+        verify="exact",
+        seed=seed,
+        metric="containment",
+        item=kind,
+        shingle=shingle,
     )
 
 

@@ -18,6 +18,7 @@ from streamdedup.engine.roles import Store
 from streamdedup.engine.verify import best_exact, cap_stopped
 from streamdedup.engine.window import WindowRun
 from streamdedup.models import Record, Verdict
+from streamdedup.sketch.families import signature_width
 from streamdedup.sketch.signature import estimate_jaccard, rank_gathered
 
 # At most this many candidates, their signatures are read one by one (`_one_by_one`);
@@ -173,7 +174,7 @@ class SingleRun(WindowRun):
                 kept.append(d)
                 rows.append(raw)
         if not kept:
-            return kept, np.empty((0, self.params.num_perm), dtype=np.uint16)
+            return kept, np.empty((0, signature_width(self.params)), dtype=np.uint16)
         return kept, np.frombuffer(b"".join(rows), dtype="<u2").reshape(len(rows), -1)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from streamdedup.config import IndexParams
 from streamdedup.sketch.bitsampling import BitSampling
+from streamdedup.sketch.containment import MinHashContainment
 from streamdedup.sketch.family import LshFamily
 from streamdedup.sketch.minhash import MinHashJaccard
 from streamdedup.sketch.projections import PStable, RandomHyperplanes
@@ -17,7 +18,8 @@ from streamdedup.sketch.simhash import SimHash
 
 def lsh_of(params: IndexParams) -> LshFamily[Any, Any]:
     """MinHash for Jaccard, bit sampling for Hamming, random hyperplanes for cosine,
-    p-stable projections for Euclidean (`IndexParams.metric`)."""
+    p-stable projections for Euclidean, MinHash per size class for containment
+    (`IndexParams.metric`)."""
     p = params
     if p.metric == "hamming":
         return BitSampling(p.bits, p.bands, p.rows, p.seed)
@@ -25,7 +27,14 @@ def lsh_of(params: IndexParams) -> LshFamily[Any, Any]:
         return SimHash(0, p.num_perm, p.bands, p.rows, p.seed)
     if p.metric == "cosine":
         return RandomHyperplanes(p.dim, p.num_perm, p.bands, p.rows, p.seed)
+    if p.metric == "containment":
+        return MinHashContainment(p.num_perm, p.seed, p.threshold)
     if p.metric == "euclidean":
         assert p.bucket_width is not None
         return PStable(p.dim, p.num_perm, p.bands, p.rows, p.seed, p.bucket_width)
     return MinHashJaccard(params.num_perm, params.bands, params.rows, params.seed)
+
+
+def signature_width(params: IndexParams) -> int:
+    """Positions in a stored signature: K, and a containment signature's size class."""
+    return params.num_perm + (params.metric == "containment")

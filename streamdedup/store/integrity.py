@@ -12,6 +12,7 @@ from typing import Any
 from streamdedup.config import IndexParams
 from streamdedup.errors import IndexCorruptError
 from streamdedup.models import TALLIES, Record, Verdict
+from streamdedup.sketch.families import signature_width
 from streamdedup.store.index import Index
 from streamdedup.store.keys import DOCNO_BYTES, SEGMENT_BYTES, MetaKey, docno_of, tomb_of
 from streamdedup.store.segment.registry import segments
@@ -26,7 +27,7 @@ def check_tables(t: Tables, params: IndexParams) -> tuple[int, list[str]]:
     entries = 0
     kinds: dict[str, int] = {}
     last_docno = -1
-    sig_bytes = 2 * params.num_perm
+    sig_bytes = 2 * signature_width(params)
     tombs: dict[int, _Tombs] = {}
     for name in t.table_names():
         n = 0

@@ -25,6 +25,7 @@ from streamdedup.engine.sealed.probes import (
     new_request,
 )
 from streamdedup.models import Record
+from streamdedup.sketch.families import signature_width
 from streamdedup.store.tables import Tables
 
 KEPT_CONTENTS = 1_000_000  # contents whose holders are kept across batches, at most
@@ -118,7 +119,7 @@ class Sealed:
             sigs = np.stack([p.sigs[i] for p, i in looking]).astype(np.uint16)
         else:
             doc_keys = np.empty((0, bands), dtype=np.uint64)
-            sigs = np.empty((0, self.params.num_perm), dtype=np.uint16)
+            sigs = np.empty((0, signature_width(self.params)), dtype=np.uint16)
         keys = distinct(doc_keys)
         ids = [k for p in parts for k in p.keys]
         contents = [c for p in parts for c in p.content]

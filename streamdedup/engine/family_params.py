@@ -77,29 +77,7 @@ def family_params(
             kind, threshold, num_perm, bands, rows, verify, seed, shingle or ShingleSpec()
         )
     if metric == "hamming":
-        n = _bits(bits)
-        d = _max_distance(n, max_distance, threshold)
-        if num_perm is not None and num_perm != n:
-            raise ConfigError(
-                f"`num_perm` is the signature's length; a Hamming index's signature is the "
-                f"bit string itself ({n} positions). Choose how many bits are sampled into "
-                "buckets with `bands` x `rows`",
-                params=("num_perm",),
-            )
-        share = 1.0 - d / n  # the row probability at the bar (seeds: 1 - d/N)
-        band = _banding(share, HAMMING_SAMPLES, bands, rows, sampled=True)
-        return IndexParams(
-            threshold=share,
-            num_perm=n,
-            bands=band.bands,
-            rows=band.rows,
-            verify=verify or "exact",
-            seed=seed,
-            metric="hamming",
-            item=kind,
-            bits=n,
-            max_distance=float(d),
-        )
+        return _hamming(kind, bits, max_distance, threshold, num_perm, bands, rows, verify, seed)
     k = VECTOR_NUM_PERM if num_perm is None else num_perm
     check_num_perm(k)
     if kind == "text":  # (cosine of shingle counts: SimHash's signs come 64 at a time)
@@ -130,6 +108,43 @@ def family_params(
         max_distance=distance,
         bucket_width=width,
         shingle=shingle or ShingleSpec(),
+    )
+
+
+def _hamming(
+    kind: ItemKind,
+    bits: int | None,
+    max_distance: float | None,
+    threshold: float | None,
+    num_perm: int | None,
+    bands: int | None,
+    rows: int | None,
+    verify: Verify | None,
+    seed: int,
+) -> IndexParams:
+    """A Hamming index: N bits, the bar in bits, bit sampling's b x r."""
+    n = _bits(bits)
+    d = _max_distance(n, max_distance, threshold)
+    if num_perm is not None and num_perm != n:
+        raise ConfigError(
+            f"`num_perm` is the signature's length; a Hamming index's signature is the "
+            f"bit string itself ({n} positions). Choose how many bits are sampled into "
+            "buckets with `bands` x `rows`",
+            params=("num_perm",),
+        )
+    share = 1.0 - d / n  # the row probability at the bar (seeds: 1 - d/N)
+    band = _banding(share, HAMMING_SAMPLES, bands, rows, sampled=True)
+    return IndexParams(
+        threshold=share,
+        num_perm=n,
+        bands=band.bands,
+        rows=band.rows,
+        verify=verify or "exact",
+        seed=seed,
+        metric="hamming",
+        item=kind,
+        bits=n,
+        max_distance=float(d),
     )
 
 

@@ -60,6 +60,10 @@ class TextItems:
 class JaccardText:
     """`SimilarityFamily`: texts, shingled by `params.shingle`; MinHash, Jaccard."""
 
+    # What the compiled check measures: Jaccard, or the containment of the new item
+    # in the candidate (engine/containment.py).
+    contains = False
+
     def __init__(self, params: IndexParams, shingler: Shingler | None = None) -> None:
         self.params = params
         self.lsh = MinHashJaccard(params.num_perm, params.bands, params.rows, params.seed)
@@ -143,6 +147,7 @@ class JaccardText:
             best,
             best_sim,
             _set_table(table),
+            self.contains,
         )
 
     def choose_all(
@@ -171,6 +176,7 @@ class JaccardText:
             state,
             first,
             _set_table(table),
+            self.contains,
         )
 
     # -- reporting

@@ -76,6 +76,7 @@ class Kernels(Protocol):
         rows: Buffer | None = None,
         counts: Buffer | None = None,
         sizes: Buffer | None = None,
+        contain: bool = False,
     ) -> tuple[int, float, int, bool]: ...
 
     def summarise_many(self, hashes: Buffer, offsets: Buffer, picks: Buffer) -> list[bytes]: ...
@@ -97,6 +98,7 @@ class Kernels(Protocol):
         rows: Buffer | None = None,
         counts: Buffer | None = None,
         sizes: Buffer | None = None,
+        contain: bool = False,
     ) -> int: ...
 
     def gather(

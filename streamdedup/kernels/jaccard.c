@@ -46,6 +46,14 @@ static inline double jaccard_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb)
     return (double)m / (double)(na + nb - m);
 }
 
+/* The measure of two sets sharing m values: their Jaccard, or (`contain`) the
+ * containment of the first in the second, m / na (containment.py).  Both rise with
+ * m, so every bound below serves both. */
+static inline double measure_of(Py_ssize_t m, Py_ssize_t na, Py_ssize_t nb, int contain)
+{
+    return contain ? (double)m / (double)na : jaccard_of(m, na, nb);
+}
+
 /* The Jaccard of two sorted distinct uint64 arrays when it reaches `floor` (the very
  * value jaccard() returns); otherwise some value below `floor` (-1.0).  The merge
  * stops once the values shared so far, plus all the shorter remainder could still
@@ -86,12 +94,12 @@ static inline void later_of(const uint8_t *ca, const uint8_t *cb, uint32_t *late
 
 static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t *b,
                                Py_ssize_t nb, const uint8_t *ca, const uint8_t *cb,
-                               double floor)
+                               double floor, int contain)
 {
     if (!na || !nb)
         return 0.0 >= floor ? 0.0 : -1.0;
     Py_ssize_t lo = na < nb ? na : nb;
-    if (jaccard_of(lo, na, nb) < floor) /* the size filter: |A|/|B| too far from 1 */
+    if (measure_of(lo, na, nb, contain) < floor) /* the size filter: |A|/|B| too far */
         return -1.0;
     if (ca && cb) {
         /* The slice filter: the values two sets share within one slice of the hash
@@ -101,18 +109,20 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
         uint32_t bound = slice_bound(ca, cb);
         if ((Py_ssize_t)bound < lo)
             lo = bound;
-        if (jaccard_of(lo, na, nb) < floor)
+        if (measure_of(lo, na, nb, contain) < floor)
             return -1.0;
     }
-    /* need: the least intersection whose J reaches floor (<= lo, by the line above) */
-    Py_ssize_t need = (Py_ssize_t)(floor * (double)(na + nb) / (1.0 + floor));
+    /* need: the least intersection whose measure reaches floor (<= lo, by the line
+     * above), from a guess the loops correct in the measure's own arithmetic */
+    Py_ssize_t need = contain ? (Py_ssize_t)(floor * (double)na)
+                              : (Py_ssize_t)(floor * (double)(na + nb) / (1.0 + floor));
     if (need < 0)
         need = 0;
     if (need > lo)
         need = lo;
-    while (need > 0 && jaccard_of(need - 1, na, nb) >= floor)
+    while (need > 0 && measure_of(need - 1, na, nb, contain) >= floor)
         need--;
-    while (need < lo && jaccard_of(need, na, nb) < floor)
+    while (need < lo && measure_of(need, na, nb, contain) < floor)
         need++;
     /* What the slices from x on can still share, for x = 0 .. 256 (`later_of`): with
      * counts, the merge gives up as soon as the values shared so far and what the
@@ -156,7 +166,7 @@ static double jaccard_at_least(const uint64_t *a, Py_ssize_t na, const uint64_t 
         i += x <= y;
         j += y <= x;
     }
-    return jaccard_of(inter, na, nb);
+    return measure_of(inter, na, nb, contain);
 }
 
 /* ---------------------------------------------------------------- summaries */
@@ -394,8 +404,8 @@ typedef struct {
  * `sets` holds it (the caller reads it and calls again), -1 on error. */
 static int choose_run(const Packed *mine, PyObject *sets, const Ranked *ranked,
                       const double *est, Py_ssize_t n, double threshold, double margin,
-                      Py_ssize_t max_checks, const Table *table, Py_ssize_t *checks_io,
-                      Py_ssize_t *best_io, double *best_sim_io)
+                      Py_ssize_t max_checks, const Table *table, int contain,
+                      Py_ssize_t *checks_io, Py_ssize_t *best_io, double *best_sim_io)
 {
     Py_ssize_t n_dicts = PyTuple_GET_SIZE(sets), checks = *checks_io, best = *best_io;
     double best_sim = *best_sim_io;
@@ -433,11 +443,11 @@ static int choose_run(const Packed *mine, PyObject *sets, const Ranked *ranked,
                 Py_ssize_t nb = (Py_ssize_t)table->sizes[r], na = mine->n;
                 if (na && nb) {
                     Py_ssize_t lo = na < nb ? na : nb;
-                    if (jaccard_of(lo, na, nb) < floor)
+                    if (measure_of(lo, na, nb, contain) < floor)
                         continue;
                     uint32_t bound =
                         slice_bound(mine->counts, table->counts + (Py_ssize_t)r * SLICES);
-                    if ((Py_ssize_t)bound < lo && jaccard_of(bound, na, nb) < floor)
+                    if ((Py_ssize_t)bound < lo && measure_of(bound, na, nb, contain) < floor)
                         continue;
                 }
             }
@@ -462,7 +472,7 @@ static int choose_run(const Packed *mine, PyObject *sets, const Ranked *ranked,
         int both = mine->counts && theirs.counts;
         double sim = jaccard_at_least(mine->values, mine->n, theirs.values, theirs.n,
                                       both ? mine->counts : NULL, both ? theirs.counts : NULL,
-                                      floor);
+                                      floor, contain);
         if (sim >= threshold && (best < 0 || sim > best_sim)) {
             best = checks;
             best_sim = sim;
@@ -523,7 +533,8 @@ PyDoc_STRVAR(choose_packed_doc,
 "uint8 (rows, 256) slice counts and int64 set sizes by row, of sets the dicts hold or\n"
 "held (a docno's set never changes): a candidate whose row proves it below the bar by\n"
 "size or slice counts is counted as checked and left without its dict lookup or its\n"
-"summary.");
+"summary.  Optional `contain` (after the table, which may be None, None, None): the\n"
+"measure is the containment of `mine` in each candidate, |A n B| / |A|, not Jaccard.");
 
 static PyObject *choose_packed(PyObject *self, PyObject *args)
 {
@@ -531,10 +542,11 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
     PyObject *table_objs[3] = {Py_None, Py_None, Py_None};
     double threshold, margin, best_sim;
     Py_ssize_t max_checks, checks, best;
-    if (!PyArg_ParseTuple(args, "OO!O!Oddnnnd|OOO", &mine_obj, &PyTuple_Type, &sets,
+    int contain = 0;
+    if (!PyArg_ParseTuple(args, "OO!O!Oddnnnd|OOOp", &mine_obj, &PyTuple_Type, &sets,
                           &PyList_Type, &ranked, &est_obj, &threshold, &margin, &max_checks,
                           &checks, &best, &best_sim, &table_objs[0], &table_objs[1],
-                          &table_objs[2]))
+                          &table_objs[2], &contain))
         return NULL;
     Packed mine;
     if (unpack_summary(mine_obj, &mine) < 0)
@@ -555,7 +567,7 @@ static PyObject *choose_packed(PyObject *self, PyObject *args)
     } else {
         Ranked r = {ranked, NULL};
         status = choose_run(&mine, sets, &r, est_view.buf, n, threshold, margin, max_checks,
-                            n_views ? &table : NULL, &checks, &best, &best_sim);
+                            n_views ? &table : NULL, contain, &checks, &best, &best_sim);
     }
     PyBuffer_Release(&est_view);
     release_buffers(n_views, views);
@@ -573,8 +585,8 @@ PyDoc_STRVAR(choose_batch_doc,
 "state is best[j] (int64 rank, -1: none), best_sim[j] (float64) and checks[j] (int64),\n"
 "writable arrays updated in place: resumed from, and left as choose_packed leaves\n"
 "them.  Returns the first document whose rule wants a set no dict holds (that of rank\n"
-"checks[j]: the caller reads it and calls again from j), or len(mines).  `sets` and\n"
-"the optional table as for choose_packed.");
+"checks[j]: the caller reads it and calls again from j), or len(mines).  `sets`, the\n"
+"optional table and `contain` as for choose_packed.");
 
 static PyObject *choose_batch(PyObject *self, PyObject *args)
 {
@@ -582,10 +594,11 @@ static PyObject *choose_batch(PyObject *self, PyObject *args)
     PyObject *table_objs[3] = {Py_None, Py_None, Py_None};
     double threshold, margin;
     Py_ssize_t max_checks, first;
-    if (!PyArg_ParseTuple(args, "O!O!OOOddnOOOn|OOO", &PyList_Type, &mines, &PyTuple_Type,
+    int contain = 0;
+    if (!PyArg_ParseTuple(args, "O!O!OOOddnOOOn|OOOp", &PyList_Type, &mines, &PyTuple_Type,
                           &sets, &ranked_obj, &est_obj, &at_obj, &threshold, &margin,
                           &max_checks, &best_obj, &sim_obj, &checks_obj, &first,
-                          &table_objs[0], &table_objs[1], &table_objs[2]))
+                          &table_objs[0], &table_objs[1], &table_objs[2], &contain))
         return NULL;
     Py_buffer views[3], in[3], state[3];
     int n_views;
@@ -631,7 +644,7 @@ static PyObject *choose_batch(PyObject *self, PyObject *args)
                 }
                 Ranked r = {NULL, ranked + at[result]};
                 int status = choose_run(&mine, sets, &r, est + at[result], n, threshold, margin,
-                                        max_checks, n_views ? &table : NULL, &c, &b,
+                                        max_checks, n_views ? &table : NULL, contain, &c, &b,
                                         &best_sim[result]);
                 checks[result] = c;
                 best[result] = b;

@@ -161,18 +161,27 @@ def _family_text(p: dict[str, Any]) -> str:
         )
     if metric == "cosine":
         return f"metric cosine on {p['dim']}-dimensional vectors, threshold {p['threshold']}"
+    if metric == "containment":
+        on = "sets" if p.get("item") == "set" else p["shingle"]
+        return f"metric containment, threshold {p['threshold']}, {on}"
     return (
         f"metric euclidean on {p['dim']}-dimensional vectors, max distance "
         f"{p['max_distance']:g}, buckets {p['bucket_width']:g} wide"
     )
 
 
+def _banding_text(p: dict[str, Any]) -> str:
+    if p.get("metric") == "containment":  # (each pair of size classes banded its own way)
+        return f"{p['bands']} bucket keys an item, banded per size class"
+    return f"{p['bands']} bands x {p['rows']} rows"
+
+
 def render_stats(s: dict[str, Any]) -> str:
     p = s["parameters"]
     lines = [
         f"index {s['path']}",
-        f"  parameters   {_family_text(p)}, K {p['num_perm']}, "
-        f"{p['bands']} bands x {p['rows']} rows, verify {p['verify']}, seed {p['seed']}",
+        f"  parameters   {_family_text(p)}, K {p['num_perm']}, {_banding_text(p)}, "
+        f"verify {p['verify']}, seed {p['seed']}",
         f"  documents    {s['documents']:,} ({s['indexed']:,} in LSH buckets)"
         if not s["segments"]
         else f"  documents    {s['documents']:,}: {s['open_documents']:,} in the open index "
@@ -389,11 +398,10 @@ def _neighbours(
         if params.verify == "exact"
         else None
     )
-    estimated, exact_key = (
-        ("estimated_similarity", "jaccard")
-        if params.metric == "jaccard"
-        else (f"estimated_{rule.measure}", rule.measure)
-    )
+    estimated, exact_key = {
+        "jaccard": ("estimated_similarity", "jaccard"),
+        "containment": ("estimated_jaccard", "containment"),  # (of this one in that one)
+    }.get(params.metric, (f"estimated_{rule.measure}", rule.measure))
     out = []
     for j in order:
         src, d, _ = rows[int(j)]
@@ -417,7 +425,12 @@ def _neighbours(
 
 # What `inspect` calls an item's size and its exact measure, by item and by key.
 _SIZE_LABEL = {"text": "shingles", "set": "elements", "bits": "bits", "vector": "dimensions"}
-_EXACT_LABEL = {"jaccard": "Jaccard", "similarity": "cosine", "distance": "distance"}
+_EXACT_LABEL = {
+    "jaccard": "Jaccard",
+    "containment": "containment",
+    "similarity": "cosine",
+    "distance": "distance",
+}
 
 
 def _remote_note(numbers: list[int]) -> str:
@@ -453,10 +466,8 @@ def render_inspect(info: dict[str, Any]) -> str:
         lines.append("not in LSH buckets (empty, or an exact copy of an indexed document)")
     elif info["neighbours"]:
         first = info["neighbours"][0]
-        exact = next((k for k in ("jaccard", "similarity", "distance") if k in first), None)
-        estimated = (
-            "estimated_similarity" if "estimated_similarity" in first else "estimated_distance"
-        )
+        exact = next((k for k in _EXACT_LABEL if k in first), None)
+        estimated = next(k for k in first if k.startswith("estimated_"))
         lines.append(
             "nearest indexed neighbours (estimated from signatures"
             + (f", exact {_EXACT_LABEL[exact]}" if exact else "")

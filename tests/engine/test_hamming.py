@@ -131,7 +131,7 @@ def test_a_reopened_index_keeps_its_family(tmp_path: Path) -> None:
         ({"metric": "hamming", "bits": 64, "max_distance": 3, "threshold": 0.9}, "not both"),
         ({"bits": 64}, "applies to `metric` hamming"),
         ({"item": "bits"}, "needs another `metric`"),
-        ({"metric": "containment"}, "unknown `metric`"),
+        ({"metric": "overlap"}, "unknown `metric`"),
     ],
 )
 def test_options_a_family_does_not_take_are_refused(

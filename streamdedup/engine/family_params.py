@@ -73,6 +73,7 @@ def family_params(
     kind = _item(metric, item)
     _refuse_others(metric, bits=bits, dim=dim, bucket_width=bucket_width)
     if metric == "containment":
+        _refuse_others(metric, max_distance=max_distance)
         return _containment(
             kind, threshold, num_perm, bands, rows, verify, seed, shingle or ShingleSpec()
         )

@@ -15,6 +15,7 @@ from streamdedup.sketch.jaccard import (
     SLICES,
     SetTable,
     counts_of,
+    numpy_containment,
     numpy_jaccard,
     sorted_distinct,
     summaries_of,
@@ -114,36 +115,38 @@ def test_summary_of_large_sets_equals_numpy(n: int, seed: int, crowded: float) -
     st.floats(0.0, 0.35),
     st.sampled_from([0.5, 0.8, 0.9]),
     st.sampled_from([0, 8, 56]),
+    st.booleans(),
 )
-def test_the_exact_check_of_page_sized_sets_near_the_bar_is_their_jaccard(
-    seed: int, n: int, drop: float, add: float, threshold: float, spread: int
+def test_the_exact_check_of_page_sized_sets_near_the_bar_is_their_measure(
+    seed: int, n: int, drop: float, add: float, threshold: float, spread: int, contain: bool
 ) -> None:
     """A page's set against a sibling (some values dropped, some added: J from about
     0.5 to 1, many near the bar), in the compiled check with every bound on (sizes,
     slice counts, the merge's early exit): a candidate wins iff its exact Jaccard
-    reaches the bar, with that Jaccard.  `spread`: how many of the top bits the values
-    vary in (56: each slice a few values; 0: all in slice 0, where the slice counts
-    bound nothing; 8: a few slices of many)."""
+    reaches the bar, with that Jaccard -- or, `contain`, its containment |A n B| / |A|
+    (the sibling then up to twice as large: a page inside a longer one).  `spread`:
+    how many of the top bits the values vary in (56: each slice a few values; 0: all
+    in slice 0, where the slice counts bound nothing; 8: a few slices of many)."""
     assert compiled is not None
     rng = np.random.default_rng(seed)
     bits = rng.integers(0, 2**63, size=2 * n, dtype=np.uint64) * np.uint64(2)
     low = np.uint64((1 << (64 - spread)) - 1) if spread else np.uint64(2**64 - 1)
     pool = rng.permutation(np.unique(bits & low))
     mine = np.sort(pool[:n])
-    extra = pool[n : n + int(add * n)]
+    extra = pool[n : n + int(min(1.0, add * (3 if contain else 1)) * n)]
     theirs = np.union1d(mine[rng.random(len(mine)) >= drop], extra)
-    want = numpy_jaccard(mine, theirs)
+    want = (numpy_containment if contain else numpy_jaccard)(mine, theirs)
     est, kept = np.array([1.0]), {5: summarise(theirs)}
     table = SetTable()  # its row alone in the table, its set read on request
     table.put(5, kept[5])
-    for sets, rows in (((kept,), ()), (({},), (table.rows, table.counts, table.sizes))):
-        got = compiled.choose_packed(
-            summarise(mine), sets, [5], est, threshold, 0.1, 4, 0, -1, 0.0, *rows
-        )
+    for sets, rows in (
+        ((kept,), (None, None, None)),
+        (({},), (table.rows, table.counts, table.sizes)),
+    ):
+        args = (summarise(mine), sets, [5], est, threshold, 0.1, 4, 0, -1, 0.0, *rows, contain)
+        got = compiled.choose_packed(*args)  # type: ignore[arg-type]
         if got[3]:  # wanted (not rejected by its row): read, and the rule resumes
-            got = compiled.choose_packed(
-                summarise(mine), (kept,), [5], est, threshold, 0.1, 4, 0, -1, 0.0, *rows
-            )
+            got = compiled.choose_packed(summarise(mine), (kept,), *args[2:])  # type: ignore[arg-type]
         assert got == ((0, want, 1, False) if want >= threshold else (-1, 0.0, 1, False))
 
 

@@ -13,6 +13,7 @@ import orjson
 from streamdedup.config import IndexParams, check_bands_rows, check_threshold
 from streamdedup.engine.family_params import family_params
 from streamdedup.errors import EXIT_OK, ConfigError
+from streamdedup.sketch.containment import containment_jaccard, plan
 from streamdedup.sketch.lsh import banding, s_curve, s_curve_table, tune
 from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
@@ -73,6 +74,8 @@ def _tune_family(values: dict[str, Any]) -> int:
     would get them (99% at the bar by default, `tune_for_recall`), from identical
     items to unrelated ones."""
     metric = values["metric"]
+    if metric == "containment":
+        return _tune_containment(values)
     p = family_params(
         metric,
         item=None,
@@ -110,6 +113,74 @@ def _tune_family(values: dict[str, Any]) -> int:
     for x, q, c in curve:
         marker = "  <- the bar" if x == bar else ""
         print(f"  {x:8.4g}  {q:.4f}  {c:.6g}{marker}")
+    return EXIT_OK
+
+
+CONTAINMENTS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.3, 0.1)
+
+
+def _tune_containment(values: dict[str, Any]) -> int:
+    """Containment's plan: for each offset between the size classes of the new item
+    and the earlier one, the least Jaccard of a pair at the bar (the containment-to-
+    Jaccard bound: the new item at the bottom of its class, the earlier at the top of
+    its own), the b x r the plan gives it, and the chance that a pair of those sizes
+    shares a bucket at each containment."""
+    p = family_params(
+        "containment",
+        item=None,
+        bits=values["bits"],
+        dim=None,
+        max_distance=values["max_distance"],
+        bucket_width=values["bucket_width"],
+        threshold=values["threshold"],
+        num_perm=values["num_perm"],
+        bands=values["bands"],
+        rows=values["rows"],
+        verify=None,
+        seed=1,
+    )
+    t = p.threshold
+    found = []
+    for pair in plan(t, p.num_perm):
+        ratio = 2.0 ** (pair.offset + 1)  # (the earlier item's size over the new one's, at most)
+        cs = sorted({*CONTAINMENTS, t}, reverse=True)
+        js = containment_jaccard(np.asarray(cs), 1.0, ratio)
+        curve = [
+            (c, j, float(s_curve(j, pair.bands, pair.rows)))
+            for c, j in zip(cs, js.tolist(), strict=True)
+        ]
+        found.append((pair, ratio, curve))
+    if values["json"]:
+        offsets = [
+            {
+                "offset": pair.offset,
+                "size_ratio_at_most": ratio,
+                "least_jaccard": pair.jaccard,
+                "bands": pair.bands,
+                "rows": pair.rows,
+                "p_candidate_at_bar": pair.recall,
+                "curve": [{"containment": c, "jaccard": j, "p_candidate": q} for c, j, q in curve],
+            }
+            for pair, ratio, curve in found
+        ]
+        record = {"metric": "containment", "bar": t, "num_perm": p.num_perm, "keys": p.bands}
+        print(orjson.dumps(record | {"offsets": offsets}).decode())
+        return EXIT_OK
+    print(
+        f"containment >= {t} by K = {p.num_perm} MinHash positions, banded per size class "
+        f"(classes [2^c, 2^(c+1))): {p.bands} bucket keys an item"
+    )
+    for pair, ratio, curve in found:
+        print()
+        print(
+            f"earlier item {pair.offset:+d} classes from the new one (up to {ratio:g} times "
+            f"its size): least Jaccard at the bar {pair.jaccard:.4f}, b = {pair.bands} x "
+            f"r = {pair.rows}, P at the bar {pair.recall:.4f}"
+        )
+        print("  containment  jaccard  P(candidate)")
+        for c, j, q in curve:
+            marker = "  <- the bar" if c == t else ""
+            print(f"  {c:11.4g}  {j:7.4f}  {q:.6g}{marker}")
     return EXIT_OK
 
 

@@ -209,6 +209,26 @@ def test_tune_draws_the_vector_families_curves(capsys: pytest.CaptureFixture[str
     assert "needs --max-distance" in capsys.readouterr().err
 
 
+def test_tune_draws_containments_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """`tune --metric containment`: each class offset's least Jaccard at the bar (the
+    containment-to-Jaccard bound at the worst sizes), its b x r reaching 99% there,
+    and the curve in containment for a pair of those sizes."""
+    assert main(["tune", "--metric", "containment", "--threshold", "0.9", "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["bar"] == 0.9 and [o["offset"] for o in data["offsets"]] == [-1, 0, 1, 2, 3]
+    for o in data["offsets"]:
+        ratio = o["size_ratio_at_most"]
+        assert o["p_candidate_at_bar"] >= 0.99 and o["bands"] * o["rows"] <= 128
+        for point in o["curve"]:
+            c = point["containment"]
+            assert point["jaccard"] == pytest.approx(c / (1 + ratio - c))
+            want = 1 - (1 - point["jaccard"] ** o["rows"]) ** o["bands"]
+            assert point["p_candidate"] == pytest.approx(want)
+    assert main(["tune", "--metric", "containment"]) == 0
+    assert "391 bucket keys an item" in capsys.readouterr().out
+    assert main(["tune", "--metric", "containment", "--bands", "4", "--rows", "2"]) == 2
+
+
 def test_stats_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docs = corpus(tmp_path / "in.jsonl", 200, seed=5)
     idx = str(tmp_path / "idx")

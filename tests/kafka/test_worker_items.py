@@ -1,5 +1,5 @@
 """The worker on an index of another family than Jaccard on texts (Hamming on bit
-strings, cosine on vectors), on the real broker: JSON records and msgpack records
+strings, cosine on vectors, sets, containment), on the real broker: JSON records and msgpack records
 with bins or arrays give the verdicts file mode gives, bad items go to the
 dead-letter topic with their reason, and a text-only input format is refused before
 anything is read."""
@@ -14,6 +14,7 @@ import msgpack
 import orjson
 import pytest
 
+from tests.engine.test_containment import pages
 from tests.engine.test_hamming import fingerprints, hex_of
 from tests.engine.test_sets import baskets
 from tests.engine.test_vectors import clustered
@@ -119,3 +120,17 @@ def test_sets_through_the_worker_as_in_file_mode(kafka_bootstrap: str, tmp_path:
     got = as_in_file_mode(t, tmp_path, lines, ["--item", "set"])
     assert sum(v["verdict"] == "duplicate" for v in got) > 50
     assert dead_letter_reasons(t, 1) == [b"mixed_set"]
+
+
+def test_containment_through_the_worker_as_in_file_mode(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Containment on texts (excerpts of earlier pages): the worker gives the verdicts
+    file mode gives, each duplicate with its exact containment."""
+    docs = pages(300, seed=17)
+    t = Topics(kafka_bootstrap)
+    t.produce([msgpack.packb({"id": str(i), "text": d}) for i, d in enumerate(docs)])
+    lines = [orjson.dumps({"id": str(i), "text": d}) for i, d in enumerate(docs)]
+    family = ["--metric", "containment", "--shingle", "word:3"]
+    got = as_in_file_mode(t, tmp_path, lines, family)
+    assert sum(v["verdict"] == "duplicate" and not v["exact"] for v in got) > 50

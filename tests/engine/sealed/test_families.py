@@ -15,6 +15,7 @@ import pytest
 
 from streamdedup.engine.deduplicator import Deduplicator
 from tests.engine.sealed.test_equality import remote_run, single_index
+from tests.engine.test_containment import pages
 from tests.engine.test_cosine_text import texts
 from tests.engine.test_hamming import fingerprints, hex_of
 from tests.engine.test_sets import baskets
@@ -31,6 +32,10 @@ def items(family: str) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
     if family == "set":
         return {"item": "set", "threshold": 0.7}, [
             (str(i), s) for i, s in enumerate(baskets(600, seed=2))
+        ]
+    if family == "containment":
+        return {"metric": "containment", "shingle": "word:3"}, [
+            (str(i), t) for i, t in enumerate(pages(600, seed=2))
         ]
     if family == "cosine-text":
         return {"metric": "cosine", "item": "text", "shingle": "word:3"}, [
@@ -53,7 +58,9 @@ def verdicts(
     return out
 
 
-@pytest.mark.parametrize("family", ["hamming", "cosine", "euclidean", "set", "cosine-text"])
+@pytest.mark.parametrize(
+    "family", ["hamming", "cosine", "euclidean", "set", "cosine-text", "containment"]
+)
 def test_every_family_sealed_locally_gives_the_verdicts_of_one_index(
     tmp_path: Path, family: str
 ) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -25,6 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from streamdedup.engine.family_params import family_params
+from streamdedup.sketch.containment import containment_jaccard, plan
 from streamdedup.sketch.lsh import Banding, s_curve, tune
 from streamdedup.sketch.projections import hyperplane_probability, pstable_probability
 
@@ -65,13 +67,13 @@ def draw_families(out: Path) -> None:
     """One figure, a panel per family other than Jaccard on texts: P(candidate)
     against the family's own measure, 1 - (1 - q^r)^b with q its row probability and
     b x r what a new index gets by default (`family_params`), the bar dotted."""
-    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.4), dpi=100)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.4), dpi=100)
     panels = [
         ("hamming", {"bits": 64, "max_distance": 3.0}, np.linspace(0, 24, 241)),
         ("cosine", {"dim": 1, "threshold": 0.9}, np.linspace(0.0, 1.0, 401)),
         ("euclidean", {"dim": 1, "max_distance": 1.0}, np.linspace(0.0, 6.0, 401)),
     ]
-    for ax, (metric, given, x) in zip(axes, panels, strict=True):
+    for ax, (metric, given, x) in zip(axes[:3], panels, strict=True):
         p = family_params(
             metric,
             item=None,
@@ -98,10 +100,29 @@ def draw_families(out: Path) -> None:
         ax.set_xlabel(label)
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
+    _containment_panel(axes[3])
     axes[0].set_ylabel("P(pair becomes a candidate)")
     fig.tight_layout()
     fig.savefig(out, metadata={"Software": None})
     plt.close(fig)
+
+
+def _containment_panel(ax: Any) -> None:
+    """Containment's curves, one per pair of size classes of the default plan (T = 0.8,
+    K = 128), each at the worst sizes of its pair (the new item at the bottom of its
+    class, the earlier at the top of its own: up to 2^(D + 1) times as large)."""
+    c = np.linspace(0.0, 1.0, 401)
+    for pair in plan(0.8, 128):
+        ratio = 2.0 ** (pair.offset + 1)
+        q = containment_jaccard(c, 1.0, ratio)
+        label = f"up to {ratio:g}x: {pair.bands} x {pair.rows}"
+        ax.plot(c, s_curve(q, pair.bands, pair.rows), label=label)
+    ax.axvline(0.8, linestyle=":", color="grey")
+    ax.set_title("containment: b x r per size ratio", fontsize="medium")
+    ax.set_xlabel("containment of the new item")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small", loc="upper left")
 
 
 def table(bands: dict[tuple[int, float], Banding]) -> str:

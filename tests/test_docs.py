@@ -43,6 +43,7 @@ GUIDE = (
     "docs/guide/families.md",
     "docs/guide/vectors.md",
     "docs/guide/sets.md",
+    "docs/guide/containment.md",
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",

@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         for dest, metavar, arg_help in ARGUMENTS.get(name, ()):
-            if metavar.endswith("..."):
+            if metavar.startswith("["):  # "[NAME...]": none or more
+                p.add_argument(dest, metavar=metavar[1:-4], nargs="*", help=arg_help)
+            elif metavar.endswith("..."):
                 p.add_argument(dest, metavar=metavar[:-3], nargs="+", help=arg_help)
             else:
                 p.add_argument(dest, metavar=metavar, help=arg_help)
@@ -149,6 +151,7 @@ HANDLERS: dict[str, str] = {
     "tune": "streamdedup.cli.tune:cmd_tune",
     "stats": "streamdedup.cli.reports:cmd_stats",
     "inspect": "streamdedup.cli.reports:cmd_inspect",
+    "clusters": "streamdedup.cli.reports:cmd_clusters",
     "demo": "streamdedup.cli.demo:cmd_demo",
     "backup": "streamdedup.cli.backup:cmd_backup",
     "replay": "streamdedup.cli.main:cmd_replay",

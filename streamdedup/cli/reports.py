@@ -1,17 +1,19 @@
-"""`streamdedup stats` and `streamdedup inspect`: read-only reports on an index (a
-summary, optionally with a structure check; what it knows about one document), as
-text or JSON on stdout.  The reports themselves are computed in `ops.report`."""
+"""`streamdedup stats`, `inspect` and `clusters`: read-only reports on an index (a
+summary, optionally with a structure check; what it knows about one document; every
+cluster's members, also from verdict files), as text or JSON.  The reports themselves
+are computed in `ops.report` and `ops.clusters`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from streamdedup.cli.settings import require_index
-from streamdedup.errors import EXIT_OK, EXIT_REJECTED
+from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, InputOutputError
 
 
 def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -31,3 +33,45 @@ def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
         return EXIT_REJECTED
     print(orjson.dumps(info).decode() if values["json"] else render_inspect(info))
     return EXIT_OK
+
+
+def cmd_clusters(args: argparse.Namespace, values: dict[str, Any]) -> int:
+    from streamdedup.cli.verdicts import open_output
+    from streamdedup.ops.clusters import from_index, from_verdicts
+
+    files: list[str] = args.verdicts
+    if bool(files) == bool(values.get("index")):
+        raise ConfigError(
+            "give the clusters' source: --index DIR or verdict files (JSON Lines), "
+            + ("not both" if files else "one of them")
+        )
+    if values["min_size"] < 1:
+        raise ConfigError("--min-size must be at least 1", params=("min_size",))
+    clusters = (
+        from_index(values["index"], values["min_size"])
+        if values.get("index")
+        else from_verdicts(_lines(files), values["min_size"])
+    )
+    out, close = open_output(values["output"], "the clusters")
+    try:
+        for c in clusters:
+            out.write(orjson.dumps(c) + b"\n")
+    finally:
+        if close:
+            out.close()
+        else:
+            out.flush()
+    return EXIT_OK
+
+
+def _lines(files: list[str]) -> Iterator[bytes]:
+    """The lines of the verdict files in turn ('-': standard input)."""
+    for path in files:
+        try:
+            if path == "-":
+                yield from sys.stdin.buffer
+                continue
+            with open(path, "rb") as src:
+                yield from src
+        except OSError as exc:
+            raise InputOutputError(f"cannot read {path}: {exc.strerror or exc}") from exc

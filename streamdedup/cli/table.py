@@ -214,6 +214,26 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         ),
     ),
     "inspect": ("show what the index knows about one document", (INDEX, FORMAT)),
+    "clusters": (
+        "list every cluster and its members, one JSON line each, from an index or from "
+        "verdict files",
+        (
+            INDEX,
+            OptionGroup(
+                "clusters",
+                (
+                    Opt("output", "clusters, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
+                    Opt(
+                        "min-size",
+                        "only clusters of at least N documents (2: those with duplicates)",
+                        int,
+                        1,
+                        metavar="N",
+                    ),
+                ),
+            ),
+        ),
+    ),
     "demo": (
         "run the main job on a bundled sample stream and print a summary",
         (
@@ -307,6 +327,13 @@ ARGUMENTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ),
     ),
     "inspect": (("doc_id", "ID", "document id (digits: tried as integer too)"),),
+    "clusters": (
+        (
+            "verdicts",
+            "[VERDICTS...]",
+            "verdict files (JSON Lines, '-' for stdin) to read instead of --index",
+        ),
+    ),
     "segment-server": (
         ("segment_dir", "SEGMENT_DIR", "a sealed segment directory (made by `streamdedup seal`)"),
     ),
@@ -347,5 +374,6 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "tune": ("streamdedup tune --threshold 0.8 --num-perm 128",),
     "stats": ("streamdedup stats --index ./index --check",),
     "inspect": ("streamdedup inspect --index ./index page-42",),
+    "clusters": ("streamdedup clusters --index ./index --min-size 2 --output clusters.jsonl",),
     "demo": ("streamdedup demo",),
 }

@@ -69,7 +69,7 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
 
-def open_output(path: str) -> tuple[BinaryIO, bool]:
+def open_output(path: str, what: str = "the verdicts") -> tuple[BinaryIO, bool]:
     """The output stream and whether this command must close it."""
     if path == "-":
         if sys.stdout is None:
@@ -79,7 +79,7 @@ def open_output(path: str) -> tuple[BinaryIO, bool]:
         return open(path, "wb"), True
     except OSError as exc:
         raise InputOutputError(
-            f"cannot write the verdicts to {path}: {exc.strerror or exc}; "
+            f"cannot write {what} to {path}: {exc.strerror or exc}; "
             "give a writable --output path (or '-' for standard output)"
         ) from exc
 

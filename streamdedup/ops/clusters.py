@@ -1,0 +1,123 @@
+"""`clusters`: every cluster's members, from an index or from verdict files
+(DESIGN.md "Outputs users consume": one JSON line a cluster, `{"cluster": <id of its
+first document>, "members": [<ids, first first>], "size": n}`, every document in
+exactly one cluster).
+
+A verdict names its cluster already (the id of the cluster's first document: a
+duplicate inherits the cluster of what it duplicates), so a cluster is the documents
+that name it, in the order they came.  From verdict files: each document's last
+verdict counts (a re-run or a replay repeats a document; a changed one may move), in
+the order its id first appeared; error records are not documents.  From an index:
+its live documents, in the order they were indexed, across the open index and its
+local sealed segments (those the open index masks, replaced or expired, are not
+live); a remote segment's documents cannot be read here, so an index with one is
+refused rather than answered in part."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from streamdedup.errors import ConfigError, IndexOpenError
+from streamdedup.models import Record
+from streamdedup.store.index import Index
+from streamdedup.store.keys import MetaKey, docno_of
+from streamdedup.store.segment.reading import SealedSegment
+from streamdedup.store.segment.registry import located_segments
+from streamdedup.store.tables import Tables
+
+Cluster = dict[str, Any]
+
+
+class _Grouping:
+    """Documents by cluster, each document once (its last assignment), clusters in
+    the order of their first member."""
+
+    def __init__(self) -> None:
+        self.cluster_of: dict[bytes, bytes] = {}  # document key -> cluster key
+        self.ids: dict[bytes, Any] = {}  # key -> the id as given (a string or an int)
+
+    def add(self, doc_id: Any, cluster: Any) -> None:
+        key, home = _key(doc_id), _key(cluster)
+        self.ids.setdefault(key, doc_id)
+        self.ids.setdefault(home, cluster)
+        self.cluster_of[key] = home  # (a later verdict moves it, keeping its place)
+
+    def clusters(self, min_size: int = 1) -> Iterator[Cluster]:
+        members: dict[bytes, list[bytes]] = {}
+        for key, home in self.cluster_of.items():
+            members.setdefault(home, []).append(key)
+        for home, keys in members.items():
+            if len(keys) >= min_size:
+                ids = [self.ids[k] for k in keys]
+                yield {"cluster": self.ids[home], "members": ids, "size": len(ids)}
+
+
+def _key(doc_id: Any) -> bytes:
+    """An id as a dict key that keeps "1" and 1 apart (as the index does)."""
+    return orjson.dumps(doc_id)
+
+
+def from_verdicts(lines: Iterable[bytes], min_size: int = 1) -> Iterator[Cluster]:
+    """The clusters of verdict records (JSON Lines, as `dedup`, `replay` and
+    `verdicts` write them), in order of their first member."""
+    grouping = _Grouping()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"line {n} is not JSON: {exc}") from exc
+        if not isinstance(rec, dict) or "error" in rec:
+            continue  # (an error record: its document got no verdict)
+        if "id" not in rec or "cluster" not in rec:
+            raise ConfigError(f"line {n} is not a verdict record (no `id` or `cluster`)")
+        grouping.add(rec["id"], rec["cluster"])
+    return grouping.clusters(min_size)
+
+
+def from_index(path: str, min_size: int = 1) -> Iterator[Cluster]:
+    """The clusters of an index's live documents, in order of their first member."""
+    index = Index(path, readonly=True)
+    opened: list[SealedSegment] = []
+    try:
+        if index.read(lambda t: t.meta(MetaKey.PARAMS)) is None:
+            raise IndexOpenError(f"{path} holds no streamdedup index parameters")
+        entries = located_segments(index)
+        remote = [e.number for e in entries if e.remote]
+        if remote:
+            raise ConfigError(
+                f"sealed segment{'s' * (len(remote) > 1)} {', '.join(map(str, remote))} "
+                "of this index are served remotely and cannot be read here: export the "
+                "clusters where the segments are local, or from the verdict files"
+            )
+        rows: list[tuple[int, Record]] = []
+        for e in entries:
+            opened.append(SealedSegment.open(e.path, verify=False))
+            masked = index.read(_masked(e.number))
+            rows += [r for r in opened[-1].index.read(_records) if r[0] not in masked]
+        rows += index.read(_records)
+    finally:
+        for seg in opened:
+            seg.close()
+        index.close()
+    rows.sort(key=lambda row: row[0])  # docnos are the index's, across segments
+    grouping = _Grouping()
+    for _, rec in rows:
+        grouping.add(rec.doc_id, rec.cluster)
+    return grouping.clusters(min_size)
+
+
+def _masked(number: int) -> Callable[[Tables], set[int]]:
+    """The documents of segment `number` the open index masks (replaced, expired)."""
+    return lambda t: set(t.masked(number).tolist())
+
+
+def _records(t: Tables) -> list[tuple[int, Record]]:
+    return [(docno_of(key), Record.unpack(value)) for key, value in t.items("docs")]
+
+
+__all__ = ["Cluster", "from_index", "from_verdicts"]

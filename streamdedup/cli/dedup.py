@@ -39,7 +39,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.ops.summary import Summary
 
     fields = Fields.from_options(values)
-    output = values["output"]
+    output, keep = values["output"], values.get("keep")
     inputs: list[str] = [args.input] if isinstance(args.input, str) else list(args.input)
     settings = engine_settings(values)  # usage errors come before file errors
     check_connection_used(
@@ -49,35 +49,43 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     )
     if inputs.count("-") > 1:
         raise ConfigError("stdin ('-') can be given as INPUT only once")
-    # Inputs and output are checked and opened before the index: a run that cannot read
-    # or write its files must not create (or change) an index.
+    _check_keep(keep, output, inputs)
+    # Inputs and outputs are checked and opened before the index: a run that cannot
+    # read or write its files must not create (or change) an index.
     for path in inputs:
         refuse_same_file(path, output)
+        if keep is not None:
+            refuse_same_file(path, keep)
     sources: list[IO[bytes]] = []
-    sink = None
+    sink = kept = None
     remote = _remote(values)  # remote sealed segments: connects on the first one
     try:
         for path in inputs:
             sources.append(stdin_or_file(path))
-        existed = output == "-" or os.path.lexists(output)
+        made = [p for p in (output, keep) if p is not None and p != "-" and not os.path.lexists(p)]
         sink = stdout_or_file(output)
+        kept = None if keep is None else stdout_or_file(keep)
         try:
             dd = open_new_or_existing(settings, None if remote is None else remote.reader)
         except BaseException:
-            if not existed:
+            for name in made:
                 with contextlib.suppress(OSError):
-                    os.unlink(output)
+                    os.unlink(name)
             raise
         fields = fields.for_params(dd.params)  # (an index of bits items reads bits)
         with dd:
-            if output != "-":
-                truncate_output(sink)
+            for name, stream in ((output, sink), (keep, kept)):
+                if stream is not None and name != "-":
+                    truncate_output(stream)
             progress = make_progress(values["progress"], "dedup")
             summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
+            summary.keeping = kept is not None
             record_ids: set[bytes] = set()  # --warc-id record-id: one run's ids
             try:
                 for path, source in zip(inputs, sources, strict=True):
-                    run = Run(dd, sink, fields, values, settings, progress, summary, record_ids)
+                    run = Run(
+                        dd, sink, kept, fields, values, settings, progress, summary, record_ids
+                    )
                     run.one_input(path, source, several=len(inputs) > 1)
             except KeyboardInterrupt:
                 say("\ninterrupted: the index holds every document whose verdict was written")
@@ -91,9 +99,10 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         for path, source in zip(inputs, sources, strict=False):
             if path != "-":
                 source.close()
-        if sink is not None and output != "-":
-            with contextlib.suppress(OSError):  # a write error was reported already
-                sink.close()
+        for name, stream in ((output, sink), (keep, kept)):
+            if stream is not None and name != "-":
+                with contextlib.suppress(OSError):  # a write error was reported already
+                    stream.close()
     say(summary.text())
     c = dd.counters
     if c.bucket_capped or c.exact_capped:
@@ -114,6 +123,7 @@ class Run:
 
     dd: Deduplicator
     sink: IO[bytes]
+    kept: IO[bytes] | None  # `--keep`: the input lines of the unique documents
     fields: Fields
     values: dict[str, Any]
     settings: EngineSettings
@@ -136,6 +146,10 @@ class Run:
                 f"{path} is a WARC archive, whose records are pages; this index compares "
                 f"{self.fields.item} items (give JSON Lines records with a "
                 f"{self.fields.item_name!r} field)"
+            )
+        if warc and self.kept is not None:
+            raise ConfigError(
+                f"{path} is a WARC archive: --keep copies JSON Lines input lines only"
             )
         if warc:
             self.summary.unit = "records"
@@ -165,7 +179,23 @@ class Run:
             progress=self.progress,
             summary=self.summary,
             where={"input": path} if several else None,
+            keep=self.kept,
         )
+
+
+def _check_keep(keep: str | None, output: str, inputs: list[str]) -> None:
+    """`--keep` goes elsewhere than the verdicts, and reads JSON Lines."""
+    if keep is None:
+        return
+    if keep == output:
+        where = "stdout" if keep == "-" else keep
+        raise ConfigError(
+            f"--keep and --output both go to {where}: give the verdicts or the kept "
+            "lines a file of their own"
+        )
+    warc = [p for p in inputs if is_warc(p)]
+    if warc:
+        raise ConfigError(f"{warc[0]} is a WARC archive: --keep copies JSON Lines input lines only")
 
 
 def _remote(values: dict[str, Any]) -> RemoteSegments | None:

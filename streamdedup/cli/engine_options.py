@@ -190,6 +190,13 @@ OUTPUT = OptionGroup(
     "output",
     (
         Opt("output", "verdicts, JSON Lines ('-' for stdout)", str, "-", metavar="OUT"),
+        Opt(
+            "keep",
+            "also write the input lines of the unique documents here, as read and in input "
+            "order: the de-duplicated corpus ('-' for stdout when --output is a file)",
+            str,
+            metavar="FILE",
+        ),
         Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
     ),
 )

@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
+# A part with its input lines (those `dedup --keep` copies; empty if not asked for).
+Lined = tuple[Decoded, Prepared, list[bytes]]
 
 TASK_BYTES = 1 << 20  # about 330 pages of 3 KB
 DEPTH = 8  # tasks in flight per worker when they are byte ranges of a file
@@ -160,38 +162,39 @@ class PreparePool:
             self.conns.append(mine)
             self.procs.append(proc)
 
-    def groups(self, batch_size: int) -> Iterator[list[Part]]:
+    def groups(self, batch_size: int, keep_lines: bool = False) -> Iterator[list[Lined]]:
         """Prepared parts in input order, grouped into batches of up to `batch_size`
         lines -- but a batch never waits for more while some are ready, so this
-        process stays busy while the workers catch up."""
+        process stays busy while the workers catch up.  `keep_lines`: each part with
+        its input lines (this process read them to hand them out: cut again here)."""
         chunks = _chunks(self.source)
         depth = DEPTH if self.path is not None else 1
-        pending: deque[Connection] = deque()  # one entry per task, in input order
+        pending: deque[tuple[Connection, bytes]] = deque()  # a task's, in input order
         load = dict.fromkeys(self.conns, 0)
 
         def submit(conn: Connection) -> None:
             while load[conn] < depth and (chunk := next(chunks, None)) is not None:
                 offset, data = chunk
                 conn.send((offset, len(data)) if self.path is not None else data)
-                pending.append(conn)
+                pending.append((conn, data if keep_lines else b""))
                 load[conn] += 1
 
         for conn in self.conns:
             submit(conn)
-        group: list[Part] = []
+        group: list[Lined] = []
         lines = 0
         while pending:
-            conn = pending[0]
+            conn, data = pending[0]
             if group and not conn.poll():
                 yield group
                 group, lines = [], 0
                 continue
-            part = self._receive(conn)
+            decoded, prepared = self._receive(conn)
             pending.popleft()
             load[conn] -= 1
             submit(conn)
-            group.append(part)
-            lines += len(part[0])
+            group.append((decoded, prepared, split_lines(data) if keep_lines else []))
+            lines += len(decoded)
             if lines >= batch_size:
                 yield group
                 group, lines = [], 0

@@ -17,8 +17,7 @@ import orjson
 
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.engine.prepare import Prepared
-from streamdedup.filemode.pool import Decoded, PreparePool, decode_and_prepare
+from streamdedup.filemode.pool import Lined, PreparePool, decode_and_prepare
 from streamdedup.models import Document, Rejected, Verdict, output_record
 
 if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
@@ -39,25 +38,28 @@ def run_dedup(
     progress: Any = None,
     summary: Summary | None = None,
     where: dict[str, Any] | None = None,
+    keep: IO[bytes] | None = None,
 ) -> Summary:
     """Process all of `source`; `progress` is a tqdm-like object or None.  With
     several inputs, one `summary` goes through all of them (its time included), and
-    `where` (the input's name) is added to each error record."""
+    `where` (the input's name) is added to each error record.  `keep`: where the
+    input lines of the `unique` documents go (`--keep`), each batch's after its
+    verdicts."""
     summary = summary if summary is not None else Summary()
     first = summary.lines
     started = time.perf_counter() - summary.seconds
     pool = None
-    groups: Iterable[list[tuple[Decoded, Prepared]]]
+    groups: Iterable[list[Lined]]
     if workers > 0:
         pool = PreparePool(workers, dedup.preparer, fields, source)
-        groups = pool.groups(batch_size)
+        groups = pool.groups(batch_size, keep_lines=keep is not None)
     else:
         tasks = read_lines(source, batch_size)
-        groups = ([decode_and_prepare(dedup.preparer, fields, b, dedup.known)] for b in tasks)
+        groups = ([(*decode_and_prepare(dedup.preparer, fields, b, dedup.known), b)] for b in tasks)
     try:
         for group in _ahead(groups, dedup):
-            count = sum(len(d) for d, _ in group)  # lines decoded, rejected ones too
-            verdicts = dedup.apply([p for _, p in group])  # committed before writing
+            count = sum(len(d) for d, _, _ in group)  # lines decoded, rejected ones too
+            verdicts = dedup.apply([p for _, p, _ in group])  # committed before writing
             records: list[dict[str, Any]]
             if len(verdicts) == count:  # no rejected line: all at once
                 summary.add_verdicts(verdicts)
@@ -65,7 +67,7 @@ def run_dedup(
             else:
                 records = []
                 each = iter(verdicts)
-                for item in itertools.chain.from_iterable(d for d, _ in group):
+                for item in itertools.chain.from_iterable(d for d, _, _ in group):
                     if isinstance(item, Rejected):  # an error record says where its line was
                         summary.add(item)
                         line = {"line": summary.lines - first, **(where or {})}
@@ -75,6 +77,10 @@ def run_dedup(
                         summary.add(verdict)
                         records.append(output_record(verdict))
             _write_batch(sink, json_lines(records), summary, progress, count, started)
+            if keep is not None:
+                data = kept_lines(group, verdicts)
+                deliver(keep, data, summary.kept, "kept input lines")
+                summary.kept += data.count(b"\n")
     finally:
         summary.seconds = time.perf_counter() - started
         if pool is not None:
@@ -82,19 +88,30 @@ def run_dedup(
     return summary
 
 
-def _ahead(
-    groups: Iterable[list[tuple[Decoded, Prepared]]], dedup: Deduplicator
-) -> Iterator[list[tuple[Decoded, Prepared]]]:
+def kept_lines(group: list[Lined], verdicts: list[Verdict]) -> bytes:
+    """The input lines of a batch's `unique` documents, in order, each ended by a
+    line feed (as read: without its line end, a CR before it included)."""
+    each = iter(verdicts)
+    out = [
+        line + b"\n"
+        for decoded, _, lines in group
+        for item, line in zip(decoded, lines, strict=True)
+        if isinstance(item, Document) and next(each).verdict == "unique"
+    ]
+    return b"".join(out)
+
+
+def _ahead(groups: Iterable[list[Lined]], dedup: Deduplicator) -> Iterator[list[Lined]]:
     """The groups, each one's questions to remote sealed segments sent before the one
     before it is decided (`Deduplicator.ask_ahead`): the answers travel meanwhile."""
     it = iter(groups)
     current = next(it, None)
     if current is not None:  # the first batch's answers travel while the second is prepared
-        dedup.ask_ahead([p for _, p in current])
+        dedup.ask_ahead([p for _, p, _ in current])
     while current is not None:
         following = next(it, None)
         if following is not None:
-            dedup.ask_ahead([p for _, p in following])
+            dedup.ask_ahead([p for _, p, _ in following])
         yield current
         current = following
 

@@ -68,12 +68,13 @@ def read_error(stream: IO[bytes], exc: OSError) -> InputOutputError:
     return InputOutputError(f"cannot read {where}: {exc.strerror or exc}")
 
 
-def deliver(sink: IO[bytes], data: bytes, written: int) -> None:
+def deliver(sink: IO[bytes], data: bytes, written: int, what: str = "verdicts") -> None:
     """Write and flush one batch's output lines; a failure is an `InputOutputError`
     (exit 4): the batch is already in the index, and the user must know that verdicts
     are missing from the output -- also when a reader closed the pipe early (`| head`).
     The message counts the verdicts delivered: those of the batches before (`written`)
-    and the whole lines of this one that went out before the failure."""
+    and the whole lines of this one that went out before the failure (`what` they
+    are: the verdicts, or the kept input lines)."""
     name = getattr(sink, "name", "the output")
     where = "stdout" if name == "<stdout>" else name
     sent = Sent()
@@ -84,14 +85,14 @@ def deliver(sink: IO[bytes], data: bytes, written: int) -> None:
         silence_stdout()
         delivered = written + data.count(b"\n", 0, sent.bytes)
         raise InputOutputError(
-            f"the reader of {where} closed it early: {delivered:,} verdicts were delivered, "
+            f"the reader of {where} closed it early: {delivered:,} {what} were delivered, "
             "the ones after them were not (the index holds their documents: run the same "
             "input again for every verdict)"
         ) from exc
     except OSError as exc:
         delivered = written + data.count(b"\n", 0, sent.bytes)
         raise InputOutputError(
-            f"cannot write the verdicts to {where}: {exc.strerror or exc} ({delivered:,} "
+            f"cannot write the {what} to {where}: {exc.strerror or exc} ({delivered:,} "
             "written before; the index holds this batch: run the same input again once that "
             "is fixed)"
         ) from exc

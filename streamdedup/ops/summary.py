@@ -27,6 +27,8 @@ class Summary:
     rejected_as: str = "rejected"
     # WARC records that are not pages to check (no output line): reason -> count
     skipped: dict[str, int] = field(default_factory=dict)
+    kept: int = 0  # input lines written to `dedup --keep`
+    keeping: bool = False  # whether this run keeps them (the closing line says so)
 
     @property
     def rate(self) -> float:
@@ -63,4 +65,6 @@ class Summary:
         if self.skipped:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.skipped.items()))
             parts.append(f"skipped {sum(self.skipped.values())} ({kinds})")
+        if self.keeping:
+            parts.append(f"kept {self.kept} input lines")
         return "; ".join(parts)

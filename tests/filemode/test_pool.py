@@ -32,8 +32,8 @@ def messy_input(n: int) -> bytes:
 
 
 def flatten(parts: list) -> tuple[list, list[bytes]]:
-    items = [item for decoded, _ in parts for item in decoded]
-    sigs = [s for _, prepared in parts for s in prepared.sig_bytes]
+    items = [item for decoded, *_ in parts for item in decoded]
+    sigs = [s for _, prepared, *_ in parts for s in prepared.sig_bytes]
     return [i.reason if isinstance(i, Rejected) else i for i in items], sigs
 
 
@@ -64,7 +64,7 @@ def test_workers_give_what_this_process_gives(tmp_path: Path, small_tasks, as_fi
         finally:
             workers.close()
     assert flatten([part for g in groups for part in g]) == here
-    assert len(groups) > 3 and all(sum(len(d) for d, _ in g) <= 50 + 60 for g in groups)
+    assert len(groups) > 3 and all(sum(len(d) for d, *_ in g) <= 50 + 60 for g in groups)
 
 
 def test_a_failing_worker_is_reported(tmp_path: Path) -> None:

@@ -17,10 +17,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 from streamdedup.cli.console import say
 from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_or_existing
-from streamdedup.config import Fields, check_connection_used
+from streamdedup.config import Fields
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.ops.progress import make_progress
+from streamdedup.worker_config import check_connection_used
 
 if TYPE_CHECKING:
     from streamdedup.engine.deduplicator import Deduplicator
@@ -30,12 +31,7 @@ if TYPE_CHECKING:
 
 
 def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.filemode.streams import (
-        refuse_same_file,
-        stdin_or_file,
-        stdout_or_file,
-        truncate_output,
-    )
+    from streamdedup.filemode.streams import refuse_same_file, stdin_or_file
     from streamdedup.ops.summary import Summary
 
     fields = Fields.from_options(values)
@@ -57,26 +53,20 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         if keep is not None:
             refuse_same_file(path, keep)
     sources: list[IO[bytes]] = []
-    sink = kept = None
+    outputs = Outputs(output, keep)
     remote = _remote(values)  # remote sealed segments: connects on the first one
     try:
         for path in inputs:
             sources.append(stdin_or_file(path))
-        made = [p for p in (output, keep) if p is not None and p != "-" and not os.path.lexists(p)]
-        sink = stdout_or_file(output)
-        kept = None if keep is None else stdout_or_file(keep)
+        sink, kept = outputs.open()
         try:
             dd = open_new_or_existing(settings, None if remote is None else remote.reader)
         except BaseException:
-            for name in made:
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
+            outputs.remove_made()
             raise
         fields = fields.for_params(dd.params)  # (an index of bits items reads bits)
         with dd:
-            for name, stream in ((output, sink), (keep, kept)):
-                if stream is not None and name != "-":
-                    truncate_output(stream)
+            outputs.truncate()
             progress = make_progress(values["progress"], "dedup")
             summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
             summary.keeping = kept is not None
@@ -99,10 +89,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         for path, source in zip(inputs, sources, strict=False):
             if path != "-":
                 source.close()
-        for name, stream in ((output, sink), (keep, kept)):
-            if stream is not None and name != "-":
-                with contextlib.suppress(OSError):  # a write error was reported already
-                    stream.close()
+        outputs.close()
     say(summary.text())
     c = dd.counters
     if c.bucket_capped or c.exact_capped:
@@ -114,6 +101,43 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
             "(near duplicates may have been missed: raise them if recall matters more)"
         )
     return EXIT_REJECTED if summary.rejected else EXIT_OK
+
+
+class Outputs:
+    """The verdicts' stream and `--keep`'s: opened before the index (a run that cannot
+    write them must not touch an index), those it created removed if the index then
+    fails to open, truncated only once it is open (a failed start leaves an existing
+    file as it was), closed at the end."""
+
+    def __init__(self, output: str, keep: str | None) -> None:
+        self.paths = [p for p in (output, keep) if p is not None]
+        self.made = [p for p in self.paths if p != "-" and not os.path.lexists(p)]
+        self.streams: list[IO[bytes]] = []
+
+    def open(self) -> tuple[IO[bytes], IO[bytes] | None]:
+        from streamdedup.filemode.streams import stdout_or_file
+
+        for path in self.paths:
+            self.streams.append(stdout_or_file(path))
+        return self.streams[0], self.streams[1] if len(self.streams) > 1 else None
+
+    def remove_made(self) -> None:
+        for path in self.made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+    def truncate(self) -> None:
+        from streamdedup.filemode.streams import truncate_output
+
+        for path, stream in zip(self.paths, self.streams, strict=False):
+            if path != "-":
+                truncate_output(stream)
+
+    def close(self) -> None:
+        for path, stream in zip(self.paths, self.streams, strict=False):
+            if path != "-":
+                with contextlib.suppress(OSError):  # a write error was reported already
+                    stream.close()
 
 
 @dataclass(frozen=True)

@@ -74,10 +74,10 @@ def _through_kafka(
 
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-    from streamdedup.config import WorkerConfig
     from streamdedup.kafka.broker import EmbeddedBroker
     from streamdedup.kafka.settings import create_topics
     from streamdedup.kafka.worker import Worker
+    from streamdedup.worker_config import WorkerConfig
 
     lines = [raw.rstrip(b"\r\n") for raw in source]
     summary = Summary(unit="messages", rejected_as="dead-lettered")

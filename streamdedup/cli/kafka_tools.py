@@ -13,10 +13,10 @@ from typing import IO, TYPE_CHECKING, Any
 import orjson
 
 from streamdedup.cli.console import say
-from streamdedup.config import connection_settings
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
 from streamdedup.models import CORRUPT_WARC, Rejected
+from streamdedup.worker_config import connection_settings
 
 if TYPE_CHECKING:
     from streamdedup.inputs.warc import HttpStatuses
@@ -68,10 +68,10 @@ def ensure_topic(bootstrap: str, topic: str, values: dict[str, Any]) -> str:
 def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from kafka import KafkaProducer
 
-    from streamdedup.config import require_bootstrap
     from streamdedup.errors import BrokerUnavailableError
     from streamdedup.filemode.streams import stdin_or_file
     from streamdedup.kafka.settings import wait_for_broker
+    from streamdedup.worker_config import require_bootstrap
 
     require_bootstrap(values)
     settings = connection_settings(values)  # the worker's: security, SASL, TLS

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamdedup.config import connection_settings, parse_pairs, require_bootstrap
 from streamdedup.errors import ConfigError
 from streamdedup.kafka.segment_service.client import RemoteSegments
 from streamdedup.kafka.segment_service.wire import DEFAULT_PREFIX, SegmentLink
 from streamdedup.ops.metrics import HealthPolicy, SegmentClientMetrics, SegmentServerMetrics
+from streamdedup.worker_config import connection_settings, parse_pairs, require_bootstrap
 
 log = logging.getLogger("streamdedup.kafka.segment_server")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from streamdedup.cli.engine_options import CRAWL_FILES, TUNING
 from streamdedup.cli.options import Opt, OptionGroup
-from streamdedup.config import CONNECTION_OPTIONS
+from streamdedup.worker_config import CONNECTION_OPTIONS
 
 KAFKA = OptionGroup(
     "kafka",

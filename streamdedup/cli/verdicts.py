@@ -31,10 +31,10 @@ import msgpack
 import orjson
 
 from streamdedup.cli.console import say
-from streamdedup.config import connection_settings, require_bootstrap
 from streamdedup.errors import EXIT_OK, EXIT_REJECTED, InputOutputError
 from streamdedup.kafka.settings import wait_for_broker
 from streamdedup.kafka.txnlog import CommittedView, LogReader, Record
+from streamdedup.worker_config import connection_settings, require_bootstrap
 
 VERDICTS = ("unique", "duplicate")
 WARN_AT_MOST = 10  # records that are not verdicts named one by one; the rest counted

@@ -15,7 +15,7 @@ from typing import Any
 
 from streamdedup.cli.segment_server import remote_for
 from streamdedup.cli.settings import require_index
-from streamdedup.config import EngineOptions, WorkerConfig, connection_settings
+from streamdedup.config import EngineOptions
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import EXIT_BROKER, BrokerUnavailableError, SegmentWaitInterrupted
 from streamdedup.kafka.ledger import Progress
@@ -31,6 +31,7 @@ from streamdedup.kafka.settings import (
 )
 from streamdedup.kafka.worker import Worker
 from streamdedup.ops.metrics import Metrics
+from streamdedup.worker_config import WorkerConfig, connection_settings
 
 log = logging.getLogger("streamdedup.kafka.worker")
 

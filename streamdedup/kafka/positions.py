@@ -13,13 +13,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from streamdedup.config import WorkerConfig
 from streamdedup.errors import UnsafeToContinueError
 from streamdedup.kafka.ledger import Progress
 from streamdedup.kafka.membership import index_of_offsets
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
+from streamdedup.worker_config import WorkerConfig
 
 log = logging.getLogger("streamdedup.kafka.worker")
 

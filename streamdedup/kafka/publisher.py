@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from streamdedup import failpoints, kernels
-from streamdedup.config import WorkerConfig
 from streamdedup.errors import StreamDedupError, TransactionStuckError, UndeliveredError
 from streamdedup.kafka.membership import offsets_metadata
 from streamdedup.kafka.messages import (
@@ -32,6 +31,7 @@ from streamdedup.kafka.messages import (
 from streamdedup.kafka.settings import PRODUCER_DEFAULTS
 from streamdedup.models import Rejected, Verdict
 from streamdedup.store.tables import Tables
+from streamdedup.worker_config import WorkerConfig
 
 log = logging.getLogger("streamdedup.kafka.worker")
 

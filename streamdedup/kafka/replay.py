@@ -28,7 +28,6 @@ from typing import Any
 
 import orjson
 
-from streamdedup.config import WorkerConfig, connection_settings, require_bootstrap
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     EXIT_BROKER,
@@ -50,6 +49,7 @@ from streamdedup.models import Rejected, Verdict, output_record
 from streamdedup.store.index import Index
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
+from streamdedup.worker_config import WorkerConfig, connection_settings, require_bootstrap
 
 log = logging.getLogger("streamdedup.kafka.replay")
 

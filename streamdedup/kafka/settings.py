@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.config import WorkerConfig
 from streamdedup.errors import BrokerUnavailableError, MissingTopicError
+from streamdedup.worker_config import WorkerConfig
 
 __all__ = [
     "EMBEDDED_GROUP_TIMEOUTS",

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from streamdedup import failpoints
-from streamdedup.config import WorkerConfig
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import (
     BrokerUnavailableError,
@@ -64,6 +63,7 @@ from streamdedup.ops.logs import KafkaRefusals
 from streamdedup.ops.metrics import Metrics
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import Tables
+from streamdedup.worker_config import WorkerConfig
 
 # Names the other commands (cli/main.py, cli/demo.py) still import from here; their
 # homes are streamdedup.config and streamdedup.kafka.settings.

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.config import connection_settings
 from streamdedup.errors import ConfigError
 from streamdedup.kafka.broker import free_port
+from streamdedup.worker_config import connection_settings
 from tests.support import tls
 from tests.support.kafka import file_mode
 from tests.support.segments import (

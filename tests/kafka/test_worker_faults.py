@@ -108,10 +108,10 @@ def test_transactions_that_keep_failing_stop_the_worker(
     so the group's offsets still point at the batch."""
     from kafka import KafkaConsumer, TopicPartition
 
-    from streamdedup.config import WorkerConfig, parse_pairs
     from streamdedup.engine.deduplicator import Deduplicator
     from streamdedup.errors import UnsafeToContinueError
     from streamdedup.kafka.worker import Worker
+    from streamdedup.worker_config import WorkerConfig, parse_pairs
 
     t = Topics(kafka_bootstrap)
     t.produce(long_id_docs(5))

@@ -12,11 +12,11 @@ from kafka.future import Future
 from kafka.partitioner.default import murmur2
 
 from streamdedup import kernels
-from streamdedup.config import WorkerConfig
 from streamdedup.errors import UndeliveredError
 from streamdedup.kafka.messages import Outgoing
 from streamdedup.kafka.publisher import Sink
 from streamdedup.models import Rejected, Verdict
+from streamdedup.worker_config import WorkerConfig
 
 
 class Producer:

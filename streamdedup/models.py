@@ -247,6 +247,8 @@ BAD_ITEM_VALUE = "bad_item_value"  # not hexadecimal; a vector holding a non-num
 ITEM_NOT_FINITE = "item_not_finite"  # a vector holding NaN, an infinity, or beyond float32
 ZERO_VECTOR = "zero_vector"  # a cosine index's vector of zeros (no direction)
 MIXED_SET = "mixed_set"  # a set holding both strings and integers
+# The worker's --keep-topic: a unique document's message too large to publish again
+TOO_LARGE_TO_KEEP = "too_large_to_keep"
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ class WorkerConfig:
     connect_timeout_s: float = 60.0
     idle_exit_s: float | None = None  # stop after this long without messages (demo, tests)
     changelog_topic: str | None = None
+    keep_topic: str | None = None  # each unique document's message, as it came
     transaction_timeout_s: float = 60.0
     # Kafka transactions failed in a row (the same batch, redelivered each time): after
     # this many /healthz answers 503; after `stop_after_failures` the worker exits (7)
@@ -68,6 +69,7 @@ class WorkerConfig:
             "transaction_timeout_s": values["transaction_timeout"],
             "idle_exit_s": values.get("idle_exit"),
             "changelog_topic": values.get("changelog_topic"),
+            "keep_topic": values.get("keep_topic"),
         }
         return cls(**{**fields, **overrides})
 

@@ -27,6 +27,13 @@ KAFKA = OptionGroup(
             "documents-dlq",
             metavar="TOPIC",
         ),
+        Opt(
+            "keep-topic",
+            "also publish each unique document's message here, as it came (key, value, "
+            "headers), in the transaction of its verdict: the de-duplicated stream",
+            str,
+            metavar="TOPIC",
+        ),
         Opt("group-id", "consumer group", str, "streamdedup", metavar="GROUP"),
         Opt(
             "input-format",
@@ -230,7 +237,15 @@ CHANGELOG = OptionGroup(
 REPLAY_KAFKA = tuple(
     o
     for o in KAFKA.options
-    if o.name not in ("output-topic", "dead-letter-topic", "group-id", "idle-exit", "partitions")
+    if o.name
+    not in (
+        "output-topic",
+        "dead-letter-topic",
+        "keep-topic",
+        "group-id",
+        "idle-exit",
+        "partitions",
+    )
     and o.name != "create-topics"
 )
 REPLAY = OptionGroup(

@@ -166,7 +166,13 @@ def _check_topics(cfg: WorkerConfig, values: dict[str, Any]) -> ClusterProbe:
     refuse a missing input topic; the cluster's answer (`probe_cluster`)."""
     wait_for_broker(cfg.bootstrap_servers, cfg.connect_timeout_s)
     probe = probe_cluster(cfg.bootstrap_servers, cfg.input_topic, connection_settings(values))
-    topics = (cfg.input_topic, cfg.output_topic, cfg.dead_letter_topic, cfg.changelog_topic)
+    topics = (
+        cfg.input_topic,
+        cfg.output_topic,
+        cfg.dead_letter_topic,
+        cfg.changelog_topic,
+        cfg.keep_topic,
+    )
     if values["create_topics"]:
         create_topics(
             cfg.bootstrap_servers,

@@ -149,7 +149,7 @@ class BatchApplier:
                     result = next(new)
                 if m.offset < self.silent_until.get(p, -1):
                     result = None
-            out.append(Outgoing(p, m.offset, m.key, m.value, result))
+            out.append(Outgoing(p, m.offset, m.key, m.value, result, tuple(m.headers or ())))
         if self.changelog:
             self.republished = current_changes(t, again)
         self.sink.in_index_transaction(t, out)

@@ -14,19 +14,45 @@ from typing import NamedTuple
 import msgpack
 import orjson
 
-from streamdedup.models import Rejected, Verdict, output_record
+from streamdedup.models import TOO_LARGE_TO_KEEP, Rejected, Verdict, output_record
+
+Headers = tuple[tuple[str, bytes], ...] | list[tuple[str, bytes]]
 
 
 class Outgoing(NamedTuple):
     """What one input message produces: a verdict, a dead letter, or (`item` None)
     nothing, when its verdict went out before the index was restored from a backup.
-    (A tuple: one is built per message, at half a frozen dataclass's cost.)"""
+    `key`, `value` and `headers` are the message's, as it came (a dead letter's, and
+    a unique document's on the keep topic).  (A tuple: one is built per message, at
+    half a frozen dataclass's cost.)"""
 
     partition: int
     offset: int
     key: bytes | None
     value: bytes
     item: Verdict | Rejected | None
+    headers: Headers = ()
+
+
+def fits(key: bytes | None, value: bytes | None, headers: Headers, limit: int) -> bool:
+    """Whether a record goes in one produce request of at most `limit` bytes."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    size: int = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, list(headers))
+    return size + RECORD_MARGIN <= limit
+
+
+def too_large_to_keep(o: Outgoing, limit: int) -> Rejected:
+    """Why a unique document's message went to the dead letters, not the keep topic:
+    with the producer's headroom it is over `max_request_size`."""
+    assert isinstance(o.item, Verdict)
+    return Rejected(
+        TOO_LARGE_TO_KEEP,
+        f"the message ({len(o.value):,} bytes) is unique but too large to publish again "
+        f"under the producer's max_request_size ({limit:,}): raise it with "
+        "--producer-option max_request_size=N",
+        o.item.id,
+    )
 
 
 def verdict_payload(v: Verdict, topic: str, partition: int, offset: int, fmt: str) -> bytes:
@@ -66,8 +92,7 @@ def fit_dead_letter(
     batch is redelivered: one oversized message would stop the worker for good."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
-    if size + RECORD_MARGIN <= max_bytes:
+    if fits(key, value, headers, max_bytes):
         return key, value, headers
     headers = [
         *headers,

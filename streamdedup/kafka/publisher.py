@@ -26,6 +26,8 @@ from streamdedup.kafka.messages import (
     Outgoing,
     dead_letter_headers,
     fit_dead_letter,
+    fits,
+    too_large_to_keep,
     verdict_payload,
 )
 from streamdedup.kafka.settings import PRODUCER_DEFAULTS
@@ -119,12 +121,15 @@ class Sink(BatchSink):
         def send(topic: str, **record: Any) -> None:
             sent.append(producer.send(topic, **record))
 
+        def dead_letter(o: Outgoing, why: Rejected) -> None:
+            if cfg.dead_letter_topic:
+                headers = dead_letter_headers(why, cfg.input_topic, o.partition, o.offset)
+                key, value, headers = fit_dead_letter(o.key, o.value, headers, limit)
+                send(cfg.dead_letter_topic, key=key, value=value, headers=headers)
+
         for i, o in enumerate(out):
             if isinstance(o.item, Rejected):
-                if cfg.dead_letter_topic:
-                    headers = dead_letter_headers(o.item, cfg.input_topic, o.partition, o.offset)
-                    key, value, headers = fit_dead_letter(o.key, o.value, headers, limit)
-                    send(cfg.dead_letter_topic, key=key, value=value, headers=headers)
+                dead_letter(o, o.item)
             elif o.item is not None:
                 send(
                     cfg.output_topic,
@@ -134,6 +139,11 @@ class Sink(BatchSink):
                     ),
                     partition=None if partitions is None else partitions[i],
                 )
+                if cfg.keep_topic and o.item.verdict == "unique":
+                    if fits(o.key, o.value, o.headers, limit):
+                        send(cfg.keep_topic, key=o.key, value=o.value, headers=list(o.headers))
+                    else:  # (over the producer's limit it would fail every retry)
+                        dead_letter(o, too_large_to_keep(o, limit))
         if cfg.changelog_topic:
             records = self._changelog()
             at = self._partitions(cfg.changelog_topic, [key for key, _ in records])

@@ -164,19 +164,21 @@ def test_crash_test_exactly_one_verdict_per_document(kafka_bootstrap: str, tmp_p
 def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, point: str) -> None:
     """The worker SIGKILLs itself at one step of its third batch (streamdedup.failpoints)
     and is restarted: the read_committed verdict topic holds exactly one verdict per
-    document, equal to an uninterrupted run's, and the committed changelog holds the
-    index's state of every document."""
+    document, equal to an uninterrupted run's, the committed changelog holds the
+    index's state of every document, and the keep topic each unique document's
+    message once, in input order."""
     import os
 
     from streamdedup.kafka.settings import create_topics
 
     docs = stream(3000, seed=11)
     t = Topics(kafka_bootstrap)
-    changelog = f"changelog-{t.group}"
+    changelog, keep = f"changelog-{t.group}", f"keep-{t.group}"
     create_topics(t.bootstrap, [changelog], 1, {}, compacted=(changelog,))
+    create_topics(t.bootstrap, [keep], 1, {})
     t.produce([orjson.dumps(d) for d in docs])
     index = tmp_path / "idx"
-    opts = ("--max-poll-records", "200", "--changelog-topic", changelog)
+    opts = ("--max-poll-records", "200", "--changelog-topic", changelog, "--keep-topic", keep)
     crash = subprocess.run(
         t.worker_args(index, *opts),
         env={**os.environ, "STREAMDEDUP_FAILPOINT": f"{point}:3"},
@@ -200,6 +202,10 @@ def test_a_crash_at_each_step_of_a_batch(kafka_bootstrap: str, tmp_path: Path, p
     for offset, verdicts in seen.items():
         assert verdicts[0] == expected[offset], (offset, verdicts)
     assert changelog_state(t.bootstrap, changelog) == index_state(index)
+    unique = [
+        orjson.dumps(d) for d, v in zip(docs, expected, strict=True) if v["verdict"] == "unique"
+    ]
+    assert [m.value for m in t.read_to_end(keep)] == unique  # (each once, in order)
 
 
 def changelog_state(bootstrap: str, topic: str) -> dict[bytes, bytes]:

@@ -120,3 +120,36 @@ def test_a_dead_letter_is_cut_to_fit_the_producer_limit() -> None:
         "streamdedup.original_key_size": b"5000",
     }
     assert fit_dead_letter(b"k", b"small", headers, 20_000) == (b"k", b"small", headers)
+
+
+def test_a_unique_message_too_large_to_keep_is_a_dead_letter() -> None:
+    """`--keep-topic`: a unique document's message goes out as it came (headers too);
+    one over the producer's limit, which would fail the transaction on every retry,
+    goes to the dead letters instead, cut to fit, with reason `too_large_to_keep`."""
+    from dataclasses import replace
+
+    producer = Producer()
+    sink = sink_with(producer, [])
+    sink.cfg = replace(sink.cfg, keep_topic="kept", producer_options={"max_request_size": 20_000})
+    producer.config = {"max_request_size": 20_000}  # type: ignore[attr-defined]
+    big = Outgoing(0, 1, b"big", b"x" * 50_000, Verdict("big", "unique", None, "big", None, False))
+    dup = Verdict("d", "duplicate", "small", "small", 0.9, False)
+    out = [
+        Outgoing(
+            0,
+            0,
+            b"small",
+            b"{}",
+            Verdict("small", "unique", None, "small", None, False),
+            (("h", b"1"),),
+        ),
+        big,
+        Outgoing(0, 2, b"d", b"{}", dup),
+    ]
+    sink.publish(out, {0: 3})
+    kept = [r for topic, r in producer.records if topic == "kept"]
+    assert kept == [{"key": b"small", "value": b"{}", "headers": [("h", b"1")]}]
+    (letter,) = [r for topic, r in producer.records if topic == "dlq"]
+    headers = dict(letter["headers"])
+    assert headers["streamdedup.reason"] == b"too_large_to_keep" and letter["key"] == b"big"
+    assert headers["streamdedup.truncated"] == b"true" and len(letter["value"]) < 20_000

@@ -25,7 +25,7 @@ def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    from streamdedup.ops.report import inspect_document, missing_text, render_inspect
+    from streamdedup.ops.inspect import inspect_document, missing_text, render_inspect
 
     info = inspect_document(require_index(values), args.doc_id)
     if not info["found"]:

@@ -98,8 +98,8 @@ def from_index(path: str, min_size: int = 1) -> Iterator[Cluster]:
         for e in entries:
             opened.append(SealedSegment.open(e.path, verify=False))
             masked = index.read(_masked(e.number))
-            rows += [r for r in opened[-1].index.read(_records) if r[0] not in masked]
-        rows += index.read(_records)
+            rows += [r for r in opened[-1].index.read(records_of) if r[0] not in masked]
+        rows += index.read(records_of)
     finally:
         for seg in opened:
             seg.close()
@@ -116,7 +116,8 @@ def _masked(number: int) -> Callable[[Tables], set[int]]:
     return lambda t: set(t.masked(number).tolist())
 
 
-def _records(t: Tables) -> list[tuple[int, Record]]:
+def records_of(t: Tables) -> list[tuple[int, Record]]:
+    """Every document record of one index or segment, with its docno, in docno order."""
     return [(docno_of(key), Record.unpack(value)) for key, value in t.items("docs")]
 
 

@@ -96,3 +96,25 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     src.write_bytes(b"not json\n")
     with pytest.raises(ConfigError, match="line 1 is not JSON"):
         list(from_verdicts([b"not json"]))
+
+
+def test_inspect_names_the_copies_and_the_cluster(tmp_path: Path) -> None:
+    """`inspect`: a document's exact copies (same content, across a sealed segment)
+    and its cluster's members, as `clusters` lists them."""
+    from streamdedup.ops.inspect import inspect_document, render_inspect
+
+    sets = baskets(300, seed=6)
+    docs = [(str(i), s) for i, s in enumerate(sets)]
+    docs += [(f"copy-{k}", sets[7]) for k in range(3)]  # exact copies of document 7
+    with Deduplicator(tmp_path / "idx", item="set", threshold=0.7) as dd:
+        dd.check_batch(docs[:200])
+        dd.seal()
+        dd.check_batch(docs[200:])
+    clusters = {c["cluster"]: c["members"] for c in from_index(str(tmp_path / "idx"))}
+    info = inspect_document(str(tmp_path / "idx"), "7")
+    assert info["copies"] == ["copy-0", "copy-1", "copy-2"] and info["copies_count"] == 3
+    assert info["cluster_members"] == clusters[info["cluster"]][:20]
+    assert info["cluster_size"] == len(clusters[info["cluster"]]) > 3
+    shown = render_inspect(info)
+    assert "copies      3: 'copy-0', 'copy-1', 'copy-2'" in shown
+    assert f"{info['cluster_size']} members: " in shown

@@ -13,13 +13,8 @@ from streamdedup.config import EngineOptions
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import IndexCorruptError
 from streamdedup.models import Document
-from streamdedup.ops.report import (
-    index_stats,
-    inspect_document,
-    missing_text,
-    render_inspect,
-    render_stats,
-)
+from streamdedup.ops.inspect import inspect_document, missing_text, render_inspect
+from streamdedup.ops.report import index_stats, render_stats
 from streamdedup.store.index import Index
 from streamdedup.store.segment.sealing import seal
 from streamdedup.store.tables import Tables

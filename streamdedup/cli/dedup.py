@@ -46,6 +46,11 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     if inputs.count("-") > 1:
         raise ConfigError("stdin ('-') can be given as INPUT only once")
     _check_keep(keep, output, inputs)
+    if values["dry_run"] and not os.path.exists(os.path.join(settings.index, "data.mdb")):
+        raise ConfigError(
+            f"--dry-run checks documents against an existing index; there is none at "
+            f"{settings.index} (a dry run creates nothing)"
+        )
     # Inputs and outputs are checked and opened before the index: a run that cannot
     # read or write its files must not create (or change) an index.
     for path in inputs:
@@ -187,6 +192,7 @@ class Run:
                 statuses="any" if self.values["warc_status"] == "any" else "2xx",
                 record_ids=self.record_ids,
                 batch_size=batch_size,
+                dry=self.values["dry_run"],
                 workers=max(0, self.values["workers"]),
                 progress=self.progress,
                 summary=self.summary,
@@ -204,6 +210,7 @@ class Run:
             summary=self.summary,
             where={"input": path} if several else None,
             keep=self.kept,
+            dry=self.values["dry_run"],
         )
 
 

@@ -198,6 +198,12 @@ OUTPUT = OptionGroup(
             metavar="FILE",
         ),
         Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
+        Opt(
+            "dry-run",
+            "check each document against the index as it is, inserting none (an existing "
+            "index; the documents of the input are not checked against each other)",
+            flag=True,
+        ),
     ),
 )
 TUNE = OptionGroup(

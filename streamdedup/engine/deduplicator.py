@@ -317,8 +317,11 @@ class Deduplicator:
 
     # ------------------------------------------------------------------ public API
 
-    def check(self, doc_id: DocId, item: Item, timestamp_ms: int | None = None) -> Verdict:
-        """Check one document against everything indexed before it, then index it.
+    def check(
+        self, doc_id: DocId, item: Item, timestamp_ms: int | None = None, *, insert: bool = True
+    ) -> Verdict:
+        """Check one document against everything indexed before it, then index it
+        (`insert` False: a dry run, the verdict it would get, the index unchanged).
 
         `item` is what the index compares: a text; for an index of `bits` items a
         bit string as hexadecimal digits (or its N/8 bytes); for `vector` items a
@@ -333,7 +336,7 @@ class Deduplicator:
         (`EngineOptions.ttl_ms`); None: it carries no time.  Errors are
         `StreamDedupError`s (errors.py) and name this API's parameters, not
         command-line flags."""
-        return self.check_batch([self.document(doc_id, item, timestamp_ms)])[0]
+        return self.check_batch([self.document(doc_id, item, timestamp_ms)], insert=insert)[0]
 
     def document(self, doc_id: DocId, item: Item, timestamp_ms: int | None = None) -> Document:
         """The `Document` of `doc_id` and its item for this index (`check`)."""
@@ -350,11 +353,27 @@ class Deduplicator:
             raise ConfigError(f"document {doc_id!r}: {got.message} ({got.reason})")
         return got
 
-    def check_batch(self, docs: Iterable[Document | tuple[DocId, Item]]) -> list[Verdict]:
+    def check_batch(
+        self, docs: Iterable[Document | tuple[DocId, Item]], *, insert: bool = True
+    ) -> list[Verdict]:
         """Check and insert documents in order; one write transaction for all of them
-        (a pair `(id, item)` is made a `Document` as `check` makes it)."""
+        (a pair `(id, item)` is made a `Document` as `check` makes it).  `insert`
+        False: a dry run (`query`)."""
         batch = [d if isinstance(d, Document) else self.document(d[0], d[1]) for d in docs]
+        if not insert:
+            return self.query(batch)
         return self.apply(self.preparer.prepare(batch, known=self.known))
+
+    def query(self, docs: Sequence[Document]) -> list[Verdict]:
+        """The verdict each document would get if it were checked now, against the
+        index as it is -- not against the others of `docs` -- with nothing inserted
+        (each decided in a write transaction that is then aborted, so by the very
+        rules `check` follows: the same id with the same item gets its stored
+        verdict; with another, the verdict it would get replacing it)."""
+        out: list[Verdict] = []
+        for doc in docs:
+            out += self.apply(self.preparer.prepare([doc], known=self.known), insert=False)
+        return out
 
     def known(self, keys: list[bytes], content: list[bytes]) -> set[int]:
         """Positions of the documents indexed under the same id with the same content."""
@@ -376,11 +395,15 @@ class Deduplicator:
         self,
         prepared: Prepared | Sequence[Prepared],
         in_transaction: Callable[[Tables, list[Verdict]], None] | None = None,
+        *,
+        insert: bool = True,
     ) -> list[Verdict]:
         """Check and insert prepared documents, in order, in one write transaction.
 
         `in_transaction` runs inside that transaction with the verdicts, so a caller can record
         its own state (the Kafka worker: input offsets) atomically with the documents.
+        `insert` False: the transaction is aborted (a dry run): the verdicts, and
+        nothing kept -- no counters, no exact sets remembered, no seal.
         """
         parts = [prepared] if isinstance(prepared, Prepared) else list(prepared)
         if not any(p.docs for p in parts) and in_transaction is None:
@@ -413,10 +436,12 @@ class Deduplicator:
             sent = None
             try:
                 with _collector_paused():
-                    batch = self.index.write(run, grow=grow)
+                    batch = self.index.write(run, grow=grow, commit=insert)
                 break
             except SegmentsChanged:
                 sealing.open()
+        if not insert:  # (its exact sets stay pending: the next batch's run drops them)
+            return batch.verdicts
         self.counters.merge(batch.counters)  # only once the batch is committed
         self._memory.commit()
         sealing.commit(batch.dropped)

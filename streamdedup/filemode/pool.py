@@ -40,8 +40,9 @@ if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
-# A part with its input lines (those `dedup --keep` copies; empty if not asked for).
-Lined = tuple[Decoded, Prepared, list[bytes]]
+# A part with its input lines (those `dedup --keep` copies; empty if not asked for);
+# a dry run's parts are decoded only (`Deduplicator.query` prepares each alone).
+Lined = tuple[Decoded, Prepared | None, list[bytes]]
 
 TASK_BYTES = 1 << 20  # about 330 pages of 3 KB
 DEPTH = 8  # tasks in flight per worker when they are byte ranges of a file

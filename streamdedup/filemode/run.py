@@ -18,6 +18,7 @@ import orjson
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.filemode.pool import Lined, PreparePool, decode_and_prepare
+from streamdedup.inputs.decode import decode_json_lines
 from streamdedup.models import Document, Rejected, Verdict, output_record
 
 if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
@@ -39,18 +40,22 @@ def run_dedup(
     summary: Summary | None = None,
     where: dict[str, Any] | None = None,
     keep: IO[bytes] | None = None,
+    dry: bool = False,
 ) -> Summary:
     """Process all of `source`; `progress` is a tqdm-like object or None.  With
     several inputs, one `summary` goes through all of them (its time included), and
     `where` (the input's name) is added to each error record.  `keep`: where the
     input lines of the `unique` documents go (`--keep`), each batch's after its
-    verdicts."""
+    verdicts.  `dry`: each document only queried (`Deduplicator.query`)."""
     summary = summary if summary is not None else Summary()
     first = summary.lines
     started = time.perf_counter() - summary.seconds
     pool = None
     groups: Iterable[list[Lined]]
-    if workers > 0:
+    if dry:  # (decoded here, each document prepared alone by `query`)
+        lines = read_lines(source, batch_size)
+        groups = ([(decode_json_lines(b, fields), None, b)] for b in lines)
+    elif workers > 0:
         pool = PreparePool(workers, dedup.preparer, fields, source)
         groups = pool.groups(batch_size, keep_lines=keep is not None)
     else:
@@ -59,7 +64,7 @@ def run_dedup(
     try:
         for group in _ahead(groups, dedup):
             count = sum(len(d) for d, _, _ in group)  # lines decoded, rejected ones too
-            verdicts = dedup.apply([p for _, p, _ in group])  # committed before writing
+            verdicts = _decide(dedup, group)  # committed before writing
             records: list[dict[str, Any]]
             if len(verdicts) == count:  # no rejected line: all at once
                 summary.add_verdicts(verdicts)
@@ -88,6 +93,15 @@ def run_dedup(
     return summary
 
 
+def _decide(dedup: Deduplicator, group: list[Lined]) -> list[Verdict]:
+    """A group's verdicts: checked and inserted (committed before they are written),
+    or, a dry run's group (not prepared), queried."""
+    if any(p is None for _, p, _ in group):
+        docs = [d for decoded, _, _ in group for d in decoded if isinstance(d, Document)]
+        return dedup.query(docs)
+    return dedup.apply([p for _, p, _ in group if p is not None])
+
+
 def kept_lines(group: list[Lined], verdicts: list[Verdict]) -> bytes:
     """The input lines of a batch's `unique` documents, in order, each ended by a
     line feed (as read: without its line end, a CR before it included)."""
@@ -107,11 +121,11 @@ def _ahead(groups: Iterable[list[Lined]], dedup: Deduplicator) -> Iterator[list[
     it = iter(groups)
     current = next(it, None)
     if current is not None:  # the first batch's answers travel while the second is prepared
-        dedup.ask_ahead([p for _, p, _ in current])
+        dedup.ask_ahead([p for _, p, _ in current if p is not None])
     while current is not None:
         following = next(it, None)
         if following is not None:
-            dedup.ask_ahead([p for _, p, _ in following])
+            dedup.ask_ahead([p for _, p, _ in following if p is not None])
         yield current
         current = following
 
@@ -168,6 +182,7 @@ def run_warc(
     progress: Any = None,
     summary: Summary | None = None,
     on_skip: Callable[[Skipped, int], None] | None = None,
+    dry: bool = False,
 ) -> Summary:
     """Process a WARC archive: its HTML response records, in order, each page's text
     extracted as it is read (`inputs.warc`); the documents are checked and inserted
@@ -176,7 +191,8 @@ def run_warc(
     the archive.  Skipped records (`on_skip(record, number)`) get no output line.
     `statuses`: which HTTP responses are pages (`inputs.warc.read_pages`);
     `record_ids`: the record ids read so far in this run (`--warc-id record-id`),
-    one set for every archive of the run, so that a repeat is an error record."""
+    one set for every archive of the run, so that a repeat is an error record.
+    `dry`: each page only queried (`Deduplicator.query`)."""
     summary = summary if summary is not None else Summary()
     started = time.perf_counter() - summary.seconds
     from streamdedup.inputs.warc import Skipped, read_warc
@@ -201,7 +217,7 @@ def run_warc(
             else:
                 kept.append((item, ref, number))
         docs = [item for item, _, _ in kept if isinstance(item, Document)]
-        verdicts = iter(dedup.check_batch(docs))  # committed before writing
+        verdicts = iter(dedup.check_batch(docs, insert=not dry))  # committed before writing
         records: list[dict[str, Any]] = []
         for item, ref, n in kept:
             result: Verdict | Rejected = item if isinstance(item, Rejected) else next(verdicts)

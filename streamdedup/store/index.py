@@ -212,16 +212,20 @@ class Index:
             "space (or move the index to a bigger disk) and run the same command again."
         )
 
-    def write(self, fn: Callable[[Tables], T], grow: int = 0) -> T:
+    def write(self, fn: Callable[[Tables], T], grow: int = 0, commit: bool = True) -> T:
         """Run `fn` in one write transaction, growing the map and retrying as needed.
 
         `fn` may run more than once, so it must not have effects outside the index.
         `grow`: what the caller expects the transaction may add to the file at most
-        (the disk headroom is at least that).
+        (the disk headroom is at least that).  `commit` False: the transaction is
+        aborted once `fn` has answered (a dry run: what the writes would decide,
+        none of them kept).
         """
         self._make_room()
         while True:
             try:
+                if not commit:
+                    return self._aborted(fn)
                 with self.env.begin(write=True, buffers=True) as txn:
                     used = self._reserve(grow)
                     tables = Tables(txn, self.dbs)
@@ -237,6 +241,15 @@ class Index:
                 raise self.disk_full() from exc
             except DAMAGE_ERRORS as exc:
                 raise self.damaged(exc) from exc
+
+    def _aborted(self, fn: Callable[[Tables], T]) -> T:
+        """`fn` in a write transaction that is then aborted (nothing is written to
+        the file, so no disk space is reserved for it)."""
+        txn = self.env.begin(write=True, buffers=True)
+        try:
+            return fn(Tables(txn, self.dbs))
+        finally:
+            txn.abort()
 
     def _used(self) -> int:
         return (int(self.env.info()["last_pgno"]) + 1) * self._page_size

@@ -60,7 +60,11 @@ def run_dedup(
         groups = pool.groups(batch_size, keep_lines=keep is not None)
     else:
         tasks = read_lines(source, batch_size)
-        groups = ([(*decode_and_prepare(dedup.preparer, fields, b, dedup.known), b)] for b in tasks)
+        kept = keep is not None  # (else the lines go once decoded: a batch ahead holds none)
+        groups = (
+            [(*decode_and_prepare(dedup.preparer, fields, b, dedup.known), b if kept else [])]
+            for b in tasks
+        )
     try:
         for group in _ahead(groups, dedup):
             count = sum(len(d) for d, _, _ in group)  # lines decoded, rejected ones too

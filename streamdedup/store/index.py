@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from streamdedup.errors import DiskFullError, IndexCorruptError, IndexOpenError
+from streamdedup.errors import ConfigError, DiskFullError, IndexCorruptError, IndexOpenError
 from streamdedup.store.tables import TABLES, Tables
 
 T = TypeVar("T")
@@ -310,7 +310,7 @@ class Index:
         (one that holds only files named in `besides`: a segment's owner mark)."""
         target = Path(dest)
         if target.exists() and any(p.name not in besides for p in target.iterdir()):
-            raise IndexOpenError(f"{target} is not empty; give a new or empty directory")
+            raise ConfigError(f"{target} is not empty; give a new or empty directory")
         target.mkdir(parents=True, exist_ok=True)
         try:
             self.env.copy(str(target), compact=True)

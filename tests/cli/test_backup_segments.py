@@ -33,6 +33,10 @@ def test_backup_names_the_sealed_segments_and_restores_to_the_same_verdicts(
     )
     assert run("seal", "--index", str(index), str(seg)).returncode == 0
 
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    r = run("backup", "--index", str(index), str(tmp_path / "full"))  # a usage error, as seal's
+    assert r.returncode == 2 and b"is not empty; give a new or empty directory" in r.stderr
     r = run("backup", "--index", str(index), str(tmp_path / "copy"))
     assert r.returncode == 0, r.stderr.decode()
     text = r.stdout.decode()

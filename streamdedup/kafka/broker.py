@@ -5,6 +5,7 @@ Dockerfile) talk to Apache Kafka and do without its 40 MB binary."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import tempfile
@@ -12,6 +13,23 @@ import time
 from types import TracebackType
 
 from streamdedup.errors import BrokerError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _port_free(port: int) -> None:
+    """Refuse a port something already listens on: Tansu would print its start-up
+    line, then panic on the bind.  (SO_REUSEADDR, as Tansu binds: connections of an
+    earlier broker still in TIME_WAIT do not count, a listener does.)"""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise BrokerError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror or exc}): another broker "
+                "may be running there; stop it, or choose another --port"
+            ) from exc
 
 
 def free_port() -> int:
@@ -40,6 +58,7 @@ class EmbeddedBroker:
                 "pip install 'streamdedup[embedded]' (or point --bootstrap-servers at a "
                 "Kafka cluster)"
             ) from exc
+        _port_free(self.port)  # (else a connection below would reach the other listener)
         url = f"tcp://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
             [
@@ -68,8 +87,9 @@ class EmbeddedBroker:
         raise BrokerError(f"embedded broker did not listen on {self.bootstrap} within {timeout}s")
 
     def log_tail(self, size: int = 2000) -> str:
+        """The end of the broker's log, its terminal colour codes taken out."""
         self.log.seek(0)
-        return self.log.read().decode(errors="replace")[-size:]
+        return _ANSI.sub("", self.log.read().decode(errors="replace"))[-size:]
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

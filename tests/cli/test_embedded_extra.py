@@ -38,3 +38,17 @@ def test_file_mode_needs_no_embedded_broker(tmp_path: Path, without_embedded) ->
     r = run("dedup", str(src), "--index", str(tmp_path / "idx"), env=without_embedded)
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) == 5
+
+
+def test_a_broker_on_a_taken_port_is_refused_in_one_line() -> None:
+    """`broker --port P` where something listens already: one line and exit 3, before
+    any broker starts (Tansu printed its start-up line, then panicked on the bind)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = run("broker", "--port", str(taken.getsockname()[1]))
+    assert r.returncode == 3 and r.stdout == b""
+    (line,) = r.stderr.decode().splitlines()
+    assert "is in use" in line and "choose another --port" in line

@@ -15,7 +15,7 @@ import orjson
 from streamdedup.cli.console import say
 from streamdedup.errors import EXIT_BROKER, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
-from streamdedup.models import CORRUPT_WARC, Rejected
+from streamdedup.models import Rejected
 from streamdedup.worker_config import connection_settings
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
     require_bootstrap(values)
     settings = connection_settings(values)  # the worker's: security, SASL, TLS
+    if values["max_message_bytes"] < 1024:
+        raise ConfigError("--max-message-bytes must be at least 1024")
     source = stdin_or_file(args.input)  # a missing input is reported before connecting
     try:
         wait_for_broker(values["bootstrap_servers"], values["connect_timeout"])
@@ -86,80 +88,122 @@ def cmd_produce(args: argparse.Namespace, values: dict[str, Any]) -> int:
         bootstrap_servers=values["bootstrap_servers"],
         linger_ms=20,
         batch_size=1 << 20,
+        max_request_size=values["max_message_bytes"],
         **settings,
     )
+    sending = Sending(producer, values["topic"])
     warc = is_warc(args.input)
     if not warc:
         warc, source = sniff_warc(source)
-    if warc:
-        statuses: HttpStatuses = "any" if values["warc_status"] == "any" else "2xx"
-        return _produce_warc(producer, source, values["topic"], values["max_doc_bytes"], statuses)
-    id_field, ts_field = values["id_field"], values["timestamp_field"]
-    sent = unparsed = 0
     try:
-        for line in source:
-            if not line.strip():
-                continue
-            key, ts = None, None
-            try:
-                doc = orjson.loads(line)
-                key = str(doc.get(id_field)).encode() if isinstance(doc, dict) else None
-                if ts_field and isinstance(doc, dict) and doc.get(ts_field) is not None:
-                    ts = int(doc[ts_field])
-            except (orjson.JSONDecodeError, ValueError, TypeError):
-                unparsed += 1  # sent as it is: the worker dead-letters it
-            producer.send(values["topic"], value=line.rstrip(b"\r\n"), key=key, timestamp_ms=ts)
-            sent += 1
+        if warc:
+            statuses: HttpStatuses = "any" if values["warc_status"] == "any" else "2xx"
+            key = values["message_key"] or "uri"
+            _produce_warc(sending, source, key, values["max_doc_bytes"], statuses)
+        else:
+            _produce_lines(sending, source, values)
         producer.flush()
     finally:
         producer.close()
         if args.input != "-":
             source.close()
-    print(f"sent {sent:,} messages to {values['topic']} ({unparsed:,} not JSON)", file=sys.stderr)
-    return EXIT_OK
+    say(sending.summary("HTML pages" if warc else "messages"))
+    return EXIT_REJECTED if sending.left_out else EXIT_OK
+
+
+class Sending:
+    """The messages of one `produce` run: each sent, or left out and named on stderr
+    with its reason (over the limit here, refused by the broker, or not a page to
+    send), counted by reason for the closing line."""
+
+    def __init__(self, producer: Any, topic: str) -> None:
+        self.producer, self.topic = producer, topic
+        self.sent = 0
+        self.left_out: dict[str, int] = {}
+
+    def send(self, name: str, value: bytes, key: bytes | None, **extra: Any) -> None:
+        from kafka.errors import MessageSizeTooLargeError
+
+        try:
+            future = self.producer.send(self.topic, value=value, key=key, **extra)
+        except MessageSizeTooLargeError:
+            self.leave_out(
+                name, "too_large_to_send", f"{len(value):,} bytes, over --max-message-bytes"
+            )
+            return
+        future.add_errback(lambda exc: self.leave_out(name, "refused", str(exc)))
+        self.sent += 1
+
+    def leave_out(self, name: str, reason: str, why: str) -> None:
+        if reason == "refused":
+            self.sent -= 1  # (counted when handed to the producer)
+        self.left_out[reason] = self.left_out.get(reason, 0) + 1
+        say(f"not sent: {name}: {why} [{reason}]")
+
+    def summary(self, what: str) -> str:
+        text = f"sent {self.sent:,} {what} to {self.topic}"
+        if self.left_out:
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.left_out.items()))
+            text += f"; {sum(self.left_out.values()):,} not sent ({kinds})"
+        return text
+
+
+def message_key(how: str, doc_id: Any, url: str | None) -> bytes | None:
+    """A message's key: the document's id, its URI, or its URI's host (near copies of
+    one site's pages then share a partition: docs/guide/worker.md)."""
+    if how == "id":
+        return None if doc_id is None else str(doc_id).encode()
+    if not url:
+        return None
+    if how == "host":
+        from urllib.parse import urlsplit
+
+        host = urlsplit(url).hostname
+        return None if host is None else host.encode()
+    return url.encode()
+
+
+def _produce_lines(sending: Sending, source: IO[bytes], values: dict[str, Any]) -> None:
+    """JSON Lines, a message a line as it is (a line that is not JSON too: the worker
+    dead-letters it), keyed by `--message-key` (id by default; uri and host read the
+    field `url`), timed by `--timestamp-field`."""
+    id_field, ts_field = values["id_field"], values["timestamp_field"]
+    how = values["message_key"] or "id"
+    for n, line in enumerate(source, 1):
+        if not line.strip():
+            continue
+        key, ts = None, None
+        try:
+            doc = orjson.loads(line)
+            if isinstance(doc, dict):
+                url = doc.get("url")
+                key = message_key(how, doc.get(id_field), url if isinstance(url, str) else None)
+                if ts_field and doc.get(ts_field) is not None:
+                    ts = int(doc[ts_field])
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            pass  # sent as it is: the worker dead-letters it
+        sending.send(f"line {n}", line.rstrip(b"\r\n"), key, timestamp_ms=ts)
 
 
 def _produce_warc(
-    producer: Any, source: IO[bytes], topic: str, max_bytes: int, statuses: HttpStatuses
-) -> int:
+    sending: Sending, source: IO[bytes], how: str, max_bytes: int, statuses: HttpStatuses
+) -> None:
     """An archive's HTML pages as HTML messages: the value is the page's bytes as
-    fetched, the key its URI, the header `warc-record-id` its record id (for
-    `worker --input-format html`, or `--id-header warc-record-id`).  Pages are read
-    as `dedup` reads them (`inputs.warc.html_pages`): a page over `--max-doc-bytes`,
-    as stored or once decoded, is not sent (its body is never decoded beyond that
-    limit), nor is one without a URI, or one the archive's damage cut off: each is
-    counted with its reason, and the exit status is then 1, as `dedup`'s for an error
-    record.  A page larger than a produce request may be (the producer's
-    max_request_size, 1 MiB by default) is not sent either and is counted, but is no
-    fault of the archive's: the exit status stays 0 for it."""
-    from kafka.errors import MessageSizeTooLargeError
-
+    fetched, the key its URI (or its host, or its record id: `--message-key`), the
+    header `warc-record-id` its record id (for `worker --input-format html`, or
+    `--id-header warc-record-id`).  Pages are read as `dedup` reads them
+    (`inputs.warc.html_pages`): a page over `--max-doc-bytes`, as stored or once
+    decoded, is not sent (its body is never decoded beyond that limit), nor is one
+    without a URI, or one the archive's damage cut off, nor one over the message
+    size limit: each is named with its reason and counted, and the exit status is
+    then 1."""
     from streamdedup.inputs.warc import html_pages
 
-    sent = too_large = 0
-    refused: dict[str, int] = {}
-    try:
-        for ref, page in html_pages(source, max_bytes=max_bytes, statuses=statuses):
-            if isinstance(page, Rejected):
-                refused[page.reason] = refused.get(page.reason, 0) + 1
-                if page.reason == CORRUPT_WARC:
-                    say(f"streamdedup: {page.message}")
-                continue
-            key = ref.url.encode() if ref.url else None
-            headers = [("warc-record-id", ref.record_id.encode())] if ref.record_id else []
-            try:
-                producer.send(topic, value=page, key=key, headers=headers)
-            except MessageSizeTooLargeError:
-                too_large += 1
-                continue
-            sent += 1
-        producer.flush()
-    finally:
-        producer.close()
-        source.close()
-    big = f" ({too_large:,} over the producer's message size limit, not sent)" if too_large else ""
-    if refused:
-        kinds = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
-        big += f"; {sum(refused.values()):,} not sent ({kinds})"
-    print(f"sent {sent:,} HTML pages to {topic}{big}", file=sys.stderr)
-    return EXIT_REJECTED if refused else EXIT_OK
+    for ref, page in html_pages(source, max_bytes=max_bytes, statuses=statuses):
+        name = ref.url or ref.record_id or "(a record without a URI)"
+        if isinstance(page, Rejected):
+            sending.leave_out(name, page.reason, page.message)
+            continue
+        key = message_key(how, ref.record_id, ref.url)
+        headers = [("warc-record-id", ref.record_id.encode())] if ref.record_id else []
+        sending.send(name, page, key, headers=headers)

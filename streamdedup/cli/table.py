@@ -131,7 +131,8 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
         (OptionGroup("broker", (Opt("port", "port to listen on", int, 9092, metavar="PORT"),)),),
     ),
     "produce": (
-        "send JSON Lines documents to a topic (one message per line, keyed by id)",
+        "send JSON Lines documents or a WARC archive's pages to a topic (a message a "
+        "document, keyed by id or URI)",
         (
             OptionGroup(
                 "produce",
@@ -157,6 +158,23 @@ COMMANDS: dict[str, tuple[str, tuple[OptionGroup, ...]]] = {
                         "use this field (epoch milliseconds) as the message timestamp",
                         str,
                         metavar="NAME",
+                    ),
+                    Opt(
+                        "message-key",
+                        "key each message by the document's id, its URI or its URI's host "
+                        "(near copies of one site then share a partition); default: id for "
+                        "JSON Lines (uri and host read the field `url`), uri for WARC",
+                        str,
+                        choices=("id", "uri", "host"),
+                    ),
+                    Opt(
+                        "max-message-bytes",
+                        "the largest message sent (the producer's max_request_size; keep it "
+                        "within the broker's message.max.bytes): a larger one is named on "
+                        "stderr and not sent, and the exit status is 1",
+                        int,
+                        1 << 20,
+                        metavar="N",
                     ),
                 ),
             ),

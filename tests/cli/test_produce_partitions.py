@@ -55,3 +55,40 @@ def test_produce_partitions_for_a_new_topic(kafka_bootstrap: str, tmp_path: Path
     r = run("produce", str(src), "--bootstrap-servers", kafka_bootstrap, "--partitions", "0")
     assert r.returncode == 2
     assert b"--partitions must be at least 1" in r.stderr
+
+
+def test_produce_keys_by_host_and_names_what_it_leaves_out(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """`--message-key host` keys each line by its `url`'s host (id, uri: the others);
+    a line over `--max-message-bytes` is named on stderr, not sent, and the exit
+    status is 1; the rest go out in order."""
+    import orjson
+    from kafka import KafkaConsumer
+
+    lines = [
+        {"id": "a", "url": "https://one.example/x", "text": "first page"},
+        {"id": "b", "url": "https://two.example/y?q=1", "text": "second page"},
+        {"id": "c", "url": "https://one.example/z", "text": "w " * 3000},  # 6 KB
+        {"id": "d", "text": "no url"},
+    ]
+    src = tmp_path / "in.jsonl"
+    src.write_bytes(b"".join(orjson.dumps(d) + b"\n" for d in lines))
+    topic = f"keyed-{uuid.uuid4().hex[:8]}"
+    r = run(
+        "produce", str(src), "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+        "--message-key", "host", "--max-message-bytes", "4096",
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.decode()
+    assert "not sent: line 3: " in err and "[too_large_to_send]" in err
+    assert f"sent 3 messages to {topic}; 1 not sent (too_large_to_send 1)" in err
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
+    got = [(m.key, orjson.loads(m.value)["id"]) for m in consumer]
+    consumer.close()
+    assert got == [(b"one.example", "a"), (b"two.example", "b"), (None, "d")]

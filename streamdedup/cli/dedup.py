@@ -20,7 +20,7 @@ from streamdedup.cli.settings import EngineSettings, engine_settings, open_new_o
 from streamdedup.config import Fields
 from streamdedup.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, ConfigError
 from streamdedup.inputs import is_warc, sniff_warc
-from streamdedup.ops.progress import make_progress
+from streamdedup.ops.progress import InputProgress
 from streamdedup.worker_config import check_connection_used
 
 if TYPE_CHECKING:
@@ -72,12 +72,13 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
         fields = fields.for_params(dd.params)  # (an index of bits items reads bits)
         with dd:
             outputs.truncate()
-            progress = make_progress(values["progress"], "dedup")
+            progress = InputProgress(values["progress"], "dedup", sources)
             summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
             summary.keeping = kept is not None
             record_ids: set[bytes] = set()  # --warc-id record-id: one run's ids
             try:
-                for path, source in zip(inputs, sources, strict=True):
+                for k, (path, source) in enumerate(zip(inputs, sources, strict=True)):
+                    progress.reading(k, source)
                     run = Run(
                         dd, sink, kept, fields, values, settings, progress, summary, record_ids
                     )
@@ -86,8 +87,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
                 say("\ninterrupted: the index holds every document whose verdict was written")
                 return EXIT_INTERRUPTED
             finally:
-                if progress is not None:
-                    progress.close()
+                progress.close()
     finally:
         if remote is not None:
             remote.close()

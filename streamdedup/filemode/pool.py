@@ -27,7 +27,7 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from streamdedup.config import Fields
 from streamdedup.engine.prepare import Prepared, Preparer
@@ -40,9 +40,19 @@ if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
 
 Decoded = list[Document | Rejected]
 Part = tuple[Decoded, Prepared]
-# A part with its input lines (those `dedup --keep` copies; empty if not asked for);
-# a dry run's parts are decoded only (`Deduplicator.query` prepares each alone).
-Lined = tuple[Decoded, Prepared | None, list[bytes]]
+
+
+class Lined(NamedTuple):
+    """A part as `dedup` takes it: its decoded lines, their prepared documents (None:
+    a dry run's, prepared one by one by `Deduplicator.query`), the lines themselves
+    (those `--keep` copies; empty when not asked for) and their bytes in the input
+    (the progress bar's)."""
+
+    decoded: Decoded
+    prepared: Prepared | None
+    lines: list[bytes]
+    size: int
+
 
 TASK_BYTES = 1 << 20  # about 330 pages of 3 KB
 DEPTH = 8  # tasks in flight per worker when they are byte ranges of a file
@@ -170,14 +180,14 @@ class PreparePool:
         its input lines (this process read them to hand them out: cut again here)."""
         chunks = _chunks(self.source)
         depth = DEPTH if self.path is not None else 1
-        pending: deque[tuple[Connection, bytes]] = deque()  # a task's, in input order
+        pending: deque[tuple[Connection, bytes, int]] = deque()  # a task's, in input order
         load = dict.fromkeys(self.conns, 0)
 
         def submit(conn: Connection) -> None:
             while load[conn] < depth and (chunk := next(chunks, None)) is not None:
                 offset, data = chunk
                 conn.send((offset, len(data)) if self.path is not None else data)
-                pending.append((conn, data if keep_lines else b""))
+                pending.append((conn, data if keep_lines else b"", len(data)))
                 load[conn] += 1
 
         for conn in self.conns:
@@ -185,7 +195,7 @@ class PreparePool:
         group: list[Lined] = []
         lines = 0
         while pending:
-            conn, data = pending[0]
+            conn, data, size = pending[0]
             if group and not conn.poll():
                 yield group
                 group, lines = [], 0
@@ -194,7 +204,8 @@ class PreparePool:
             pending.popleft()
             load[conn] -= 1
             submit(conn)
-            group.append((decoded, prepared, split_lines(data) if keep_lines else []))
+            kept = split_lines(data) if keep_lines else []
+            group.append(Lined(decoded, prepared, kept, size))
             lines += len(decoded)
             if lines >= batch_size:
                 yield group

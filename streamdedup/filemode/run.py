@@ -54,7 +54,7 @@ def run_dedup(
     groups: Iterable[list[Lined]]
     if dry:  # (decoded here, each document prepared alone by `query`)
         lines = read_lines(source, batch_size)
-        groups = ([(decode_json_lines(b, fields), None, b)] for b in lines)
+        groups = ([Lined(decode_json_lines(b, fields), None, b, _size(b))] for b in lines)
     elif workers > 0:
         pool = PreparePool(workers, dedup.preparer, fields, source)
         groups = pool.groups(batch_size, keep_lines=keep is not None)
@@ -62,12 +62,18 @@ def run_dedup(
         tasks = read_lines(source, batch_size)
         kept = keep is not None  # (else the lines go once decoded: a batch ahead holds none)
         groups = (
-            [(*decode_and_prepare(dedup.preparer, fields, b, dedup.known), b if kept else [])]
+            [
+                Lined(
+                    *decode_and_prepare(dedup.preparer, fields, b, dedup.known),
+                    b if kept else [],
+                    _size(b),
+                )
+            ]
             for b in tasks
         )
     try:
         for group in _ahead(groups, dedup):
-            count = sum(len(d) for d, _, _ in group)  # lines decoded, rejected ones too
+            count = sum(len(part.decoded) for part in group)  # lines, rejected ones too
             verdicts = _decide(dedup, group)  # committed before writing
             records: list[dict[str, Any]]
             if len(verdicts) == count:  # no rejected line: all at once
@@ -76,7 +82,7 @@ def run_dedup(
             else:
                 records = []
                 each = iter(verdicts)
-                for item in itertools.chain.from_iterable(d for d, _, _ in group):
+                for item in itertools.chain.from_iterable(part.decoded for part in group):
                     if isinstance(item, Rejected):  # an error record says where its line was
                         summary.add(item)
                         line = {"line": summary.lines - first, **(where or {})}
@@ -85,6 +91,8 @@ def run_dedup(
                         verdict = next(each)
                         summary.add(verdict)
                         records.append(output_record(verdict))
+            if progress is not None and hasattr(progress, "read"):  # (`InputProgress`)
+                progress.read(sum(part.size for part in group))
             _write_batch(sink, json_lines(records), summary, progress, count, started)
             if keep is not None:
                 data = kept_lines(group, verdicts)
@@ -97,13 +105,18 @@ def run_dedup(
     return summary
 
 
+def _size(lines: list[bytes]) -> int:
+    """The bytes of lines in the input, each with its line feed."""
+    return sum(map(len, lines)) + len(lines)
+
+
 def _decide(dedup: Deduplicator, group: list[Lined]) -> list[Verdict]:
     """A group's verdicts: checked and inserted (committed before they are written),
     or, a dry run's group (not prepared), queried."""
-    if any(p is None for _, p, _ in group):
-        docs = [d for decoded, _, _ in group for d in decoded if isinstance(d, Document)]
+    if any(part.prepared is None for part in group):
+        docs = [d for part in group for d in part.decoded if isinstance(d, Document)]
         return dedup.query(docs)
-    return dedup.apply([p for _, p, _ in group if p is not None])
+    return dedup.apply([part.prepared for part in group if part.prepared is not None])
 
 
 def kept_lines(group: list[Lined], verdicts: list[Verdict]) -> bytes:
@@ -112,8 +125,8 @@ def kept_lines(group: list[Lined], verdicts: list[Verdict]) -> bytes:
     each = iter(verdicts)
     out = [
         line + b"\n"
-        for decoded, _, lines in group
-        for item, line in zip(decoded, lines, strict=True)
+        for part in group
+        for item, line in zip(part.decoded, part.lines, strict=True)
         if isinstance(item, Document) and next(each).verdict == "unique"
     ]
     return b"".join(out)
@@ -125,11 +138,11 @@ def _ahead(groups: Iterable[list[Lined]], dedup: Deduplicator) -> Iterator[list[
     it = iter(groups)
     current = next(it, None)
     if current is not None:  # the first batch's answers travel while the second is prepared
-        dedup.ask_ahead([p for _, p, _ in current if p is not None])
+        dedup.ask_ahead([part.prepared for part in current if part.prepared is not None])
     while current is not None:
         following = next(it, None)
         if following is not None:
-            dedup.ask_ahead([p for _, p, _ in following if p is not None])
+            dedup.ask_ahead([part.prepared for part in following if part.prepared is not None])
         yield current
         current = following
 
@@ -167,9 +180,9 @@ def _write_batch(
     """One batch's output lines written (after its commit), the progress moved on."""
     deliver(sink, data, summary.lines - count)
     summary.seconds = time.perf_counter() - started
-    if progress is not None:
-        progress.update(count)
+    if progress is not None:  # (the postfix first: `update` draws the bar with it)
         progress.set_postfix(dup=summary.duplicates, rejected=summary.rejected, refresh=False)
+        progress.update(count)
 
 
 def run_warc(

@@ -213,11 +213,38 @@ TUNE = OptionGroup(
         Opt("num-perm", "signature length K (default 128)", int, metavar="K"),
         Opt(
             "metric",
-            "the family whose curve to draw: jaccard, hamming, cosine or euclidean "
-            "(default jaccard)",
+            "the family whose curve to draw: jaccard, hamming, cosine, euclidean or "
+            "containment (default jaccard)",
             str,
             "jaccard",
             choices=METRICS,
+        ),
+        Opt(
+            "sample",
+            "measure your own data instead: how many duplicates each threshold would call "
+            "among the first documents of this JSON Lines file, with example pairs near each",
+            str,
+            metavar="FILE",
+        ),
+        Opt("sample-size", "--sample: documents read", int, 5000, metavar="N"),
+        Opt(
+            "plot",
+            "--sample: also draw the duplicates per threshold to this PNG",
+            str,
+            metavar="PNG",
+        ),
+        Opt(
+            "item",
+            "--sample: the items, text or set (as the index will have)",
+            str,
+            "text",
+            choices=("text", "set"),
+        ),
+        Opt(
+            "shingle",
+            "--sample: shingling of texts, word:K or char:K (default word:5)",
+            str,
+            metavar="SPEC",
         ),
         Opt("bits", "hamming: the length N of the bit strings", int, metavar="N"),
         Opt(

@@ -20,6 +20,10 @@ from streamdedup.sketch.projections import hyperplane_probability, pstable_proba
 
 def cmd_tune(args: argparse.Namespace, values: dict[str, Any]) -> int:
     check_bands_rows(values["bands"], values["rows"])
+    if values["sample"]:
+        from streamdedup.cli.tune_sample import tune_sample
+
+        return tune_sample(values)
     if values["metric"] != "jaccard":
         return _tune_family(values)
     for name in ("bits", "max_distance", "bucket_width"):

@@ -25,6 +25,7 @@ from streamdedup.errors import BrokerError
 from streamdedup.filemode.run import run_dedup
 from streamdedup.models import Verdict
 from streamdedup.ops.report import index_stats
+from streamdedup.ops.sampling import shared_passage
 from streamdedup.ops.summary import Summary
 
 
@@ -183,6 +184,7 @@ def source_texts(values: dict[str, Any]) -> dict[Any, str]:
 
 
 def _snippet(text: str, width: int = 70) -> str:
+    """A text's opening, on one line."""
     flat = " ".join(text.split())
     return flat[:width] + ("..." if len(flat) > width else "")
 
@@ -199,10 +201,12 @@ def _report(summary: Summary, verdicts: str, index_dir: str, texts: dict[Any, st
     picks = [shown[len(shown) * q // 4] for q in (0, 2, 3)] if len(shown) >= 4 else shown
     if picks:
         print("\nsome near-duplicates it found:")
-    for v in picks:
+    for v in picks:  # (where the two agree: their openings may not)
+        new, earlier = texts.get(v["id"], ""), texts.get(v["duplicate_of"], "")
         print(f"  {v['id']} ~ {v['duplicate_of']}  Jaccard {v['similarity']:.3f}")
-        print(f"    new:     {_snippet(texts.get(v['id'], ''))}")
-        print(f"    earlier: {_snippet(texts.get(v['duplicate_of'], ''))}")
+        print(f'    both say: "{shared_passage(new, earlier, 14)} ..."')
+        print(f"    new:      {_snippet(new)}")
+        print(f"    earlier:  {_snippet(earlier)}")
     stats = index_stats(index_dir)
     print(
         f"\nindex: {stats['documents']:,} documents, {stats['clusters']:,} clusters, "

@@ -126,15 +126,22 @@ _WORDS = re.compile(r"\w+")
 
 
 def shared_passage(a: str, b: str, words: int = 12) -> str:
-    """A passage the two texts share: from the first run of eight words of `a` that
-    `b` also has, `words` words of it (what makes them a pair, where their openings
-    may differ)."""
+    """A passage the two texts share: the start of their longest common run of words
+    (found by their runs of eight words), `words` words of it -- the body two pages
+    share rather than a banner they both carry, and what makes them a pair where
+    their openings may differ."""
     aw, bw = _WORDS.findall(a.lower()), _WORDS.findall(b.lower())
     grams = {tuple(bw[i : i + 8]) for i in range(max(len(bw) - 7, 0))}
+    best, run, start = (0, 0), 0, 0
     for i in range(max(len(aw) - 7, 0)):
         if tuple(aw[i : i + 8]) in grams:
-            return " ".join(aw[i : i + words])
-    return " ".join(aw[:words])
+            start, run = (start, run + 1) if run else (i, 1)
+            best = max(best, (run, -start))
+        else:
+            run = 0
+    if not best[0]:
+        return " ".join(aw[:words])
+    return " ".join(aw[-best[1] : -best[1] + words])
 
 
 def plot(sample: Sample, rows: list[dict[str, Any]], marked: float | None, path: str) -> None:

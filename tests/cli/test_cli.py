@@ -333,6 +333,7 @@ def test_demo_in_file_mode_finds_the_same(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     assert b"2000 lines" in r.stdout and b"duplicate 307 (exact 64)" in r.stdout
     assert len((tmp_path / "v.jsonl").read_bytes().splitlines()) == 2000
+    assert r.stdout.count(b"    both say: ") == 3  # (where each pair agrees)
 
 
 def test_every_command_has_a_handler() -> None:

@@ -73,3 +73,13 @@ def test_sets_by_containment_and_what_it_refuses(
     assert abs(rows[0.8]["duplicates"] - want) <= max(2, want // 100)
     assert main(["tune", "--sample", str(src), "--metric", "hamming"]) == 2
     assert "--sample measures texts or sets" in capsys.readouterr().err
+
+
+def test_the_passage_a_pair_shares_is_their_longest_common_run() -> None:
+    from streamdedup.ops.sampling import shared_passage
+
+    body = " ".join(f"w{k}" for k in range(40))
+    a = "Cookies banner here one two three four five six seven eight. " + body
+    b = "Other opening entirely one two three four five six seven eight, then " + body
+    assert shared_passage(a, b, 5) == "w0 w1 w2 w3 w4"  # (the body, not the shorter run)
+    assert shared_passage("no shared words at all", "none", 3) == "no shared words"

@@ -79,6 +79,26 @@ class ClosedSocketRace(logging.Filter):
         )
 
 
+class SlowTaskNoise(logging.Filter):
+    """Drops kafka-python 3's "Task ... ran for 0.106s (>0.100s threshold)" warnings of
+    short pauses.  Its network thread shares the GIL with the worker's batch -- HTML
+    extraction, shingling, the index's transaction -- so a tenth of a second between
+    its steps is this process at work, not a stuck connection; every batch printed
+    one.  A pause of `keep_s` or more still shows: that one may be a problem."""
+
+    _ELAPSED = re.compile(r"ran for ([0-9.]+)s \(>")
+
+    def __init__(self, keep_s: float = 5.0) -> None:
+        super().__init__()
+        self.keep_s = keep_s
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "kafka.net.selector" or record.levelno != logging.WARNING:
+            return True
+        found = self._ELAPSED.search(record.getMessage())
+        return found is None or float(found.group(1)) >= self.keep_s
+
+
 def setup_logging(level: str = "info", fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -88,6 +108,7 @@ def setup_logging(level: str = "info", fmt: str = "text") -> None:
         formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(formatter)
     handler.addFilter(ClosedSocketRace())
+    handler.addFilter(SlowTaskNoise())
     handler.addFilter(RateLimit())
     root = logging.getLogger()
     for old in list(root.handlers):

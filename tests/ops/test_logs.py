@@ -107,3 +107,21 @@ def test_the_closed_socket_race_traceback_is_dropped_and_nothing_else() -> None:
     assert keep(_record("kafka.net.transport", open_, race))
     assert keep(_record("kafka.conn", closed, race))
     assert keep(_record("kafka.net.transport", closed, None))
+
+
+def test_short_slow_task_warnings_are_dropped_long_ones_kept() -> None:
+    """kafka-python 3's "Task ... ran for 0.106s (>0.100s threshold)": the worker's own
+    batch holding the GIL, dropped; a pause of seconds is kept, as is anything else."""
+    from streamdedup.ops.logs import SlowTaskNoise
+
+    keep = SlowTaskNoise().filter
+
+    def warning(name: str, msg: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+
+    slow = "Task <Task poll> ran for {}s (>0.100s threshold). It is blocking the event loop"
+    assert not keep(warning("kafka.net.selector", slow.format("0.106")))
+    assert not keep(warning("kafka.net.selector", slow.format("4.990")))
+    assert keep(warning("kafka.net.selector", slow.format("7.500")))
+    assert keep(warning("kafka.net.selector", "Task <x> left RUNNING after step"))
+    assert keep(warning("kafka.conn", slow.format("0.106")))

@@ -116,7 +116,9 @@ def test_dockerfile_matches_the_cli() -> None:
     assert entry == ["streamdedup"]
     check_invocation(cmd)
     (health,) = [r for w, r in steps if w == "HEALTHCHECK"]
-    assert f"127.0.0.1:{env['STREAMDEDUP_METRICS_PORT']}/healthz" in health
+    # (the port the container's environment says, the image's by default)
+    assert "'http://127.0.0.1:%s/healthz' % os.environ.get('STREAMDEDUP_METRICS_PORT'" in health
+    assert f"'STREAMDEDUP_METRICS_PORT', '{env['STREAMDEDUP_METRICS_PORT']}')" in health
     assert env["STREAMDEDUP_METRICS_HOST"] == "0.0.0.0"
     (expose,) = [r for w, r in steps if w == "EXPOSE"]
     assert expose == env["STREAMDEDUP_METRICS_PORT"]

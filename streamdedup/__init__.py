@@ -8,8 +8,13 @@ Embedding without Kafka::
         verdict = dd.check("doc-1", "some text")
         verdicts = dd.check_batch([("doc-2", "more text"), ("doc-3", "and more")])
 
-`Deduplicator` is imported on first use, not with the package: the command line
-(`streamdedup.cli`) must set up its process before numpy loads (see there).
+Crawled pages: `page_text(html_bytes)` is the text a page is checked by (or a
+`Rejected` saying why there is none), `read_warc(archive)` an archive's records as
+documents, skips and rejects, each with its URI and record id.
+
+`Deduplicator` (and the HTML and WARC helpers) are imported on first use, not with
+the package: the command line (`streamdedup.cli`) must set up its process before
+numpy loads (see there), and a user of the engine alone needs no HTML parser.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from streamdedup.errors import (
     ParameterMismatchError,
     StreamDedupError,
 )
-from streamdedup.models import Document, Verdict
+from streamdedup.models import Document, Rejected, Verdict
 
 if TYPE_CHECKING:
     from streamdedup.engine.deduplicator import Deduplicator
+    from streamdedup.inputs.html import page_text
+    from streamdedup.inputs.warc import read_warc
 
 __version__ = "0.1.0"
 
@@ -35,6 +42,14 @@ def __getattr__(name: str) -> Any:
         from streamdedup.engine.deduplicator import Deduplicator
 
         return Deduplicator
+    if name == "page_text":
+        from streamdedup.inputs.html import page_text
+
+        return page_text
+    if name == "read_warc":
+        from streamdedup.inputs.warc import read_warc
+
+        return read_warc
     raise AttributeError(f"module 'streamdedup' has no attribute {name!r}")
 
 
@@ -44,7 +59,10 @@ __all__ = [
     "Document",
     "IndexOpenError",
     "ParameterMismatchError",
+    "Rejected",
     "StreamDedupError",
     "Verdict",
     "__version__",
+    "page_text",
+    "read_warc",
 ]

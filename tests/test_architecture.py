@@ -35,9 +35,12 @@ def test_public_api_is_pinned() -> None:
         "Document",
         "IndexOpenError",
         "ParameterMismatchError",
+        "Rejected",
         "StreamDedupError",
         "Verdict",
         "__version__",
+        "page_text",
+        "read_warc",
     ]
     for name in streamdedup.__all__:
         assert hasattr(streamdedup, name), name

@@ -44,6 +44,7 @@ GUIDE = (
     "docs/guide/vectors.md",
     "docs/guide/sets.md",
     "docs/guide/containment.md",
+    "docs/api.md",
     "docs/parameters.md",
     "docs/guide/troubleshooting.md",
     "docs/crawler.md",

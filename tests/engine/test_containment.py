@@ -86,12 +86,12 @@ def test_duplicates_lie_inside_what_they_name(tmp_path: Path) -> None:
     assert dups > 400 and near <= dups // 100
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(st.integers(0, 2**32), st.integers(1, 40))
 def test_the_batch_path_equals_one_by_one(
     tmp_path_factory: pytest.TempPathFactory, seed: int, batch: int
 ) -> None:
-    docs = [(str(i), t) for i, t in enumerate(pages(200, seed))]
+    docs = [(str(i), t) for i, t in enumerate(pages(120, seed))]
     runs = []
     for bulk in (True, False):
         path = tmp_path_factory.mktemp("idx")

@@ -80,20 +80,7 @@ def _tune_family(values: dict[str, Any]) -> int:
     metric = values["metric"]
     if metric == "containment":
         return _tune_containment(values)
-    p = family_params(
-        metric,
-        item=None,
-        bits=values["bits"],
-        dim=1 if metric in ("cosine", "euclidean") else None,  # (the curve has no D)
-        max_distance=values["max_distance"],
-        bucket_width=values["bucket_width"],
-        threshold=values["threshold"],
-        num_perm=values["num_perm"],
-        bands=values["bands"],
-        rows=values["rows"],
-        verify=None,
-        seed=1,
-    )
+    p = _new_params(metric, values)
     points, name, head = _points(p)
     curve = [(x, q, float(s_curve(q, p.bands, p.rows))) for x, q in points]
     bar = p.bar_value
@@ -120,20 +107,14 @@ def _tune_family(values: dict[str, Any]) -> int:
     return EXIT_OK
 
 
-CONTAINMENTS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.3, 0.1)
-
-
-def _tune_containment(values: dict[str, Any]) -> int:
-    """Containment's plan: for each offset between the size classes of the new item
-    and the earlier one, the least Jaccard of a pair at the bar (the containment-to-
-    Jaccard bound: the new item at the bottom of its class, the earlier at the top of
-    its own), the b x r the plan gives it, and the chance that a pair of those sizes
-    shares a bucket at each containment."""
-    p = family_params(
-        "containment",
+def _new_params(metric: str, values: dict[str, Any]) -> IndexParams:
+    """The parameters a new index of `metric` would get from these options (the
+    curves need no vector length: D = 1 stands in)."""
+    return family_params(
+        metric,
         item=None,
         bits=values["bits"],
-        dim=None,
+        dim=1 if metric in ("cosine", "euclidean") else None,
         max_distance=values["max_distance"],
         bucket_width=values["bucket_width"],
         threshold=values["threshold"],
@@ -143,6 +124,18 @@ def _tune_containment(values: dict[str, Any]) -> int:
         verify=None,
         seed=1,
     )
+
+
+CONTAINMENTS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.3, 0.1)
+
+
+def _tune_containment(values: dict[str, Any]) -> int:
+    """Containment's plan: for each offset between the size classes of the new item
+    and the earlier one, the least Jaccard of a pair at the bar (the containment-to-
+    Jaccard bound: the new item at the bottom of its class, the earlier at the top of
+    its own), the b x r the plan gives it, and the chance that a pair of those sizes
+    shares a bucket at each containment."""
+    p = _new_params("containment", values)
     t = p.threshold
     found = []
     for pair in plan(t, p.num_perm):

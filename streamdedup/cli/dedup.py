@@ -38,19 +38,7 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
     output, keep = values["output"], values.get("keep")
     inputs: list[str] = [args.input] if isinstance(args.input, str) else list(args.input)
     settings = engine_settings(values)  # usage errors come before file errors
-    check_connection_used(
-        values,
-        bool(values.get("bootstrap_servers")),
-        "dedup connects only with --bootstrap-servers, to an index's remote segments",
-    )
-    if inputs.count("-") > 1:
-        raise ConfigError("stdin ('-') can be given as INPUT only once")
-    _check_keep(keep, output, inputs)
-    if values["dry_run"] and not os.path.exists(os.path.join(settings.index, "data.mdb")):
-        raise ConfigError(
-            f"--dry-run checks documents against an existing index; there is none at "
-            f"{settings.index} (a dry run creates nothing)"
-        )
+    _check_usage(values, inputs, settings.index)
     # Inputs and outputs are checked and opened before the index: a run that cannot
     # read or write its files must not create (or change) an index.
     for path in inputs:
@@ -76,11 +64,21 @@ def cmd_dedup(args: argparse.Namespace, values: dict[str, Any]) -> int:
             summary = Summary(unit="records" if any(map(is_warc, inputs)) else "lines")
             summary.keeping = kept is not None
             record_ids: set[bytes] = set()  # --warc-id record-id: one run's ids
+            clusters: set[bytes] | None = set() if values["keep_per_cluster"] else None
             try:
                 for k, (path, source) in enumerate(zip(inputs, sources, strict=True)):
                     progress.reading(k, source)
                     run = Run(
-                        dd, sink, kept, fields, values, settings, progress, summary, record_ids
+                        dd,
+                        sink,
+                        kept,
+                        clusters,
+                        fields,
+                        values,
+                        settings,
+                        progress,
+                        summary,
+                        record_ids,
                     )
                     run.one_input(path, source, several=len(inputs) > 1)
             except KeyboardInterrupt:
@@ -153,6 +151,7 @@ class Run:
     dd: Deduplicator
     sink: IO[bytes]
     kept: IO[bytes] | None  # `--keep`: the input lines of the unique documents
+    kept_clusters: set[bytes] | None  # `--keep-per-cluster`: the clusters kept so far
     fields: Fields
     values: dict[str, Any]
     settings: EngineSettings
@@ -211,6 +210,27 @@ class Run:
             where={"input": path} if several else None,
             keep=self.kept,
             dry=self.values["dry_run"],
+            kept_clusters=self.kept_clusters,
+        )
+
+
+def _check_usage(values: dict[str, Any], inputs: list[str], index: str) -> None:
+    """The usage errors of a run's options and inputs, before any file is opened."""
+    check_connection_used(
+        values,
+        bool(values.get("bootstrap_servers")),
+        "dedup connects only with --bootstrap-servers, to an index's remote segments",
+    )
+    if inputs.count("-") > 1:
+        raise ConfigError("stdin ('-') can be given as INPUT only once")
+    keep = values.get("keep")
+    _check_keep(keep, values["output"], inputs)
+    if values["keep_per_cluster"] and keep is None:
+        raise ConfigError("--keep-per-cluster chooses what --keep FILE gets: give --keep")
+    if values["dry_run"] and not os.path.exists(os.path.join(index, "data.mdb")):
+        raise ConfigError(
+            f"--dry-run checks documents against an existing index; there is none at "
+            f"{index} (a dry run creates nothing)"
         )
 
 

@@ -197,6 +197,12 @@ OUTPUT = OptionGroup(
             str,
             metavar="FILE",
         ),
+        Opt(
+            "keep-per-cluster",
+            "--keep: the first document of each cluster in the input instead, also of a "
+            "cluster an earlier run started (one line a cluster, none left out)",
+            flag=True,
+        ),
         Opt("progress", "progress bar on stderr", str, "auto", choices=("auto", "always", "never")),
         Opt(
             "dry-run",

@@ -41,12 +41,15 @@ def run_dedup(
     where: dict[str, Any] | None = None,
     keep: IO[bytes] | None = None,
     dry: bool = False,
+    kept_clusters: set[bytes] | None = None,
 ) -> Summary:
     """Process all of `source`; `progress` is a tqdm-like object or None.  With
     several inputs, one `summary` goes through all of them (its time included), and
     `where` (the input's name) is added to each error record.  `keep`: where the
     input lines of the `unique` documents go (`--keep`), each batch's after its
-    verdicts.  `dry`: each document only queried (`Deduplicator.query`)."""
+    verdicts; `kept_clusters`: one line a cluster instead (`kept_lines`), the set
+    shared by every input of the run.  `dry`: each document only queried
+    (`Deduplicator.query`)."""
     summary = summary if summary is not None else Summary()
     first = summary.lines
     started = time.perf_counter() - summary.seconds
@@ -95,7 +98,7 @@ def run_dedup(
                 progress.read(sum(part.size for part in group))
             _write_batch(sink, json_lines(records), summary, progress, count, started)
             if keep is not None:
-                data = kept_lines(group, verdicts)
+                data = kept_lines(group, verdicts, kept_clusters)
                 deliver(keep, data, summary.kept, "kept input lines")
                 summary.kept += data.count(b"\n")
     finally:
@@ -119,16 +122,30 @@ def _decide(dedup: Deduplicator, group: list[Lined]) -> list[Verdict]:
     return dedup.apply([part.prepared for part in group if part.prepared is not None])
 
 
-def kept_lines(group: list[Lined], verdicts: list[Verdict]) -> bytes:
+def kept_lines(
+    group: list[Lined], verdicts: list[Verdict], clusters: set[bytes] | None = None
+) -> bytes:
     """The input lines of a batch's `unique` documents, in order, each ended by a
-    line feed (as read: without its line end, a CR before it included)."""
+    line feed (as read: without its line end, a CR before it included).  `clusters`
+    (`--keep-per-cluster`): instead, the first document of each cluster the run has
+    not kept yet -- a cluster first seen in an earlier run is kept once too -- and
+    the set of those kept, updated (a cluster's first document comes before its
+    members, so it is the one kept when the run has it)."""
     each = iter(verdicts)
-    out = [
-        line + b"\n"
-        for part in group
-        for item, line in zip(part.decoded, part.lines, strict=True)
-        if isinstance(item, Document) and next(each).verdict == "unique"
-    ]
+    out: list[bytes] = []
+    for part in group:
+        for item, line in zip(part.decoded, part.lines, strict=True):
+            if not isinstance(item, Document):
+                continue
+            v = next(each)
+            if clusters is None:
+                if v.verdict == "unique":
+                    out.append(line + b"\n")
+                continue
+            key = orjson.dumps(v.cluster)  # (an id's type kept: "1" is not 1)
+            if key not in clusters:
+                clusters.add(key)
+                out.append(line + b"\n")
     return b"".join(out)
 
 

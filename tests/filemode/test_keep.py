@@ -80,3 +80,28 @@ def test_what_keep_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["dedup", str(warc), "--index", idx, "--output", "x", "--keep", "k"]) == 2
     assert "--keep copies JSON Lines input lines only" in capsys.readouterr().err
     assert not Path(idx).exists() and not Path("k").exists()
+
+
+def test_keep_per_cluster_keeps_each_cluster_once_across_runs(tmp_path: Path) -> None:
+    """`--keep-per-cluster`: each cluster's first document in the input, also of a
+    cluster an earlier run started (whose new members `--keep` alone leaves out)."""
+    paths, lines = corpus(tmp_path)
+    idx = str(tmp_path / "idx")
+    assert main(["dedup", str(paths[0]), "--index", idx, "--output", str(tmp_path / "a.out")]) == 1
+    verdicts, keep = tmp_path / "b.out", tmp_path / "keep.jsonl"
+    args = [str(paths[1]), "--index", idx, "--output", str(verdicts), "--keep", str(keep)]
+    assert main(["dedup", *args, "--keep-per-cluster", "--dry-run"]) == 0
+    got = [orjson.loads(x) for x in verdicts.read_bytes().splitlines()]
+    later = lines[300:]  # (b.jsonl's lines)
+    assert len(got) == len(later)
+    seen: set[bytes] = set()
+    want = []
+    for line, v in zip(later, got, strict=True):
+        key = orjson.dumps(v.get("cluster"))
+        if "verdict" in v and key not in seen:
+            seen.add(key)
+            want.append(line.rstrip(b"\r") + b"\n")
+    assert keep.read_bytes() == b"".join(want)
+    unique = sum(v.get("verdict") == "unique" for v in got)
+    assert len(want) > unique  # (clusters started by the first run, kept once each)
+    assert main(["dedup", str(paths[1]), "--index", idx, "--keep-per-cluster"]) == 2

@@ -39,18 +39,15 @@ def cmd_clusters(args: argparse.Namespace, values: dict[str, Any]) -> int:
     from streamdedup.cli.verdicts import open_output
     from streamdedup.ops.clusters import from_index, from_verdicts
 
-    files: list[str] = args.verdicts
-    if bool(files) == bool(values.get("index")):
-        raise ConfigError(
-            "give the clusters' source: --index DIR or verdict files (JSON Lines), "
-            + ("not both" if files else "one of them")
-        )
+    files: list[str] = args.verdicts  # (named here, they win over an --index of the
+    if not files and not values.get("index"):  # environment or a config file)
+        raise ConfigError("give the clusters' source: --index DIR or verdict files (JSON Lines)")
     if values["min_size"] < 1:
         raise ConfigError("--min-size must be at least 1", params=("min_size",))
     clusters = (
-        from_index(values["index"], values["min_size"])
-        if values.get("index")
-        else from_verdicts(_lines(files), values["min_size"])
+        from_verdicts(_lines(files), values["min_size"])
+        if files
+        else from_index(values["index"], values["min_size"])
     )
     out, close = open_output(values["output"], "the clusters")
     try:

@@ -91,7 +91,9 @@ def test_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert [orjson.loads(x)["cluster"] for x in out.read_bytes().splitlines()] == ["a", 1]
     assert main(["clusters"]) == 2
     assert "--index DIR or verdict files" in capsys.readouterr().err
-    assert main(["clusters", str(src), "--index", str(tmp_path)]) == 2
+    capsys.readouterr()
+    assert main(["clusters", str(src), "--index", str(tmp_path / "none")]) == 0  # files win
+    assert capsys.readouterr().out.count("\n") == 2
     assert main(["clusters", str(tmp_path / "missing.jsonl")]) == 4
     src.write_bytes(b"not json\n")
     with pytest.raises(ConfigError, match="line 1 is not JSON"):

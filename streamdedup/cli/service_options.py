@@ -281,6 +281,13 @@ REPLAY = OptionGroup(
             metavar="TOPIC",
         ),
         Opt(
+            "keep-topic",
+            "with --output-topic: also publish each unique document's message here, as it "
+            "came, in the transaction of its verdict (a de-duplicated copy of the history)",
+            str,
+            metavar="TOPIC",
+        ),
+        Opt(
             "group-id",
             "the replay's own consumer group: its progress is resumed by name",
             str,

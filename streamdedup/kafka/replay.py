@@ -293,6 +293,11 @@ def run_replay(
             "that cannot be processed are written to the file as error records; drop "
             "--dead-letter-topic, or publish to a topic with --output-topic"
         )
+    if out_file and values.get("keep_topic"):
+        raise ConfigError(
+            "--keep-topic goes with --output-topic: its messages are published in the "
+            "transactions of the verdicts; publish them to a topic with --output-topic"
+        )
     start = StartAt.parse(
         values["from_timestamp"], values["from_offsets"], values["from_beginning"]
     )

@@ -76,13 +76,23 @@ def test_rebuild_to_a_file_equals_the_live_run(live: Live, tmp_path: Path) -> No
 
 
 def test_rebuild_to_a_topic_equals_the_live_run(live: Live, tmp_path: Path) -> None:
+    """... and `--keep-topic` gets the message of each unique document, as it came."""
     from streamdedup.kafka.settings import create_topics
 
     t, expected, _ = live
-    create_topics(t.bootstrap, [t.output + "-replay"], 1, {})
-    replay(t, tmp_path / "rebuilt", "--output-topic", t.output + "-replay")
-    got = verdicts_by_offset(t.read(t.output + "-replay", expect=len(expected)))
+    out, kept = t.output + "-replay", t.output + "-kept"
+    create_topics(t.bootstrap, [out, kept], 1, {})
+    replay(t, tmp_path / "rebuilt", "--output-topic", out, "--keep-topic", kept)
+    got = verdicts_by_offset(t.read(out, expect=len(expected)))
     assert got == expected
+    unique = sorted(str(v["id"]) for v in expected.values() if v["verdict"] == "unique")
+    messages = t.read(kept, expect=len(unique))
+    assert sorted(str(orjson.loads(m.value)["id"]) for m in messages) == unique
+    r = subprocess.run(
+        t.replay_args(tmp_path / "other", "--output", str(tmp_path / "x"), "--keep-topic", kept),
+        capture_output=True,
+    )
+    assert r.returncode == 2 and b"--keep-topic goes with --output-topic" in r.stderr
 
 
 def test_rebuild_refuses_a_used_index(live: Live, tmp_path: Path) -> None:

@@ -117,37 +117,10 @@ def choose_ranked(
     return best, best_measure, max(start, reach), False
 
 
-def choose_all(
-    measure: Measure,
-    mines: list[Kept],
-    sets: tuple[dict[int, Kept], ...],
-    ranked: npt.NDArray[np.int64],
-    est: npt.NDArray[np.float64],
-    at: npt.NDArray[np.int64],
-    bar: Bar,
-    margin: float,
-    max_checks: int,
-    state: Choices,
-    first: int,
-) -> int:
-    """`choose_ranked` for items `first`, ... of a batch (`SimilarityFamily.choose_all`)."""
-    return choose_each(
-        lambda mine, r, e, start, best, best_sim: choose_ranked(
-            measure, mine, sets, r, e, bar, margin, max_checks, start, best, best_sim
-        ),
-        mines,
-        ranked,
-        est,
-        at,
-        state,
-        first,
-    )
-
-
 class RowsChecks:
     """The exact-check half of a `SimilarityFamily` whose candidates are measured by
     `measure` in one call (no pre-filter table): `choose` and `choose_all` are the
-    walk above."""
+    walk above, for one item or for a batch's (`choose_each`)."""
 
     measure: Measure
 
@@ -189,6 +162,15 @@ class RowsChecks:
         first: int,
         table: KeptTable | None,
     ) -> int:
-        return choose_all(
-            self.measure, mines, sets, ranked, est, at, bar, margin, max_checks, state, first
+        measure = self.measure
+        return choose_each(
+            lambda mine, r, e, start, best, best_sim: choose_ranked(
+                measure, mine, sets, r, e, bar, margin, max_checks, start, best, best_sim
+            ),
+            mines,
+            ranked,
+            est,
+            at,
+            state,
+            first,
         )

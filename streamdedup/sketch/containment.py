@@ -42,6 +42,7 @@ from streamdedup.sketch.lsh import RECALL_TARGET, check_num_perm
 from streamdedup.sketch.shingle import ShingleBatch
 from streamdedup.sketch.signature import (
     Signatures,
+    band_keys,
     estimate_of_agreeing,
     seed_key,
     sketch,
@@ -201,22 +202,19 @@ class MinHashContainment(ByAgreeing):
         return np.ascontiguousarray(np.column_stack([minima, classes]), dtype=np.uint16)
 
     def band_keys(self, sigs: Signatures) -> U64:
-        k = self.minhashes
-        minima = np.asarray(sigs[:, :k], dtype=np.uint64)
-        own = np.asarray(sigs[:, k], dtype=np.int64)
+        """Each offset's bands of the minima (`signature.band_keys`, a seed of the
+        offset's own), named by the item's pair of classes in each role."""
+        minima = sigs[:, : self.minhashes]
+        own = np.asarray(sigs[:, self.minhashes], dtype=np.int64)
         blocks: list[U64] = []
         for i, p in enumerate(self.pairings):
-            bases = fmix64_np(
-                np.arange(p.bands, dtype=np.uint64) ^ np.uint64(seed_key(self.seed, 64 + i))
-            )
-            banded = minima[:, : p.bands * p.rows].reshape(len(sigs), p.bands, p.rows)
-            roles = (
-                [(own, own + p.offset)]
-                if p.offset == 0
-                else [(own, own + p.offset), (own - p.offset, own)]
-            )
-            for new, earlier in roles:
-                blocks.append(_band_chain(bases, _pair_tag(new, earlier), banded))
+            bands = band_keys(minima, p.bands, p.rows, seed_key(self.seed, 64 + i))
+            roles = [(own, own + p.offset)]  # (as the new item; and as the earlier one:)
+            if p.offset:
+                roles.append((own - p.offset, own))
+            blocks += [
+                fmix64_np(bands ^ _pair_tag(new, earlier)[:, None]) for new, earlier in roles
+            ]
         if not blocks:
             return np.empty((len(sigs), 0), dtype=np.uint64)
         return np.ascontiguousarray(np.concatenate(blocks, axis=1))
@@ -239,15 +237,6 @@ def _pair_tag(new: npt.NDArray[np.int64], earlier: npt.NDArray[np.int64]) -> U64
         earlier.astype(np.uint64) & np.uint64(0xFFFFFFFF)
     )
     return fmix64_np(packed ^ np.uint64(0x636F6E7461696E21))  # b"contain!"
-
-
-def _band_chain(bases: U64, tags: U64, banded: npt.NDArray[np.uint64]) -> U64:
-    """(n, b) keys: each band's base and the item's pair tag, then its rows, mixed in
-    turn (as `signature.band_keys` chains a band's rows)."""
-    acc = fmix64_np(bases[None, :] ^ tags[:, None])
-    for i in range(banded.shape[2]):
-        acc = fmix64_np(acc ^ (banded[:, :, i] + np.uint64(i << 16)))
-    return acc
 
 
 __all__ = [

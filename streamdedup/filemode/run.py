@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
 
 from streamdedup.filemode.streams import deliver, read_lines
 from streamdedup.ops.summary import Summary
+from streamdedup.store.keys import id_key
 
 
 def run_dedup(
@@ -142,7 +143,7 @@ def kept_lines(
                 if v.verdict == "unique":
                     out.append(line + b"\n")
                 continue
-            key = orjson.dumps(v.cluster)  # (an id's type kept: "1" is not 1)
+            key = id_key(v.cluster)  # (an id's type kept: "1" is not 1)
             if key not in clusters:
                 clusters.add(key)
                 out.append(line + b"\n")

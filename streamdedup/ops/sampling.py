@@ -26,6 +26,7 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
 from streamdedup.inputs.decode import decode_json_lines
 from streamdedup.models import Document, Verdict
+from streamdedup.store.keys import id_key
 
 BATCH = 2000
 
@@ -78,7 +79,7 @@ class Sample:
         return sorted(close, key=lambda m: (abs(m.similarity - t), str(m.doc_id)))[:count]
 
     def text(self, doc_id: Any) -> str:
-        return self.texts.get(_key(doc_id), "")
+        return self.texts.get(id_key(doc_id), "")
 
 
 def measure(
@@ -96,7 +97,7 @@ def measure(
         raise ConfigError("the sample holds no document to measure (every line was rejected)")
     each = engine.get("metric") == "containment"
     runs = {t: _run(docs, t, engine) for t in (thresholds if each else [min(thresholds)])}
-    texts = {_key(d.id): d.text for d in docs} if fields.item == "text" else {}
+    texts = {id_key(d.id): d.text for d in docs} if fields.item == "text" else {}
     return Sample(len(docs), len(decoded) - len(docs), runs, texts)
 
 
@@ -116,10 +117,6 @@ def _matches(verdicts: list[Verdict]) -> Iterator[Match]:
     for v in verdicts:
         if v.verdict == "duplicate" and v.similarity is not None:
             yield Match(v.id, v.duplicate_of, float(v.similarity), v.exact)
-
-
-def _key(doc_id: Any) -> bytes:
-    return repr(doc_id).encode()
 
 
 _WORDS = re.compile(r"\w+")

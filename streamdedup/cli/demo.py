@@ -40,7 +40,7 @@ def cmd_demo(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 def run_demo(values: dict[str, Any]) -> int:
     from streamdedup.errors import EXIT_OK, EXIT_REJECTED
-    from streamdedup.ops.progress import make_progress
+    from streamdedup.ops.progress import InputProgress
 
     source_name = values.get("input") or "bundled sample (2,000 crawl-like pages)"
     tmp = None if values.get("index") else tempfile.mkdtemp(prefix="streamdedup-demo-")
@@ -51,14 +51,13 @@ def run_demo(values: dict[str, Any]) -> int:
     try:
         source = open(values["input"], "rb") if values.get("input") else sample_stream()  # noqa: SIM115
         fields = Fields.from_options(values)
-        progress = make_progress(values.get("progress", "auto"), "demo")
+        progress = InputProgress(values.get("progress", "auto"), "demo", [])  # (a count)
         with source, open(verdict_path, "wb") as sink, Deduplicator(index_dir) as dd:
             if values.get("file_mode"):
                 summary = run_dedup(dd, source, sink, fields, progress=progress)
             else:
                 summary = _through_kafka(dd, source, sink, fields, progress)
-        if progress is not None:
-            progress.close()
+        progress.close()
         _report(summary, verdict_path, index_dir, source_texts(values))
         return EXIT_REJECTED if summary.rejected else EXIT_OK
     finally:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # (the WARC reader is loaded by a run that reads an archive)
     from streamdedup.inputs.warc import HttpStatuses, Skipped, WarcId, WarcRef
 
 from streamdedup.filemode.streams import deliver, read_lines
+from streamdedup.ops.progress import InputProgress
 from streamdedup.ops.summary import Summary
 from streamdedup.store.keys import id_key
 
@@ -37,14 +38,14 @@ def run_dedup(
     *,
     batch_size: int = 8000,
     workers: int = 0,
-    progress: Any = None,
+    progress: InputProgress | None = None,
     summary: Summary | None = None,
     where: dict[str, Any] | None = None,
     keep: IO[bytes] | None = None,
     dry: bool = False,
     kept_clusters: set[bytes] | None = None,
 ) -> Summary:
-    """Process all of `source`; `progress` is a tqdm-like object or None.  With
+    """Process all of `source`; `progress` is the bar, or None.  With
     several inputs, one `summary` goes through all of them (its time included), and
     `where` (the input's name) is added to each error record.  `keep`: where the
     input lines of the `unique` documents go (`--keep`), each batch's after its
@@ -95,7 +96,7 @@ def run_dedup(
                         verdict = next(each)
                         summary.add(verdict)
                         records.append(output_record(verdict))
-            if progress is not None and hasattr(progress, "read"):  # (`InputProgress`)
+            if progress is not None:
                 progress.read(sum(part.size for part in group))
             _write_batch(sink, json_lines(records), summary, progress, count, started)
             if keep is not None:
@@ -191,7 +192,7 @@ def _write_batch(
     sink: IO[bytes],
     data: bytes,
     summary: Summary,
-    progress: Any,
+    progress: InputProgress | None,
     count: int,
     started: float,
 ) -> None:
@@ -214,7 +215,7 @@ def run_warc(
     record_ids: set[bytes] | None = None,
     batch_size: int = 8000,
     workers: int = 0,
-    progress: Any = None,
+    progress: InputProgress | None = None,
     summary: Summary | None = None,
     on_skip: Callable[[Skipped, int], None] | None = None,
     dry: bool = False,

@@ -22,6 +22,7 @@ from streamdedup.errors import ConfigError
 from streamdedup.inputs.items import set_item
 from streamdedup.models import Document
 from streamdedup.sketch.shingle import reference_shingles
+from tests.support.bulk import batch_and_one_by_one
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
 
@@ -92,20 +93,10 @@ def test_the_batch_path_equals_one_by_one(
     tmp_path_factory: pytest.TempPathFactory, seed: int, batch: int
 ) -> None:
     docs = [(str(i), t) for i, t in enumerate(pages(120, seed))]
-    runs = []
-    for bulk in (True, False):
-        path = tmp_path_factory.mktemp("idx")
-        with Deduplicator(path, metric="containment", shingle="word:3", seed=seed) as dd:
-            dd.bulk = dd.bulk_search = bulk
-            step = batch if bulk else 1
-            runs.append(
-                [
-                    v.to_dict()
-                    for k in range(0, len(docs), step)
-                    for v in dd.check_batch(docs[k : k + step])
-                ]
-            )
-    assert runs[0] == runs[1]
+    bulk, one_by_one = batch_and_one_by_one(
+        tmp_path_factory.mktemp, docs, batch, metric="containment", shingle="word:3", seed=seed
+    )
+    assert bulk == one_by_one
 
 
 def baskets(n: int, seed: int) -> list[list[int]]:

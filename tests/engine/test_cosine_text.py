@@ -22,6 +22,7 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
 from streamdedup.sketch.shingle import _WORD, ShingleBatch, normalise, offsets_of
 from streamdedup.sketch.simhash import SimHash
+from tests.support.bulk import batch_and_one_by_one
 
 
 def counts(text: str, k: int = 3) -> Counter[str]:
@@ -79,20 +80,16 @@ def test_the_batch_path_equals_one_by_one(
     tmp_path_factory: pytest.TempPathFactory, seed: int, batch: int
 ) -> None:
     docs = [(str(i), t) for i, t in enumerate(texts(200, seed))]
-    runs = []
-    for bulk in (True, False):
-        path = tmp_path_factory.mktemp("idx")
-        with Deduplicator(path, metric="cosine", item="text", shingle="word:3", seed=seed) as dd:
-            dd.bulk = dd.bulk_search = bulk
-            step = batch if bulk else 1
-            runs.append(
-                [
-                    v.to_dict()
-                    for k in range(0, len(docs), step)
-                    for v in dd.check_batch(docs[k : k + step])
-                ]
-            )
-    assert runs[0] == runs[1]
+    bulk, one_by_one = batch_and_one_by_one(
+        tmp_path_factory.mktemp,
+        docs,
+        batch,
+        metric="cosine",
+        item="text",
+        shingle="word:3",
+        seed=seed,
+    )
+    assert bulk == one_by_one
 
 
 @pytest.mark.parametrize(("shared", "own"), [(4, 1), (4, 2), (4, 4), (0, 4)])

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Document
+from tests.support.bulk import batch_and_one_by_one
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
 
@@ -89,18 +90,16 @@ def test_the_batch_path_equals_one_by_one(
         (f"d{rnd.randrange(280)}" if rnd.random() < 0.05 else i, hex_of(v, bits))
         for i, v in enumerate(values)
     ]
-    runs = []
-    for bulk in (True, False):
-        path = tmp_path_factory.mktemp("idx")
-        with Deduplicator(
-            path, metric="hamming", bits=bits, max_distance=bits // 16, seed=seed
-        ) as dd:
-            dd.bulk = dd.bulk_search = bulk
-            got = []
-            for k in range(0, len(docs), batch if bulk else 1):
-                got += [v.to_dict() for v in dd.check_batch(docs[k : k + (batch if bulk else 1)])]
-        runs.append(got)
-    assert runs[0] == runs[1]
+    bulk, one_by_one = batch_and_one_by_one(
+        tmp_path_factory.mktemp,
+        docs,
+        batch,
+        metric="hamming",
+        bits=bits,
+        max_distance=bits // 16,
+        seed=seed,
+    )
+    assert bulk == one_by_one
 
 
 def test_a_reopened_index_keeps_its_family(tmp_path: Path) -> None:

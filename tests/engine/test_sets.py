@@ -20,6 +20,7 @@ from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError
 from streamdedup.inputs.items import set_item
 from streamdedup.models import Document
+from tests.support.bulk import batch_and_one_by_one
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
 
@@ -84,19 +85,10 @@ def test_the_batch_path_equals_one_by_one(
     docs = [
         (f"d{rnd.randrange(230)}" if rnd.random() < 0.05 else str(i), s) for i, s in enumerate(sets)
     ]
-    runs = []
-    for bulk in (True, False):
-        with Deduplicator(tmp_path_factory.mktemp("idx"), item="set", seed=seed) as dd:
-            dd.bulk = dd.bulk_search = bulk
-            step = batch if bulk else 1
-            runs.append(
-                [
-                    v.to_dict()
-                    for k in range(0, len(docs), step)
-                    for v in dd.check_batch(docs[k : k + step])
-                ]
-            )
-    assert runs[0] == runs[1]
+    bulk, one_by_one = batch_and_one_by_one(
+        tmp_path_factory.mktemp, docs, batch, item="set", seed=seed
+    )
+    assert bulk == one_by_one
 
 
 @given(st.lists(st.text(max_size=6), max_size=12), st.randoms())

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from streamdedup.engine.deduplicator import Deduplicator
 from streamdedup.errors import ConfigError, ParameterMismatchError
 from streamdedup.models import Document
+from tests.support.bulk import batch_and_one_by_one
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
 
@@ -127,17 +128,10 @@ def test_the_batch_path_equals_one_by_one(
     docs = [
         (f"d{rnd.integers(230)}" if rnd.random() < 0.05 else str(i), r) for i, r in enumerate(rows)
     ]
-    runs = []
-    for bulk in (True, False):
-        path = tmp_path_factory.mktemp("idx")
-        with Deduplicator(path, metric=metric, dim=16, seed=seed, **bar_option) as dd:
-            dd.bulk = dd.bulk_search = bulk
-            step = batch if bulk else 1
-            got = []
-            for k in range(0, len(docs), step):
-                got += [v.to_dict() for v in dd.check_batch(docs[k : k + step])]
-        runs.append(got)
-    assert runs[0] == runs[1]
+    bulk, one_by_one = batch_and_one_by_one(
+        tmp_path_factory.mktemp, docs, batch, metric=metric, dim=16, seed=seed, **bar_option
+    )
+    assert bulk == one_by_one
 
 
 def test_a_reopened_index_keeps_its_family(tmp_path: Path) -> None:

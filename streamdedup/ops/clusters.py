@@ -15,18 +15,13 @@ refused rather than answered in part."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
-from streamdedup.errors import ConfigError, IndexOpenError
-from streamdedup.models import Record
-from streamdedup.store.index import Index
-from streamdedup.store.keys import MetaKey, docno_of
-from streamdedup.store.segment.reading import SealedSegment
-from streamdedup.store.segment.registry import located_segments
-from streamdedup.store.tables import Tables
+from streamdedup.errors import ConfigError
+from streamdedup.ops.sources import index_sources
 
 Cluster = dict[str, Any]
 
@@ -81,44 +76,20 @@ def from_verdicts(lines: Iterable[bytes], min_size: int = 1) -> Iterator[Cluster
 
 def from_index(path: str, min_size: int = 1) -> Iterator[Cluster]:
     """The clusters of an index's live documents, in order of their first member."""
-    index = Index(path, readonly=True)
-    opened: list[SealedSegment] = []
-    try:
-        if index.read(lambda t: t.meta(MetaKey.PARAMS)) is None:
-            raise IndexOpenError(f"{path} holds no streamdedup index parameters")
-        entries = located_segments(index)
-        remote = [e.number for e in entries if e.remote]
-        if remote:
+    with index_sources(path) as found:
+        if found.remote:
+            n = found.remote
             raise ConfigError(
-                f"sealed segment{'s' * (len(remote) > 1)} {', '.join(map(str, remote))} "
+                f"sealed segment{'s' * (len(n) > 1)} {', '.join(map(str, n))} "
                 "of this index are served remotely and cannot be read here: export the "
                 "clusters where the segments are local, or from the verdict files"
             )
-        rows: list[tuple[int, Record]] = []
-        for e in entries:
-            opened.append(SealedSegment.open(e.path, verify=False))
-            masked = index.read(_masked(e.number))
-            rows += [r for r in opened[-1].index.read(records_of) if r[0] not in masked]
-        rows += index.read(records_of)
-    finally:
-        for seg in opened:
-            seg.close()
-        index.close()
+        rows = [row for src in found.local for row in src.live_records()]
     rows.sort(key=lambda row: row[0])  # docnos are the index's, across segments
     grouping = _Grouping()
     for _, rec in rows:
         grouping.add(rec.doc_id, rec.cluster)
     return grouping.clusters(min_size)
-
-
-def _masked(number: int) -> Callable[[Tables], set[int]]:
-    """The documents of segment `number` the open index masks (replaced, expired)."""
-    return lambda t: set(t.masked(number).tolist())
-
-
-def records_of(t: Tables) -> list[tuple[int, Record]]:
-    """Every document record of one index or segment, with its docno, in docno order."""
-    return [(docno_of(key), Record.unpack(value)) for key, value in t.items("docs")]
 
 
 __all__ = ["Cluster", "from_index", "from_verdicts"]

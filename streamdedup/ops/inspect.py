@@ -4,7 +4,6 @@ neighbours by signature -- across the open index and its local sealed segments."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,23 +12,9 @@ from streamdedup.config import IndexParams
 from streamdedup.engine.families import family_of
 from streamdedup.engine.prepare import stored_band_keys
 from streamdedup.models import Record, Verdict
-from streamdedup.ops.clusters import records_of
-from streamdedup.ops.report import open_readonly
-from streamdedup.store.index import Index
+from streamdedup.ops.sources import Source, index_sources
 from streamdedup.store.keys import id_key
-from streamdedup.store.segment.reading import SealedSegment
-from streamdedup.store.segment.registry import located_segments
 from streamdedup.store.tables import Tables
-
-
-@dataclass(frozen=True)
-class _Source:
-    """Where `inspect` looks: the open index (`number` None) or a local sealed
-    segment, with the documents of it the open index masks (replaced or expired)."""
-
-    number: int | None
-    index: Index
-    masked: frozenset[int]
 
 
 def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, Any]:
@@ -40,38 +25,22 @@ def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, 
     neighbour).  Remote segments cannot be opened here: `remote_segments` lists
     those not searched.  `found` is False when no live document has that id (then
     `expired_in`: the segment whose document of that id expired, if one did)."""
-    index, params = open_readonly(path)
-    opened: list[SealedSegment] = []
-    try:
-        entries = located_segments(index)
-        masks = index.read(
-            lambda t: {e.number: frozenset(t.masked(e.number).tolist()) for e in entries}
-        )
-        sources = [_Source(None, index, frozenset())]
-        remote = [e.number for e in entries if e.remote]
-        for e in reversed(entries):  # newest first: an id's latest document
-            if not e.remote:
-                opened.append(SealedSegment.open(e.path, verify=False))
-                sources.append(_Source(e.number, opened[-1].index, masks[e.number]))
+    with index_sources(path) as found:
         missing: dict[str, Any] = {
             "id": doc_id,
             "found": False,
             "expired_in": None,
-            "remote_segments": remote,
+            "remote_segments": found.remote,
         }
-        for src in sources:
+        for src in found.local:
             hit = src.index.read(lambda t: _find(t, doc_id))
             if hit is None:
                 continue
             if hit[0] in src.masked:  # its newest document expired (a replacement is
                 return {**missing, "expired_in": src.number}  # found before it)
-            info = _describe(src, sources, params, hit, neighbours, remote)
-            return info | _kin(sources, hit)
+            info = _describe(src, found.local, found.params, hit, neighbours, found.remote)
+            return info | _kin(found.local, hit)
         return missing
-    finally:
-        for seg in opened:
-            seg.close()
-        index.close()
 
 
 # How many of a document's exact copies and cluster members `inspect` names (it
@@ -79,7 +48,7 @@ def inspect_document(path: str, doc_id: str, neighbours: int = 10) -> dict[str, 
 NAMED = 20
 
 
-def _kin(sources: list[_Source], hit: tuple[int, Record]) -> dict[str, Any]:
+def _kin(sources: list[Source], hit: tuple[int, Record]) -> dict[str, Any]:
     """The document's exact copies (the live documents of the same content) and its
     cluster's members, the first `NAMED` of each by id in the order they came, and
     how many there are.  A cluster's members are found by reading every record (a
@@ -89,18 +58,14 @@ def _kin(sources: list[_Source], hit: tuple[int, Record]) -> dict[str, Any]:
     members: list[tuple[int, Any]] = []
     for src in sources:
 
-        def gather(t: Tables, src: _Source = src) -> None:
+        def gather(t: Tables, src: Source = src) -> None:
             for d in t.content_docnos(rec.content_hash, -1, 1 << 62):
                 other = t.record(d)
                 if d != docno and d not in src.masked and other is not None:
                     copies.append((d, other.doc_id))
-            members.extend(
-                (d, r.doc_id)
-                for d, r in records_of(t)
-                if r.cluster == rec.cluster and d not in src.masked
-            )
 
         src.index.read(gather)
+        members.extend((d, r.doc_id) for d, r in src.live_records() if r.cluster == rec.cluster)
     copies.sort(key=lambda x: x[0])
     members.sort(key=lambda x: x[0])
     return {
@@ -121,8 +86,8 @@ def _find(t: Tables, doc_id: str) -> tuple[int, Record] | None:
 
 
 def _describe(
-    src: _Source,
-    sources: list[_Source],
+    src: Source,
+    sources: list[Source],
     params: IndexParams,
     hit: tuple[int, Record],
     limit: int,
@@ -170,15 +135,15 @@ def _measures(params: IndexParams, rec: Record) -> dict[str, Any]:
 
 
 def _neighbours(
-    own: _Source, sources: list[_Source], params: IndexParams, docno: int, sig: bytes, limit: int
+    own: Source, sources: list[Source], params: IndexParams, docno: int, sig: bytes, limit: int
 ) -> list[dict[str, Any]]:
     """The documents sharing a bucket with `docno` in every source, nearest first by
     signature estimate (exact Jaccard beside it when the index verifies exactly)."""
     keys = stored_band_keys(sig, params)
-    rows: list[tuple[_Source, int, bytes]] = []
+    rows: list[tuple[Source, int, bytes]] = []
     for src in sources:
 
-        def gather(t: Tables, src: _Source = src) -> list[tuple[_Source, int, bytes]]:
+        def gather(t: Tables, src: Source = src) -> list[tuple[Source, int, bytes]]:
             found = set(t.candidates(keys, 1000).tolist()) - src.masked
             if src is own:
                 found.discard(docno)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from streamdedup.cli.settings import require_index
-from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError, InputOutputError
+from streamdedup.errors import EXIT_OK, EXIT_REJECTED, ConfigError
 
 
 def cmd_stats(args: argparse.Namespace, values: dict[str, Any]) -> int:
@@ -62,13 +62,16 @@ def cmd_clusters(args: argparse.Namespace, values: dict[str, Any]) -> int:
 
 
 def _lines(files: list[str]) -> Iterator[bytes]:
-    """The lines of the verdict files in turn ('-': standard input)."""
+    """The lines of the verdict files in turn ('-': standard input), opened and read
+    as `dedup` opens and reads its inputs."""
+    from streamdedup.filemode.streams import read_error, stdin_or_file
+
     for path in files:
+        src = stdin_or_file(path)
         try:
-            if path == "-":
-                yield from sys.stdin.buffer
-                continue
-            with open(path, "rb") as src:
-                yield from src
+            yield from src
         except OSError as exc:
-            raise InputOutputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+            raise read_error(src, exc) from exc
+        finally:
+            if path != "-":
+                src.close()

@@ -4,13 +4,14 @@ JSON (and a plot with `--plot`).  The measuring is `ops.sampling`'s."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
 
 from streamdedup.config import Fields
 from streamdedup.errors import EXIT_OK, ConfigError
-from streamdedup.filemode.streams import stdin_or_file
+from streamdedup.filemode.streams import read_lines, stdin_or_file
 from streamdedup.ops.sampling import Sample, measure, plot, shared_passage
 
 GRID = tuple(round(0.5 + 0.05 * k, 2) for k in range(11))  # 0.5, 0.55, ..., 1.0
@@ -35,12 +36,16 @@ def tune_sample(values: dict[str, Any]) -> int:
     if item == "text":
         engine["shingle"] = values["shingle"]
     fields = Fields(item=item)
+    if values["sample_size"] < 2:
+        raise ConfigError("--sample-size must be at least 2", params=("sample_size",))
     source = stdin_or_file(values["sample"])
-    try:
-        sample = measure(source, fields, values["sample_size"], grid, **engine)
+    try:  # (its first lines, as `dedup` reads lines: a pipe's batches may come short)
+        n = values["sample_size"]
+        lines = list(itertools.islice(itertools.chain.from_iterable(read_lines(source, n)), n))
     finally:
         if values["sample"] != "-":
             source.close()
+    sample = measure(lines, fields, grid, **engine)
     rows = sample.rows(grid)
     if values["plot"]:
         plot(sample, rows, chosen, values["plot"])

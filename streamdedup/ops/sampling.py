@@ -13,13 +13,12 @@ not cover a higher threshold's pairs, and each threshold gets a run of its own."
 
 from __future__ import annotations
 
-import itertools
 import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from streamdedup.config import Fields
 from streamdedup.engine.deduplicator import Deduplicator
@@ -83,14 +82,11 @@ class Sample:
 
 
 def measure(
-    source: IO[bytes], fields: Fields, limit: int, thresholds: Sequence[float], **engine: Any
+    lines: list[bytes], fields: Fields, thresholds: Sequence[float], **engine: Any
 ) -> Sample:
-    """The first `limit` lines of `source` through a throwaway index at the lowest of
-    `thresholds` (containment: at each) (`engine`: the family's options, as
+    """The sample's lines (without their line ends) through a throwaway index at the
+    lowest of `thresholds` (containment: at each) (`engine`: the family's options, as
     `Deduplicator` takes them)."""
-    if limit < 2:
-        raise ConfigError("--sample-size must be at least 2", params=("sample_size",))
-    lines = [line.rstrip(b"\r\n") for line in itertools.islice(source, limit)]
     decoded = decode_json_lines(lines, fields)
     docs = [d for d in decoded if isinstance(d, Document)]
     if not docs:

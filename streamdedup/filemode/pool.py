@@ -23,7 +23,6 @@ import gc
 import os
 import pickle
 import queue
-import stat
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from streamdedup.engine.prepare import Prepared, Preparer
 from streamdedup.errors import StreamDedupError
 from streamdedup.inputs.decode import decode_json_lines
 from streamdedup.models import Document, Rejected
+from streamdedup.ops.progress import file_size
 
 if TYPE_CHECKING:  # multiprocessing is imported by the pool (`--workers`) only
     from multiprocessing.connection import Connection
@@ -144,12 +144,7 @@ def _read(source: IO[bytes]) -> bytes:
 def _file_path(source: IO[bytes]) -> str | None:
     """The path of `source` if it is a regular file read from its start."""
     name = getattr(source, "name", None)
-    try:
-        if isinstance(name, str) and source.tell() == 0:
-            return name if stat.S_ISREG(os.fstat(source.fileno()).st_mode) else None
-    except (OSError, ValueError):
-        pass
-    return None
+    return name if isinstance(name, str) and file_size(source) is not None else None
 
 
 class PreparePool:

@@ -8,7 +8,9 @@ the same K and the same threshold.
   rows datasketch picks itself for the threshold.
 - `rensa`: `RMinHash` + `RMinHashLSH` (the Rust library).  rensa asks for the number
   of bands, which must divide K, and has no optimiser: the divisor with datasketch's
-  criterion (`rensa_bands`).
+  criterion (`rensa_bands`), or `--bands`.  bench_dedup.py works it out itself and
+  passes it, as a rensa user would write the number down: `rensa_bands` imports
+  datasketch (and scipy), a second of start-up that is none of rensa's own.
 
 A document is a duplicate when the LSH query returns any earlier document (how both
 libraries' LSH is used for de-duplication; neither stores sets to verify against).
@@ -16,6 +18,7 @@ Ids are indexed once: a repeated id is not inserted again.
 
     python bench/anchors.py datasketch INPUT OUTPUT --threshold 0.8 --num-perm 128
     python bench/anchors.py rensa INPUT OUTPUT --threshold 0.8
+    python bench/anchors.py rensa INPUT OUTPUT --threshold 0.8 --bands 8
 
 The figures of the slow way -- `MinHash(num_perm=K)` per document, regenerating the
 permutations every time -- are quoted once in docs/benchmarks.md, labelled
@@ -102,7 +105,7 @@ def rensa_bands(threshold: float, num_perm: int) -> int:
 def run_rensa(args: argparse.Namespace, spec: ShingleSpec) -> int:
     from rensa import RMinHash, RMinHashLSH
 
-    bands = rensa_bands(args.threshold, args.num_perm)
+    bands = args.bands or rensa_bands(args.threshold, args.num_perm)
     lsh = RMinHashLSH(threshold=args.threshold, num_perm=args.num_perm, num_bands=bands)
     keys: dict[Any, int] = {}  # rensa's keys are integers: our ids by arrival
     names: list[Any] = []
@@ -130,6 +133,12 @@ def main() -> int:
     ap.add_argument("--threshold", type=float, default=0.8)
     ap.add_argument("--num-perm", type=int, default=128)
     ap.add_argument("--shingle", default="word:5")
+    ap.add_argument(
+        "--bands",
+        type=int,
+        help="rensa: its number of bands, a divisor of --num-perm (default: rensa_bands's "
+        "choice for the threshold, which imports datasketch to make it)",
+    )
     ap.add_argument("--index-size-to", help="write the index size in bytes here")
     args = ap.parse_args()
     spec = ShingleSpec.parse(args.shingle)

@@ -4,12 +4,13 @@ For each stream (crawl-like: corpus.py; template-heavy: templates.py; short one-
 documents: shorts.py) and threshold
 it runs, each as its own process (timed end to end, reading JSON Lines and writing
 verdicts): streamdedup on one core (the default configuration), streamdedup with
---workers 1, datasketch (one MinHash template for all documents + MinHashLSH) and
-rensa (RMinHash + RMinHashLSH), both query then insert (anchors.py); with --more also
-streamdedup --workers 2, --verify signature and the numpy code.  It prints docs/s,
-peak memory, index bytes per document, precision and recall of `duplicate` verdicts
-against exact brute-force ground truth, each speed as a ratio to datasketch and to
-rensa, and the template-heavy stream's speed as a ratio to the crawl-like one's.
+--workers 1 (unless --skip-workers-1), datasketch (one MinHash template for all
+documents + MinHashLSH) and rensa (RMinHash + RMinHashLSH), both query then insert
+(anchors.py); with --more also streamdedup --workers 2, --verify signature and the
+numpy code.  It prints docs/s, peak memory, index bytes per document, precision and
+recall of `duplicate` verdicts against exact brute-force ground truth, each speed as
+a ratio to datasketch and to rensa, and the template-heavy stream's speed as a ratio
+to the crawl-like one's.
 
 Every contender runs --repeat times (default 3), each run its own process on a
 fresh index, round robin (all contenders once, then again); the fastest run
@@ -25,6 +26,7 @@ All runs are printed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -157,8 +159,18 @@ def run_streamdedup(
     return m
 
 
+@functools.cache
+def rensa_bands(threshold: float) -> int:
+    """rensa's bands at K = 128 (anchors.py's default), worked out here rather than in
+    each timed rensa run: that imports datasketch, a second of start-up."""
+    from anchors import rensa_bands as bands
+
+    return bands(threshold, 128)
+
+
 def run_anchor(library: str, corpus: Path, tmp: Path, threshold: float, n: int) -> dict[str, Any]:
     out, size = tmp / "verdicts.jsonl", tmp / "size"
+    bands = ["--bands", str(rensa_bands(threshold))] if library == "rensa" else []
     m = measure(
         [
             sys.executable,
@@ -170,6 +182,7 @@ def run_anchor(library: str, corpus: Path, tmp: Path, threshold: float, n: int) 
             str(threshold),
             "--index-size-to",
             str(size),
+            *bands,
         ]
     )
     m["bytes_per_doc"] = int(size.read_text()) / n
@@ -186,6 +199,7 @@ def contenders_for(
     anchors: bool,
     baseline: Path | None,
     num_perms: list[int] | None = None,
+    workers_1: bool = True,
 ) -> list[tuple[str, Any]]:
     if num_perms:  # the K trade-off (docs/parameters.md): streamdedup's default at each K
         out: list[tuple[str, Any]] = [
@@ -196,13 +210,14 @@ def contenders_for(
             for k in num_perms
         ]
         return out + (anchor_contenders(corpus, t, n) if anchors else [])
-    out = [
-        ("streamdedup (default, 1 core)", lambda tmp: run_streamdedup(corpus, tmp, t, [])),
-        (
-            "streamdedup --workers 1",
-            lambda tmp: run_streamdedup(corpus, tmp, t, ["--workers", "1"]),
-        ),
-    ]
+    out = [("streamdedup (default, 1 core)", lambda tmp: run_streamdedup(corpus, tmp, t, []))]
+    if workers_1:
+        out.append(
+            (
+                "streamdedup --workers 1",
+                lambda tmp: run_streamdedup(corpus, tmp, t, ["--workers", "1"]),
+            )
+        )
     if baseline is not None:
         out.append(
             (
@@ -329,7 +344,14 @@ def run_streams(
             have = f"{sum(truth):,} documents have an earlier one at Jaccard >= {t}"
             print(f"\n{stream}, threshold {t}: {have}", flush=True)
             contenders = contenders_for(
-                corpus, t, docs, args.more, not args.skip_anchors, args.baseline, args.num_perms
+                corpus,
+                t,
+                docs,
+                args.more,
+                not args.skip_anchors,
+                args.baseline,
+                args.num_perms,
+                workers_1=not args.skip_workers_1,
             )
             rows = run_round_robin(contenders, truth, docs, args.repeat)
             print_table(rows)
@@ -453,6 +475,12 @@ def main() -> int:
         dest="skip_anchors",
         action="store_true",
         help="no datasketch or rensa",
+    )
+    ap.add_argument(
+        "--skip-workers-1",
+        action="store_true",
+        help="no `streamdedup --workers 1` (the worker pool's cost at one worker; no target "
+        "of --targets is about it)",
     )
     ap.add_argument("--out", type=Path, default=OUT, help="corpora, ground truth and results")
     ap.add_argument("--more", action="store_true", help="also --workers 2, signature, numpy")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import re
@@ -145,8 +146,9 @@ def verdict_fields(path: Path) -> list[tuple[Any, ...]]:
 def servers(
     bootstrap: str, segments: list[Path], logs: Path
 ) -> Iterator[list[tuple[subprocess.Popen[bytes], int]]]:
-    """One `segment-server` process per segment (with its metrics port), stopped
-    (SIGTERM) at the end."""
+    """One `segment-server` process per segment (with its metrics port), each ready
+    (its /readyz green: answering probes) before the block runs, so that no round trip
+    counts a server's start; stopped (SIGTERM) at the end."""
     procs = []
     try:
         for seg in segments:
@@ -155,6 +157,8 @@ def servers(
             argv = [*CLI, "segment-server", str(seg), "--bootstrap-servers", bootstrap]
             argv += ["--metrics-port", str(port)]
             procs.append((subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log), port))
+        for (p, port), seg in zip(procs, segments, strict=True):
+            wait_ready(p, port, logs / f"server-{seg.name}.log")
         yield procs
     finally:
         for p, _ in procs:
@@ -165,6 +169,23 @@ def servers(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 120) -> None:
+    """Until the server's /readyz answers 200 (it joined its segment's consumer group
+    and holds the probe partition)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"segment server exited with {proc.returncode}: see {log}")
+        with (
+            contextlib.suppress(OSError),  # not listening yet, or 503 (not ready)
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r,
+        ):
+            if r.status == 200:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"segment server not ready within {timeout:.0f} s: see {log}")
 
 
 def free_port() -> int:
@@ -377,7 +398,7 @@ def one_round(
     out: dict[str, Any] = {"order": order, "load_average": os.getloadavg()[0]}
     for kind in order:
         index = tmp / f"{kind}-{r}"
-        shutil.copytree(indexes[kind], index)
+        shutil.copytree(indexes[kind], index, copy_function=copy_sparse)
         rtt = tmp / f"rtt-{r}.json" if kind == "remote" else None
         extra = remote if kind == "remote" else ()
         rate, wall, _ = dedup(c, index, tmp / f"{kind}-{r}.out", *batch, *extra, round_trips=rtt)
@@ -390,6 +411,33 @@ def one_round(
     out["ratio"] = out["remote"]["docs_per_s"] / out["single"]["docs_per_s"]
     out["local_ratio"] = out["local"]["docs_per_s"] / out["single"]["docs_per_s"]
     return out
+
+
+def copy_sparse(src: str, dst: str) -> None:
+    """`shutil.copy2` that keeps a file's holes: an index's data.mdb is a 1 GiB sparse
+    file of a few MB in use, which a plain copy reads and writes whole (seconds of CPU
+    per copy).  The copy has the same bytes, and holes where the source has them."""
+    with open(src, "rb") as s, open(dst, "wb") as d:
+        fd, end = s.fileno(), os.fstat(s.fileno()).st_size
+        start = 0
+        while start < end:
+            try:
+                start = os.lseek(fd, start, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                break  # no data after `start`: the rest is a hole
+            stop = os.lseek(fd, start, os.SEEK_HOLE)
+            s.seek(start)
+            d.seek(start)
+            while start < stop:
+                chunk = s.read(min(stop - start, 1 << 20))
+                if not chunk:
+                    raise OSError(f"{src} shrank while it was copied")
+                d.write(chunk)
+                start += len(chunk)
+        d.truncate(end)
+    shutil.copystat(src, dst)
 
 
 def sizes(tmp: Path, whole: Path, every: int, batch: tuple[str, ...]) -> dict[str, Any]:

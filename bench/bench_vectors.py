@@ -64,9 +64,10 @@ def text_vectors(dim: int, seed: int) -> F32:
             if not words:
                 continue
             slots = np.array([zlib.crc32(w.encode()) & (SLOTS - 1) for w in words])
-            counts = np.bincount(slots, minlength=SLOTS).astype(np.float32)
-            rows = np.flatnonzero(counts)
-            out.append(np.log1p(counts[rows]) @ projection[rows])
+            # the slots it uses, in order, and their counts (what a bincount over all
+            # SLOTS and its nonzero give, in five times the time)
+            rows, counts = np.unique(slots, return_counts=True)
+            out.append(np.log1p(counts.astype(np.float32)) @ projection[rows])
     return unit(np.stack(out))
 
 

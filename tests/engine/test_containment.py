@@ -8,6 +8,7 @@ a changelog restore; options it cannot take are refused."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +60,21 @@ def check_against_truth(
     """Precision 1 at the exact containment (to the 4 decimals reported); returns
     (duplicates missed whose earlier item is under 8 times the size, all missed)."""
     near = missed = 0
+    # what each set shares with every earlier one that shares anything with it,
+    # counted through an inverted index (a set sharing nothing holds none of `mine`):
+    # intersecting each set with every earlier one took 0.9 s of CPU on 1,000 pages
+    holders: dict[Any, list[int]] = {}
     for k, v in enumerate(verdicts):
         mine = sets[k]
+        shared = Counter(j for x in mine for j in holders.get(x, ()))
+        for x in mine:
+            holders.setdefault(x, []).append(k)
         if v["verdict"] == "duplicate":
             theirs = sets[int(v["duplicate_of"])]
             c = len(mine & theirs) / len(mine)
             assert int(v["duplicate_of"]) < k and c >= t and v["similarity"] == round(c, 4), v
             continue
-        inside = [s for s in sets[:k] if mine and len(mine & s) >= t * len(mine)]
+        inside = [sets[j] for j, n in shared.items() if n >= t * len(mine)]
         missed += bool(inside)
         near += any(len(s) < 8 * len(mine) for s in inside)
     return near, missed

@@ -6,6 +6,7 @@ engine's verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=
 from __future__ import annotations
 
 import copy
+import functools
 from array import array
 
 import numpy as np
@@ -19,6 +20,30 @@ KEYS = [bytes([k]) * 8 for k in range(8)]
 FIRST = 5000  # the batch's first docno: stored ones below
 
 
+def _int64s(values: list[int]) -> array[int]:
+    return array("q", values)
+
+
+# The strategies `gathers` draws from, made once: made afresh in every example (and
+# the hot keys' for every set of keys) their construction and validation took about
+# 40% of the gather test's CPU; the same strategies, so the same examples.
+_caps = st.sampled_from([0, 1, 2, 5, 2000])
+_forms = st.sampled_from([list, _int64s])
+_stored = st.lists(st.integers(0, FIRST - 1), max_size=30, unique=True)
+_key_sets = st.sets(st.sampled_from(KEYS))
+_rows = st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=6), min_size=0, max_size=25)
+
+
+@functools.cache
+def _subsets(of: tuple[bytes, ...]) -> st.SearchStrategy[set[bytes]]:
+    return st.sets(st.sampled_from(of))
+
+
+@functools.cache
+def _gaps(n: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(1, 3), min_size=n, max_size=n)
+
+
 @st.composite
 def gathers(draw: st.DrawFn) -> tuple[object, ...]:
     """A batch's read-ahead (stored docnos newest first, at most `cap`), its shared
@@ -27,22 +52,15 @@ def gathers(draw: st.DrawFn) -> tuple[object, ...]:
     gaps (documents the search skips).  The read-ahead's postings as lists or as the
     int64 arrays a batch keeps them in (`store.batch.docnos`), and the batch's lists
     (`added`) either way too: the kernel reads and grows both."""
-    cap = draw(st.sampled_from([0, 1, 2, 5, 2000]))
-    kept = draw(st.sampled_from([list, lambda v: array("q", v)]))
-    grown = draw(st.sampled_from([list, lambda v: array("q", v)]))
-    read_ahead = {
-        k: sorted(draw(st.lists(st.integers(0, FIRST - 1), max_size=30, unique=True)))[::-1][
-            : max(cap, 0)
-        ]
-        for k in draw(st.sets(st.sampled_from(KEYS)))
-    }
+    cap = draw(_caps)
+    kept = draw(_forms)
+    grown = draw(_forms)
+    read_ahead = {k: sorted(draw(_stored))[::-1][: max(cap, 0)] for k in draw(_key_sets)}
     read_ahead = {k: kept(v) for k, v in read_ahead.items()}
-    added = {k: grown([]) for k in draw(st.sets(st.sampled_from(KEYS)))}
-    hot = draw(st.sets(st.sampled_from(list(read_ahead) or KEYS[:1])))
-    rows = draw(
-        st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=6), min_size=0, max_size=25)
-    )
-    gaps = draw(st.lists(st.integers(1, 3), min_size=len(rows), max_size=len(rows)))
+    added = {k: grown([]) for k in draw(_key_sets)}
+    hot = draw(_subsets(tuple(read_ahead) or tuple(KEYS[:1])))
+    rows = draw(_rows)
+    gaps = draw(_gaps(len(rows)))
     docnos = FIRST + np.cumsum(np.asarray(gaps, dtype=np.int64)).astype(np.int64)
     return rows, docnos, read_ahead, added, hot, cap
 

@@ -370,18 +370,26 @@ def test_few_filled_bins_borrow_as_the_probe_walk_does(
         assert np.frombuffer(raw, np.uint16).tolist() == _walk(values, num_perm, rows)
 
 
+@functools.cache
+def _sig_rows(k: int) -> st.SearchStrategy[tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint16]]]:
+    """A signature of length `k` and 1-20 rows of the matrix, over a tiny alphabet:
+    made once a length (made afresh each example, they took 10-20% of the test's CPU)."""
+    return st.tuples(
+        hnp.arrays(np.uint16, k, elements=st.integers(0, 3)),
+        hnp.arrays(
+            np.uint16, st.tuples(st.integers(1, 20), st.just(k)), elements=st.integers(0, 3)
+        ),
+    )
+
+
+_bars = st.sampled_from([-1.0, 0.0, 0.3, 0.5, 0.75, 1.0])
+
+
 @needs_compiled
 @settings(max_examples=300)
 @given(
     # K up to 160: the compiled count's 8-lane steps and the lanes left after them
-    st.integers(1, 160).flatmap(
-        lambda k: st.tuples(
-            hnp.arrays(np.uint16, k, elements=st.integers(0, 3)),
-            hnp.arrays(
-                np.uint16, st.tuples(st.integers(1, 20), st.just(k)), elements=st.integers(0, 3)
-            ),
-        )
-    ),
+    st.integers(1, 160).flatmap(_sig_rows),
     st.data(),
 )
 def test_rank_gathered_equals_numpy(
@@ -399,7 +407,7 @@ def test_rank_gathered_equals_numpy(
     docnos = np.array(
         sorted(data.draw(st.sets(st.integers(0, len(slot) + 3), max_size=30))), dtype=np.int64
     )
-    bar = data.draw(st.sampled_from([-1.0, 0.0, 0.3, 0.5, 0.75, 1.0]))
+    bar = data.draw(_bars)
     limit = data.draw(st.integers(0, 35))
     fill = data.draw(st.booleans())
     got = rank_gathered(sig, matrix, slot, docnos, bar, limit, fill)

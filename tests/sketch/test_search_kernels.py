@@ -4,6 +4,7 @@ verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."
 
 from __future__ import annotations
 
+import functools
 from array import array
 
 import numpy as np
@@ -172,6 +173,19 @@ def test_a_slice_past_a_byte_leaves_the_set_without_counts(crowd: int) -> None:
 
 keys = [bytes([k]) * 8 for k in range(6)]
 docnos = st.lists(st.integers(0, 3000), max_size=40, unique=True)
+# The strategies `batches` draws from, made once: made afresh in every example (and
+# the hot keys' for every set of keys) their construction and validation took a third
+# of the gather test's CPU; the same strategies, so the same examples.
+_caps = st.sampled_from([0, 1, 3, 10, 2000])
+_bases = st.sampled_from([0, 2**30 - 6000, 2**40])
+_key_sets = st.sets(st.sampled_from(keys))
+_band_keys = st.lists(st.sampled_from(keys), min_size=1, max_size=8)
+_forms = st.sampled_from(["lists", "arrays", "mixed"])
+
+
+@functools.cache
+def _subsets(of: tuple[bytes, ...]) -> st.SearchStrategy[set[bytes]]:
+    return st.sets(st.sampled_from(of))
 
 
 @st.composite
@@ -179,21 +193,18 @@ def batches(draw: st.DrawFn) -> tuple[object, ...]:
     """A batch's read-ahead (stored docnos, newest first, at most `cap`, as
     `batch_postings` cuts them) and buffer (the batch's docnos, oldest first, all
     newer than stored ones), over a few keys shared by the document's buckets."""
-    cap = draw(st.sampled_from([0, 1, 3, 10, 2000]))
+    cap = draw(_caps)
     # docnos of one digit of a Python int (read in place) and past it (a bigger index)
-    base = draw(st.sampled_from([0, 2**30 - 6000, 2**40]))
+    base = draw(_bases)
     read_ahead = {
         k: sorted((base + d for d in draw(docnos)), reverse=True)[: max(cap, 0)]
-        for k in draw(st.sets(st.sampled_from(keys)))
+        for k in draw(_key_sets)
     }
-    added = {
-        k: sorted(base + d + 5000 for d in draw(docnos))
-        for k in draw(st.sets(st.sampled_from(keys)))
-    }
-    hot = draw(st.sets(st.sampled_from(list(read_ahead) or keys[:1])))
-    band_keys = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=8))
+    added = {k: sorted(base + d + 5000 for d in draw(docnos)) for k in draw(_key_sets)}
+    hot = draw(_subsets(tuple(read_ahead) or tuple(keys[:1])))
+    band_keys = draw(_band_keys)
     # as a batch keeps them (int64 arrays: store.batch `Docnos`) or as lists, mixed
-    as_arrays = draw(st.sampled_from(["lists", "arrays", "mixed"]))
+    as_arrays = draw(_forms)
     for postings in (read_ahead, added):
         for k in postings:
             if as_arrays == "arrays" or (as_arrays == "mixed" and draw(st.booleans())):

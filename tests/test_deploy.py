@@ -148,7 +148,7 @@ def test_dockerfile_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
                 else:
                     shutil.copy(p, src / s)
         if w == "RUN":
-            cmd = r.replace("/opt/streamdedup", str(venv)).replace("--no-cache-dir ", "").replace(
+            cmd = r.replace("/opt/streamdedup", str(venv)).replace(
                 "python -m venv", f"{sys.executable} -m venv"
             )
             res = subprocess.run(cmd, shell=True, cwd=src, capture_output=True, timeout=900)

@@ -9,6 +9,7 @@ is a duplicate lost for good.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,7 @@ def banding(threshold: float, num_perm: int, bands: int, rows: int) -> Banding:
     return Banding(bands, rows, *error_areas(threshold, bands, rows))
 
 
+@functools.cache  # a pure function of its numbers, ~8 ms a call: once per index opened
 def tune(
     threshold: float,
     num_perm: int,
@@ -100,6 +102,7 @@ def s_curve_table(banding: Banding, points: int = 10) -> list[tuple[float, float
 RECALL_TARGET = 0.99
 
 
+@functools.cache  # as `tune`
 def tune_for_recall(threshold: float, num_perm: int, target: float = RECALL_TARGET) -> Banding:
     """The b x r (b * r <= K) whose S-curve reaches `target` at `threshold` with the
     least false-positive area below it; if none reaches it, the one that comes

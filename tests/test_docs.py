@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GUIDE = (
     "README.md",
     "docs/guide/getting-started.md",
+    "docs/guide/first-afternoon.md",
     "docs/guide/files.md",
     "docs/guide/worker.md",
     "docs/guide/reading-verdicts.md",

@@ -9,7 +9,6 @@ duplicates, empty and known (`resent`) documents."""
 
 from __future__ import annotations
 
-import functools
 import random
 import tempfile
 from pathlib import Path
@@ -22,7 +21,6 @@ from hypothesis import strategies as st
 from streamdedup.config import EngineOptions, Verify
 from streamdedup.engine.clock import quorum
 from streamdedup.engine.deduplicator import Deduplicator
-from streamdedup.engine.params import resolve_params
 from streamdedup.models import Document, Verdict
 from streamdedup.store.keys import MetaKey
 from streamdedup.store.tables import DATA_TABLES, Tables
@@ -50,17 +48,6 @@ def _texts(seed: int) -> list[str]:
     return [*base, *near, *short, "", "!!"]
 
 
-@functools.cache
-def _banding(threshold: float | None = None) -> dict[str, int]:
-    """The bands x rows a new index tunes at `threshold` (the default's if None),
-    given to the many new indexes of the property tests below as explicit options:
-    the same stored parameters, so the same index, without `tune`'s 128 error areas
-    each time (8 ms a new index, a third of `test_bulk_path_equals_one_by_one`'s
-    CPU)."""
-    params = resolve_params(None, threshold=threshold)
-    return {"bands": params.bands, "rows": params.rows}
-
-
 def _tables(dd: Deduplicator) -> dict[str, Any]:
     def read(t: Tables) -> dict[str, Any]:
         out: dict[str, Any] = {n: list(t.items(n)) for n in DATA_TABLES if n != "postings"}
@@ -82,7 +69,7 @@ def _run(
     """Each batch's verdicts, changes, touched ids and outliers; the tables at the
     end; how many documents went the bulk path."""
     seen: list[Any] = []
-    with Deduplicator(path, options=options, verify=verify, **_banding()) as dd:
+    with Deduplicator(path, options=options, verify=verify) as dd:
         dd.bulk = bulk
         for batch in batches:
             verdicts = dd.check_batch(batch)
@@ -350,9 +337,7 @@ def _run_search(
     values) and the rows of sets let go that the engine's memory keeps (default: all)."""
     seen: list[Any] = []
     both = 0  # batches with replays searched in bulk
-    with Deduplicator(
-        path, options=options, threshold=threshold, verify=verify, **_banding(threshold)
-    ) as dd:
+    with Deduplicator(path, options=options, threshold=threshold, verify=verify) as dd:
         dd.bulk_search = in_bulk
         if room is not None:
             dd._memory._budget, dd._memory._orphan_rows = room

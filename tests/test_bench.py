@@ -135,20 +135,13 @@ def test_ground_truth_is_the_brute_force_jaccard_in_any_block_size() -> None:
     of a small template-heavy stream measured with Python sets."""
     from streamdedup.config import ShingleSpec
     from streamdedup.sketch.shingle import reference_shingles
+    from tests.support.truth import best_jaccard_earlier
 
     corpus = _bench_module("corpus")
     templates = _bench_module("templates")
     texts = [d.text for d in templates.generate(240, seed=5)]
     sets = [reference_shingles(t, ShingleSpec()) for t in texts]
-    # every pair measured once, for all three thresholds: each document's highest
-    # Jaccard with an earlier one (|A | B| counted as |A| + |B| - |A & B|)
-    best = []
-    for i, a in enumerate(sets):
-        most = 0.0
-        for b in sets[:i]:
-            shared = len(a & b)
-            most = max(most, shared / (len(a) + len(b) - shared))
-        best.append(most)
+    best = best_jaccard_earlier(sets)  # (each document's, once for all three thresholds)
     for threshold in (0.5, 0.8, 0.9):
         want = [x >= threshold for x in best]
         assert any(want) and not all(want)

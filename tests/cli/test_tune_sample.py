@@ -13,6 +13,7 @@ import pytest
 
 from streamdedup.cli.main import main
 from tests.engine.test_containment import baskets, pages
+from tests.support.segments import write_jsonl
 
 
 def dedup_duplicates(src: Path, idx: Path, *options: str) -> int:
@@ -24,11 +25,8 @@ def dedup_duplicates(src: Path, idx: Path, *options: str) -> int:
 def test_each_threshold_calls_what_dedup_calls(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = tmp_path / "pages.jsonl"
-    src.write_bytes(
-        b"".join(
-            orjson.dumps({"id": i, "text": t}) + b"\n" for i, t in enumerate(pages(700, seed=2))
-        )
+    src = write_jsonl(
+        tmp_path / "pages.jsonl", [{"id": i, "text": t} for i, t in enumerate(pages(700, seed=2))]
     )
     png = tmp_path / "t.png"
     args = ["tune", "--sample", str(src), "--shingle", "word:3", "--threshold", "0.72"]
@@ -58,11 +56,8 @@ def test_each_threshold_calls_what_dedup_calls(
 def test_sets_by_containment_and_what_it_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = tmp_path / "sets.jsonl"
-    src.write_bytes(
-        b"".join(
-            orjson.dumps({"id": i, "set": s}) + b"\n" for i, s in enumerate(baskets(400, seed=5))
-        )
+    src = write_jsonl(
+        tmp_path / "sets.jsonl", [{"id": i, "set": s} for i, s in enumerate(baskets(400, seed=5))]
     )
     assert (
         main(["tune", "--sample", str(src), "--item", "set", "--metric", "containment", "--json"])

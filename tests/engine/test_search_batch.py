@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamdedup.engine.search import _distinct_below, gather_all, rank_all
-from tests.support.kernels import needs_compiled, numpy_code
+from tests.support.kernels import needs_compiled, numpy_code, subsets
 
 KEYS = [bytes([k]) * 8 for k in range(8)]
 FIRST = 5000  # the batch's first docno: stored ones below
@@ -32,11 +32,6 @@ _forms = st.sampled_from([list, _int64s])
 _stored = st.lists(st.integers(0, FIRST - 1), max_size=30, unique=True)
 _key_sets = st.sets(st.sampled_from(KEYS))
 _rows = st.lists(st.lists(st.sampled_from(KEYS), min_size=1, max_size=6), min_size=0, max_size=25)
-
-
-@functools.cache
-def _subsets(of: tuple[bytes, ...]) -> st.SearchStrategy[set[bytes]]:
-    return st.sets(st.sampled_from(of))
 
 
 @functools.cache
@@ -58,7 +53,7 @@ def gathers(draw: st.DrawFn) -> tuple[object, ...]:
     read_ahead = {k: sorted(draw(_stored))[::-1][: max(cap, 0)] for k in draw(_key_sets)}
     read_ahead = {k: kept(v) for k, v in read_ahead.items()}
     added = {k: grown([]) for k in draw(_key_sets)}
-    hot = draw(_subsets(tuple(read_ahead) or tuple(KEYS[:1])))
+    hot = draw(subsets(tuple(read_ahead) or tuple(KEYS[:1])))
     rows = draw(_rows)
     gaps = draw(_gaps(len(rows)))
     docnos = FIRST + np.cumsum(np.asarray(gaps, dtype=np.int64)).astype(np.int64)

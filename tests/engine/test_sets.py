@@ -7,7 +7,6 @@ rebuilds the same index; bad sets get their reasons."""
 from __future__ import annotations
 
 import random
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from streamdedup.models import Document
 from tests.support.bulk import batch_and_one_by_one
 from tests.support.changelog import restore_from_changes
 from tests.support.cli import run
+from tests.support.truth import best_jaccard_earlier
 
 _FIELDS = Fields(item="set")
 
@@ -50,27 +50,12 @@ def jaccard(a: list[Any], b: list[Any]) -> float:
     return len(x & y) / len(x | y) if x | y else 0.0
 
 
-def best_earlier(sets: list[frozenset[str]]) -> list[float]:
-    """Each set's greatest Jaccard with an earlier one (0.0 if none): the elements
-    every pair that shares any has in common counted through an inverted index (a
-    pair sharing none is at 0), |s & o| / (|s| + |o| - |s & o|), the same floats as
-    intersecting each set with every earlier one, which took 0.8 s of CPU on 1,200."""
-    holders: dict[str, list[int]] = {}
-    out = []
-    for k, s in enumerate(sets):
-        shared = Counter(j for x in s for j in holders.get(x, ()))
-        out.append(max((n / (len(s) + len(sets[j]) - n) for j, n in shared.items()), default=0.0))
-        for x in s:
-            holders.setdefault(x, []).append(k)
-    return out
-
-
 def check_against_truth(sets: list[list[str]], verdicts: list[dict[str, Any]], t: float) -> int:
     """Precision 1 at the exact Jaccard (to the 4 decimals reported); returns the
     duplicates LSH missed."""
     missed = 0
     frozen = [frozenset(s) for s in sets]
-    bests = best_earlier(frozen)
+    bests = best_jaccard_earlier(frozen)
     for k, v in enumerate(verdicts):
         if v["verdict"] == "duplicate":
             j = jaccard(sets[k], sets[int(v["duplicate_of"])])

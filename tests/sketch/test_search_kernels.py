@@ -4,7 +4,6 @@ verdicts must not depend on which of the two ran (`STREAMDEDUP_KERNELS=numpy`)."
 
 from __future__ import annotations
 
-import functools
 from array import array
 
 import numpy as np
@@ -26,7 +25,7 @@ from streamdedup.sketch.jaccard import (
     values_of,
 )
 from streamdedup.store.tables import gather_newest
-from tests.support.kernels import compiled, needs_compiled, numpy_code
+from tests.support.kernels import compiled, needs_compiled, numpy_code, subsets
 
 # Hashes spread over the whole range, crowded into a few slices (long runs for the
 # per-slice sort), or tiny; repeats drawn on purpose (a page repeats shingles).
@@ -183,11 +182,6 @@ _band_keys = st.lists(st.sampled_from(keys), min_size=1, max_size=8)
 _forms = st.sampled_from(["lists", "arrays", "mixed"])
 
 
-@functools.cache
-def _subsets(of: tuple[bytes, ...]) -> st.SearchStrategy[set[bytes]]:
-    return st.sets(st.sampled_from(of))
-
-
 @st.composite
 def batches(draw: st.DrawFn) -> tuple[object, ...]:
     """A batch's read-ahead (stored docnos, newest first, at most `cap`, as
@@ -201,7 +195,7 @@ def batches(draw: st.DrawFn) -> tuple[object, ...]:
         for k in draw(_key_sets)
     }
     added = {k: sorted(base + d + 5000 for d in draw(docnos)) for k in draw(_key_sets)}
-    hot = draw(_subsets(tuple(read_ahead) or tuple(keys[:1])))
+    hot = draw(subsets(tuple(read_ahead) or tuple(keys[:1])))
     band_keys = draw(_band_keys)
     # as a batch keeps them (int64 arrays: store.batch `Docnos`) or as lists, mixed
     as_arrays = draw(_forms)
